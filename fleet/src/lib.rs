@@ -1,0 +1,11 @@
+//! The fleet core: Starling's resource types (`Source`, `Cluster`, `Sync`, `SyncGroup`), their
+//! validation, the CRDs generated from them, and [`FleetState`], the deterministic state machine
+//! that every replica applies to the same Raft log.
+//!
+//! Nothing in this crate does I/O or reads a clock: time arrives inside commands, so every
+//! replica computes the same state from the same log.
+
+pub mod resources;
+pub mod state;
+
+pub use state::{Command, FleetState, Outcome};

@@ -1,0 +1,411 @@
+//! The four resources of the `starling.dev/v1alpha1` API: `Source`, `Cluster`, `Sync` and
+//! `SyncGroup`, as Rust types from which the CRDs are generated (kube's `CustomResource`
+//! derive). Field names follow the Kubernetes conventions (camelCase on the wire, optional
+//! fields omitted when unset).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of every Starling resource.
+pub const GROUP: &str = "starling.dev";
+/// The API version of every Starling resource.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` as written in manifests.
+pub const API_VERSION: &str = "starling.dev/v1alpha1";
+
+/// A reference to another object in the same namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LocalObjectReference {
+    pub name: String,
+}
+
+/// A reference to one key of a Secret in the same namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SecretKeyReference {
+    pub name: String,
+    /// The key inside the Secret's data; `value` when unset (the Cluster API convention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// A status condition, as in the Kubernetes API conventions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Source
+// ---------------------------------------------------------------------------------------------
+
+/// A git repository and the policy that picks the revision to deploy from it.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "starling.dev",
+    version = "v1alpha1",
+    kind = "Source",
+    namespaced,
+    status = "SourceStatus",
+    shortname = "src",
+    printcolumn = r#"{"name":"URL","type":"string","jsonPath":".spec.git.url"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.revision"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceSpec {
+    pub git: GitSpec,
+    /// How often the source is polled, as a duration (`1m`, `30s`); 1m when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Time limit of one fetch; 60s when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Credentials: a Secret with `username`/`password` or `token` (https), or `identity` and
+    /// `known_hosts` (ssh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    /// A suspended source is not polled; its last revision stays in use.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+/// Where the repository is and which reference to follow.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GitSpec {
+    /// `https://`, `http://`, `ssh://`, `git://` or `file://` URL, or scp-like `user@host:path`.
+    pub url: String,
+    #[serde(rename = "ref")]
+    pub reference: GitRef,
+}
+
+/// Exactly one of `branch`, `tag`, `semver` (a range over tags) or `commit`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GitRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub semver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// The packaged tree of a resolved revision, addressed by digest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactRef {
+    /// `sha256:<hex>` of the deterministic tar.gz.
+    pub digest: String,
+    pub size: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    /// `<ref>@sha1:<hex>`, for example `main@sha1:0a1b…` or `v1.2.3@sha1:0a1b…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<ArtifactRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fetch_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster
+// ---------------------------------------------------------------------------------------------
+
+/// How Starling reaches a cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterMode {
+    /// Starling connects to the cluster's API server with the kubeconfig Secret.
+    #[default]
+    Push,
+    /// An agent in the cluster connects out to Starling.
+    Pull,
+}
+
+/// A target cluster. Selection by SyncGroups is by the object's labels.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "starling.dev",
+    version = "v1alpha1",
+    kind = "Cluster",
+    namespaced,
+    status = "ClusterStatus",
+    shortname = "scl",
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
+    printcolumn = r#"{"name":"Owner","type":"string","jsonPath":".status.owner"}"#,
+    printcolumn = r#"{"name":"Reachable","type":"boolean","jsonPath":".status.reachable"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// The kubeconfig Secret; `<name>-kubeconfig`, key `value` when unset (Cluster API style).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<SecretKeyReference>,
+    #[serde(default)]
+    pub mode: ClusterMode,
+    /// A paused cluster gets no syncs; rollouts skip it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_contact: Option<String>,
+    /// The node (shard) that owns the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The owner generation: changes each time the cluster changes owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_generation: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sync and SyncGroup
+// ---------------------------------------------------------------------------------------------
+
+/// Readiness of applied objects, ranked as in kstatus: a higher rank is healthier.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum ResourceStatus {
+    #[default]
+    Unknown,
+    Missing,
+    Failed,
+    Terminating,
+    InProgress,
+    Current,
+}
+
+/// A dependency on another Sync targeting the same cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Dependency {
+    /// The name of the other Sync, or of the other SyncGroup (its Sync for the same cluster).
+    pub name: String,
+    /// The least status the dependency must have reached; `Current` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_status: Option<ResourceStatus>,
+}
+
+/// What to apply and how: the fields a `Sync` and a `SyncGroup` template share.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncTemplate {
+    /// Directory inside the source, relative; the whole tree when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Variables for `${NAME}` in manifests. Values may use `${cluster.name}`,
+    /// `${cluster.namespace}` and `${cluster.labels.KEY}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub substitute: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<Dependency>,
+    /// Delete objects that left the render. On by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune: Option<bool>,
+    /// Server-side apply with `force`: take over fields owned by other managers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+    /// Drift correction period; 10m when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Limit on one apply including readiness; 5m when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+/// The manifests under a path of a source, applied to one cluster.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "starling.dev",
+    version = "v1alpha1",
+    kind = "Sync",
+    namespaced,
+    status = "SyncStatus",
+    shortname = "ssync",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterRef.name"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.resourcesLeastStatus"}"#,
+    printcolumn = r#"{"name":"Result","type":"string","jsonPath":".status.result"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncSpec {
+    pub source_ref: LocalObjectReference,
+    pub cluster_ref: LocalObjectReference,
+    #[serde(flatten)]
+    pub template: SyncTemplate,
+}
+
+/// The outcome of the last sync attempt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SyncResult {
+    #[default]
+    Pending,
+    Succeeded,
+    Failed,
+}
+
+/// One applied object, as recorded in the inventory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// `apiVersion` of the object (`v1`, `apps/v1`, …).
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_apply_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<SyncResult>,
+    /// Why the last attempt failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<ObjectRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources_least_status: Option<ResourceStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_dependencies: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// How a SyncGroup rolls a new revision out to its clusters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    /// The most clusters that may be unavailable at once: a count (≥ 1) or a percentage
+    /// (`1%`–`100%`) of the selected clusters. `25%` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Label selectors admitted in order (canaries first); clusters matching none come last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<LabelSelector>,
+    /// With `maxUnavailable: 100%`, starts are spread at random over this duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
+    /// More failed clusters than this halt the rollout. Unlimited when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<u32>,
+    /// Stops new admissions; clusters in flight finish.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+/// A source and path applied to every cluster a label selector picks, rolled out with a budget.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "starling.dev",
+    version = "v1alpha1",
+    kind = "SyncGroup",
+    namespaced,
+    status = "SyncGroupStatus",
+    shortname = "sg",
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.targetRevision"}"#,
+    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.summary.total"}"#,
+    printcolumn = r#"{"name":"Updated","type":"integer","jsonPath":".status.summary.updated"}"#,
+    printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.summary.failed"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncGroupSpec {
+    pub source_ref: LocalObjectReference,
+    /// Which clusters get a Sync: absent selects none, `{}` selects all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    #[serde(default)]
+    pub template: SyncTemplate,
+    #[serde(default)]
+    pub rollout: RolloutPolicy,
+}
+
+/// Counts of a SyncGroup's clusters by rollout state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSummary {
+    pub total: u32,
+    /// At the target revision and ready.
+    pub updated: u32,
+    /// Admitted or applying, or applied and not ready yet.
+    pub in_progress: u32,
+    /// Waiting for admission.
+    pub pending: u32,
+    pub failed: u32,
+}
+
+/// Where a SyncGroup's rollout stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutPhase {
+    #[default]
+    Progressing,
+    Paused,
+    Halted,
+    Complete,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncGroupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_revision: Option<String>,
+    #[serde(default)]
+    pub summary: RolloutSummary,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RolloutPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

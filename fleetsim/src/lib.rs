@@ -1,0 +1,1 @@
+//! fleetsim (being built).

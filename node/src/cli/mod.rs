@@ -1,0 +1,4 @@
+//! The operator-facing subcommands, one module each.
+
+pub mod crds;
+pub mod placement;
