@@ -1,26 +1,511 @@
-//! The deterministic fleet state machine (being built): every replica applies the same
-//! commands in the same order and reaches the same state.
+//! The deterministic fleet state machine: every replica applies the same [`Command`]s in the
+//! same (Raft log) order and reaches the same [`FleetState`], bit for bit.
+//!
+//! ```text
+//!   UpsertSpec / DeleteSpec ──► specs ──► SyncGroup expansion ──► one Sync per selected cluster
+//!   SetMemberState ──────────► members ──► shard::Placement ──► owner + owner generation
+//!   SourceResolved ──────────► target revision of every Sync on that source ──► rollout ledger
+//!   BeginSync ───────────────► Granted{ticket} | Denied{reason}   (owner, generation, budget)
+//!   FinishSync ──────────────► applied revision, inventory, health ──► admission of the next
+//! ```
+//!
+//! No I/O and no clocks: a command that needs the time carries it (`at`, RFC 3339, stamped by
+//! the proposer). Decisions use integer arithmetic and ordered maps only.
+//!
+//! Modules: [`members`] (membership and ownership), [`specs`] (resource specs and SyncGroup
+//! expansion), [`rollout`] (the per-Sync rollout state and admission), [`syncs`] (grants and
+//! results, dependencies), [`invariants`] (the checks of design section 5 that the state machine
+//! alone can break), [`view`] (read-only projections with status).
+
+mod invariants;
+mod members;
+mod rollout;
+mod specs;
+mod syncs;
+mod view;
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::manifest::{Kind, ObjectKey, Resource};
+use crate::resources::{Cluster, ObjectRef, ResourceStatus, Source, Sync, SyncGroup};
+use crate::selector::Selector;
+
+pub use invariants::InvariantViolation;
+pub use rollout::SyncState;
+pub use shard::NodeId;
+
+/// The format version of [`FleetState::encode_snapshot`].
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+/// `namespace/name` of an object; the key of every map in the state.
+pub type Key = String;
+
+/// Builds the `namespace/name` key of an object.
+pub fn key_of(namespace: &str, name: &str) -> Key {
+    format!("{namespace}/{name}")
+}
+
+/// Liveness of a replica as decided by the leader's failure detector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberState {
+    /// Heartbeating; owns a share of the fleet.
+    Live,
+    /// Silent for longer than `down_after`; owns nothing.
+    Down,
+    /// Asked to give up its share (maintenance); owns nothing, stays a Raft member.
+    Draining,
+}
+
+/// A replica of the installation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: NodeId,
+    /// The gRPC address peers and clients use.
+    pub address: String,
+    pub state: MemberState,
+    /// When `state` last changed, as stamped by the proposer.
+    pub since: Option<String>,
+}
+
+/// A revision a Sync should be at: the source's resolved revision and its sequence number
+/// (the count of resolutions of that source), which orders revisions without comparing strings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub revision: String,
+    pub seq: u64,
+}
+
+/// Why a sync is being applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SyncKind {
+    /// Bringing the cluster to a new revision: counts against the rollout budget.
+    Rollout,
+    /// Re-applying the revision the cluster already has (drift correction): does not count.
+    Drift,
+}
+
+/// A granted right to apply one Sync at one revision, held by one node at one owner generation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    pub id: u64,
+    pub sync: Key,
+    pub cluster: Key,
+    pub node: NodeId,
+    pub generation: u64,
+    pub revision: String,
+    pub seq: u64,
+    pub kind: SyncKind,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SourceEntry {
+    pub object: Source,
+    /// The node that polls this source.
+    pub owner: Option<NodeId>,
+    /// Incremented on each new resolved revision.
+    pub seq: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterEntry {
+    pub object: Cluster,
+    pub owner: Option<NodeId>,
+    /// Changes (only) when the owner changes; fences stale writers on the target.
+    pub owner_generation: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SyncEntry {
+    pub object: Sync,
+    /// The SyncGroup that generated this Sync, if any.
+    pub group: Option<Key>,
+    pub rollout: rollout::SyncRollout,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupEntry {
+    pub object: SyncGroup,
+    /// Parsed `clusterSelector`; `None` selects no cluster.
+    pub selector: Option<Selector>,
+    pub partitions: Vec<Selector>,
+    /// Keys of the Syncs this group owns.
+    pub members: BTreeSet<Key>,
+    pub ledger: rollout::Ledger,
+}
+
 /// The whole replicated state of an installation.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct FleetState {}
+pub struct FleetState {
+    /// Incremented by every command that changes something; stamped on objects as their
+    /// `resourceVersion`.
+    pub revision: u64,
+    pub members: BTreeMap<NodeId, Member>,
+    pub sources: BTreeMap<Key, SourceEntry>,
+    pub clusters: BTreeMap<Key, ClusterEntry>,
+    pub syncs: BTreeMap<Key, SyncEntry>,
+    pub groups: BTreeMap<Key, GroupEntry>,
+    /// Index: cluster key → keys of the Syncs targeting it (whether or not the cluster exists).
+    pub cluster_syncs: BTreeMap<Key, BTreeSet<Key>>,
+    /// Index: source key → keys of the Syncs using it (whether or not the source exists).
+    pub source_syncs: BTreeMap<Key, BTreeSet<Key>>,
+    /// Kubeconfig and credential Secrets (standalone mode). Never printed back.
+    pub secrets: BTreeMap<Key, k8s_openapi::api::core::v1::Secret>,
+    pub cluster_placement: shard::Placement,
+    pub source_placement: shard::Placement,
+    pub tickets: BTreeMap<u64, Ticket>,
+    pub next_ticket: u64,
+    /// Syncs a node may act on now: admitted and not started, or failed (to retry).
+    pub actionable: BTreeSet<Key>,
+}
 
 /// A change to the fleet state, as committed to the Raft log.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    Noop,
+    /// Create or replace the spec of an object (status is kept).
+    UpsertSpec {
+        resource: Box<Resource>,
+        at: String,
+    },
+    DeleteSpec {
+        key: ObjectKey,
+    },
+    /// A replica joins (or re-registers with a new address).
+    AddMember {
+        id: NodeId,
+        address: String,
+        at: String,
+    },
+    RemoveMember {
+        id: NodeId,
+    },
+    SetMemberState {
+        id: NodeId,
+        state: MemberState,
+        at: String,
+    },
+    /// A source's owner found a new revision.
+    SourceResolved {
+        source: Key,
+        revision: String,
+        artifact: Option<crate::resources::ArtifactRef>,
+        at: String,
+    },
+    /// A source's owner failed to fetch or resolve; the last good revision stays in use.
+    SourceFailed {
+        source: Key,
+        message: String,
+        at: String,
+    },
+    /// A node asks to apply a Sync at a revision.
+    BeginSync {
+        sync: Key,
+        node: NodeId,
+        generation: u64,
+        revision: String,
+    },
+    /// The result of a granted sync.
+    FinishSync {
+        ticket: u64,
+        outcome: SyncOutcome,
+        at: String,
+    },
+    /// Readiness observed later (drift checks): only from the owner at its generation.
+    ReportHealth {
+        sync: Key,
+        node: NodeId,
+        generation: u64,
+        health: ResourceStatus,
+    },
+    PauseRollout {
+        group: Key,
+    },
+    /// Resumes a paused or halted rollout.
+    ResumeRollout {
+        group: Key,
+    },
+    /// Several commands in one log entry, applied in order (throughput).
+    Batch(Vec<Command>),
+}
+
+/// What a finished sync reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SyncOutcome {
+    Succeeded {
+        inventory: Vec<ObjectRef>,
+        health: ResourceStatus,
+    },
+    Failed {
+        /// The error class (`unreachable`, `forbidden`, `invalid`, `conflict`, `fenced`,
+        /// `timeout`, …) and the message, for status.
+        class: String,
+        message: String,
+        /// What is known to be applied despite the failure (kept for prune).
+        inventory: Option<Vec<ObjectRef>>,
+    },
+}
+
+/// Whether an upsert changed anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApplyResult {
+    Created,
+    Configured,
+    Unchanged,
+}
+
+/// Why a `BeginSync` was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DenyReason {
+    UnknownSync,
+    UnknownCluster,
+    /// The node does not own the cluster (or is not Live).
+    NotOwner {
+        owner: Option<NodeId>,
+    },
+    /// The node owns the cluster, but at another generation.
+    StaleGeneration {
+        current: u64,
+    },
+    /// The requested revision is not the newest desired one.
+    Superseded {
+        target: Option<String>,
+    },
+    /// The rollout has not admitted this Sync yet (budget, partition, pause or halt).
+    NotAdmitted,
+    /// Suspended Sync, paused cluster, or a source without a revision.
+    NotEligible,
+    /// A ticket for this Sync is already out.
+    InFlight {
+        ticket: u64,
+    },
+    /// Dependencies not yet at their required status.
+    Dependencies {
+        pending: Vec<String>,
+    },
+    DependencyCycle {
+        path: Vec<String>,
+    },
 }
 
 /// What applying a command produced.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
+    Applied(ApplyResult),
+    Deleted {
+        existed: bool,
+    },
+    /// The command was refused as a whole; the state is unchanged.
+    Rejected {
+        message: String,
+    },
+    Granted {
+        ticket: Ticket,
+    },
+    Denied {
+        reason: DenyReason,
+    },
+    /// A `FinishSync` with a ticket that was voided (ownership moved) or already finished.
+    StaleTicket,
+    /// Membership changed; `moved` clusters and sources changed owner.
+    MembershipChanged {
+        moved: usize,
+    },
+    /// A source revision was recorded; `changed` is false when it was already current.
+    SourceRecorded {
+        changed: bool,
+    },
     Ok,
+    Batch(Vec<Outcome>),
+}
+
+/// A snapshot that cannot be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot format {found} is not supported (this build reads format {supported})")]
+    UnsupportedFormat { found: u32, supported: u32 },
+    #[error("snapshot is corrupt: {0}")]
+    Corrupt(#[from] serde_json::Error),
+}
+
+#[derive(Serialize)]
+struct SnapshotOut<'a> {
+    format: u32,
+    state: &'a FleetState,
+}
+
+#[derive(Deserialize)]
+struct SnapshotIn {
+    format: u32,
+    state: serde_json::Value,
 }
 
 impl FleetState {
-    pub fn apply(&mut self, _command: Command) -> Outcome {
-        Outcome::Ok
+    /// Applies one command. Deterministic: the same state and command give the same result
+    /// on every replica.
+    pub fn apply(&mut self, command: Command) -> Outcome {
+        let outcome = match command {
+            Command::UpsertSpec { resource, at } => self.upsert_spec(*resource, &at),
+            Command::DeleteSpec { key } => self.delete_spec(&key),
+            Command::AddMember { id, address, at } => self.add_member(id, address, &at),
+            Command::RemoveMember { id } => self.remove_member(id),
+            Command::SetMemberState { id, state, at } => self.set_member_state(id, state, &at),
+            Command::SourceResolved {
+                source,
+                revision,
+                artifact,
+                at,
+            } => self.source_resolved(&source, revision, artifact, &at),
+            Command::SourceFailed {
+                source,
+                message,
+                at,
+            } => self.source_failed(&source, message, &at),
+            Command::BeginSync {
+                sync,
+                node,
+                generation,
+                revision,
+            } => self.begin_sync(&sync, node, generation, &revision),
+            Command::FinishSync {
+                ticket,
+                outcome,
+                at,
+            } => self.finish_sync(ticket, outcome, &at),
+            Command::ReportHealth {
+                sync,
+                node,
+                generation,
+                health,
+            } => self.report_health(&sync, node, generation, health),
+            Command::PauseRollout { group } => self.set_operator_pause(&group, true),
+            Command::ResumeRollout { group } => self.set_operator_pause(&group, false),
+            Command::Batch(commands) => {
+                return Outcome::Batch(commands.into_iter().map(|c| self.apply(c)).collect());
+            }
+        };
+        if !matches!(
+            outcome,
+            Outcome::Rejected { .. }
+                | Outcome::Denied { .. }
+                | Outcome::StaleTicket
+                | Outcome::Applied(ApplyResult::Unchanged)
+                | Outcome::Deleted { existed: false }
+                | Outcome::SourceRecorded { changed: false }
+        ) {
+            self.revision += 1;
+        }
+        outcome
+    }
+
+    /// Serialises the state for a Raft snapshot, with its format version.
+    pub fn encode_snapshot(&self) -> Vec<u8> {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_vec(&SnapshotOut {
+            format: SNAPSHOT_FORMAT,
+            state: self,
+        })
+        .unwrap_or_default()
+    }
+
+    /// Restores a state from [`FleetState::encode_snapshot`] output.
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<FleetState, SnapshotError> {
+        let envelope: SnapshotIn = serde_json::from_slice(bytes)?;
+        if envelope.format != SNAPSHOT_FORMAT {
+            return Err(SnapshotError::UnsupportedFormat {
+                found: envelope.format,
+                supported: SNAPSHOT_FORMAT,
+            });
+        }
+        Ok(serde_json::from_value(envelope.state)?)
+    }
+
+    /// The node that owns a cluster, with its owner generation.
+    pub fn cluster_owner(&self, cluster: &str) -> Option<(NodeId, u64)> {
+        let entry = self.clusters.get(cluster)?;
+        Some((entry.owner?, entry.owner_generation))
+    }
+
+    /// The node that polls a source.
+    pub fn source_owner(&self, source: &str) -> Option<NodeId> {
+        self.sources.get(source)?.owner
+    }
+
+    /// The Live members, in id order.
+    pub fn live_members(&self) -> impl Iterator<Item = &Member> {
+        self.members
+            .values()
+            .filter(|m| m.state == MemberState::Live)
+    }
+
+    /// Keys of the clusters a node owns.
+    pub fn clusters_of(&self, node: NodeId) -> Vec<Key> {
+        self.cluster_placement.items_of(node)
+    }
+
+    /// Keys of the sources a node polls.
+    pub fn sources_of(&self, node: NodeId) -> Vec<Key> {
+        self.source_placement.items_of(node)
+    }
+
+    /// The Syncs a node may start now (admitted or failed, on clusters it owns), in key order.
+    pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
+        self.actionable
+            .iter()
+            .filter(|key| {
+                self.syncs
+                    .get(*key)
+                    .and_then(|s| self.clusters.get(&cluster_key_of(&s.object)))
+                    .and_then(|c| c.owner)
+                    == Some(node)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The revision a Sync should be at, if its source has one.
+    pub fn target_of(&self, sync: &str) -> Option<Target> {
+        let entry = self.syncs.get(sync)?;
+        self.source_target(&source_key_of(&entry.object))
+    }
+
+    fn source_target(&self, source: &str) -> Option<Target> {
+        let entry = self.sources.get(source)?;
+        let revision = entry.object.status.as_ref()?.revision.clone()?;
+        Some(Target {
+            revision,
+            seq: entry.seq,
+        })
+    }
+
+    /// Looks up the kind-specific map holding `key`.
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        let k = key_of(&key.namespace, &key.name);
+        match key.kind {
+            Kind::Source => self.sources.contains_key(&k),
+            Kind::Cluster => self.clusters.contains_key(&k),
+            Kind::Sync => self.syncs.contains_key(&k),
+            Kind::SyncGroup => self.groups.contains_key(&k),
+            Kind::Secret => self.secrets.contains_key(&k),
+        }
     }
 }
+
+/// `namespace/name` of the cluster a Sync targets.
+pub(crate) fn cluster_key_of(sync: &Sync) -> Key {
+    key_of(
+        sync.metadata.namespace.as_deref().unwrap_or("default"),
+        &sync.spec.cluster_ref.name,
+    )
+}
+
+/// `namespace/name` of the source a Sync uses.
+pub(crate) fn source_key_of(sync: &Sync) -> Key {
+    key_of(
+        sync.metadata.namespace.as_deref().unwrap_or("default"),
+        &sync.spec.source_ref.name,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,141 @@
+//! The invariants of design section 5 that the state machine alone can break, checked over
+//! the whole state. Property tests call [`FleetState::check_invariants`] after every command;
+//! it is O(state), so production code does not.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::rollout::{Counts, SyncState};
+use super::{FleetState, MemberState, cluster_key_of};
+
+/// A broken invariant, with what was found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invariant violated: {0}")]
+pub struct InvariantViolation(pub String);
+
+impl FleetState {
+    /// Checks ownership, tickets, the rollout ledgers and the indexes. Returns the first
+    /// violation found.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let fail = |message: String| Err(InvariantViolation(message));
+        let live: BTreeSet<_> = self
+            .members
+            .values()
+            .filter(|m| m.state == MemberState::Live)
+            .map(|m| m.id)
+            .collect();
+
+        // Every cluster is owned by exactly one live node (while any node is live), and the
+        // owner recorded on the cluster is the placement's.
+        for (key, cluster) in &self.clusters {
+            if cluster.owner != self.cluster_placement.owner(key) {
+                return fail(format!(
+                    "cluster {key} owner {:?} differs from placement",
+                    cluster.owner
+                ));
+            }
+            match cluster.owner {
+                Some(owner) if !live.contains(&owner) => {
+                    return fail(format!(
+                        "cluster {key} owned by node {owner}, which is not live"
+                    ));
+                }
+                None if !live.is_empty() => return fail(format!("cluster {key} has no owner")),
+                _ => {}
+            }
+        }
+        if self.cluster_placement.len() != self.clusters.len() {
+            return fail(format!(
+                "placement holds {} clusters, state {}",
+                self.cluster_placement.len(),
+                self.clusters.len()
+            ));
+        }
+
+        // Tickets are held by the current owner at the current generation.
+        for (id, ticket) in &self.tickets {
+            let Some(sync) = self.syncs.get(&ticket.sync) else {
+                return fail(format!("ticket {id} for missing sync {}", ticket.sync));
+            };
+            if sync.rollout.ticket.map(|(t, _)| t) != Some(*id) {
+                return fail(format!("ticket {id} not recorded on sync {}", ticket.sync));
+            }
+            if self.cluster_owner(&cluster_key_of(&sync.object))
+                != Some((ticket.node, ticket.generation))
+            {
+                return fail(format!(
+                    "ticket {id} held by node {} at generation {}, not the owner",
+                    ticket.node, ticket.generation
+                ));
+            }
+        }
+
+        // Each Sync's state is what its facts call for; ledgers and indexes agree with states.
+        let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
+        for (key, sync) in &self.syncs {
+            if self.derive_state(key) != Some(sync.rollout.state) {
+                return fail(format!(
+                    "sync {key} is {:?}, facts say {:?}",
+                    sync.rollout.state,
+                    self.derive_state(key)
+                ));
+            }
+            if let Some((ticket, _)) = sync.rollout.ticket
+                && !self.tickets.contains_key(&ticket)
+            {
+                return fail(format!("sync {key} holds unknown ticket {ticket}"));
+            }
+            let actionable = matches!(sync.rollout.state, SyncState::Admitted | SyncState::Failed);
+            if actionable != self.actionable.contains(key) {
+                return fail(format!("sync {key} actionable index out of step"));
+            }
+            if let Some(group) = &sync.group {
+                let Some(entry) = self.groups.get(group) else {
+                    return fail(format!("sync {key} belongs to missing group {group}"));
+                };
+                if !entry.members.contains(key) {
+                    return fail(format!("sync {key} missing from members of {group}"));
+                }
+                let c = counts.entry(group.clone()).or_default();
+                match sync.rollout.state {
+                    SyncState::Idle => c.idle += 1,
+                    SyncState::Pending => c.pending += 1,
+                    SyncState::Admitted => c.admitted += 1,
+                    SyncState::Applying => c.applying += 1,
+                    SyncState::Unready => c.unready += 1,
+                    SyncState::Updated => c.updated += 1,
+                    SyncState::Failed => c.failed += 1,
+                }
+            }
+        }
+        for (key, group) in &self.groups {
+            let expected = counts.remove(key).unwrap_or_default();
+            if group.ledger.counts != expected {
+                return fail(format!(
+                    "group {key} counts {:?}, states say {expected:?}",
+                    group.ledger.counts
+                ));
+            }
+            if group.ledger.pending.len() as u32 != expected.pending {
+                return fail(format!("group {key} pending queue out of step"));
+            }
+            let unavailable: u32 = group.ledger.unavailable_by_partition.values().sum();
+            if unavailable != expected.unavailable() {
+                return fail(format!("group {key} per-partition unavailable out of step"));
+            }
+        }
+        if self.actionable.iter().any(|k| !self.syncs.contains_key(k)) {
+            return fail("actionable index holds a removed sync".into());
+        }
+        Ok(())
+    }
+
+    /// Unavailable members and the budget of a group, as the admission rule sees them.
+    pub fn group_budget(&self, group: &str) -> Option<(u32, u32)> {
+        let entry = self.groups.get(group)?;
+        let budget = crate::validate::max_unavailable(
+            &entry.object.spec.rollout,
+            entry.members.len() as u32,
+        );
+        Some((entry.ledger.counts.unavailable(), budget))
+    }
+}

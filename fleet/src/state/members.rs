@@ -1,0 +1,119 @@
+//! Membership and ownership: which replicas are Live, and which node owns each cluster and
+//! source. Ownership is a `shard::Placement` changed only by events; every cluster that changes
+//! owner gets a new owner generation and loses its outstanding tickets, so a node that lost a
+//! cluster can neither start nor finish a sync on it.
+
+use super::{ClusterEntry, FleetState, Member, MemberState, NodeId, Outcome};
+
+impl FleetState {
+    pub(super) fn add_member(&mut self, id: NodeId, address: String, at: &str) -> Outcome {
+        if let Some(member) = self.members.get_mut(&id) {
+            if member.address == address {
+                return Outcome::MembershipChanged { moved: 0 };
+            }
+            member.address = address;
+            return Outcome::MembershipChanged { moved: 0 };
+        }
+        self.members.insert(
+            id,
+            Member {
+                id,
+                address,
+                state: MemberState::Live,
+                since: Some(at.to_string()),
+            },
+        );
+        let moved = self.place_on_node(id);
+        Outcome::MembershipChanged { moved }
+    }
+
+    pub(super) fn remove_member(&mut self, id: NodeId) -> Outcome {
+        let Some(member) = self.members.remove(&id) else {
+            return Outcome::Rejected {
+                message: format!("node {id} is not a member"),
+            };
+        };
+        let moved = if member.state == MemberState::Live {
+            self.take_from_node(id)
+        } else {
+            0
+        };
+        Outcome::MembershipChanged { moved }
+    }
+
+    pub(super) fn set_member_state(&mut self, id: NodeId, state: MemberState, at: &str) -> Outcome {
+        let Some(member) = self.members.get_mut(&id) else {
+            return Outcome::Rejected {
+                message: format!("node {id} is not a member"),
+            };
+        };
+        let previous = member.state;
+        if previous == state {
+            return Outcome::MembershipChanged { moved: 0 };
+        }
+        member.state = state;
+        member.since = Some(at.to_string());
+        let moved = match (previous, state) {
+            (MemberState::Live, _) => self.take_from_node(id),
+            (_, MemberState::Live) => self.place_on_node(id),
+            _ => 0,
+        };
+        Outcome::MembershipChanged { moved }
+    }
+
+    /// A node became Live: it takes its share of clusters and sources.
+    fn place_on_node(&mut self, id: NodeId) -> usize {
+        let cluster_moves = self.cluster_placement.add_node(id);
+        let source_moves = self.source_placement.add_node(id);
+        self.apply_cluster_moves(&cluster_moves);
+        self.apply_source_moves(&source_moves);
+        cluster_moves.len() + source_moves.len()
+    }
+
+    /// A node stopped being Live: its clusters and sources go to the survivors.
+    fn take_from_node(&mut self, id: NodeId) -> usize {
+        let cluster_moves = self.cluster_placement.remove_node(id);
+        let source_moves = self.source_placement.remove_node(id);
+        self.apply_cluster_moves(&cluster_moves);
+        self.apply_source_moves(&source_moves);
+        cluster_moves.len() + source_moves.len()
+    }
+
+    /// Records new owners, bumps owner generations and voids the tickets of moved clusters.
+    pub(super) fn apply_cluster_moves(&mut self, moves: &[shard::Move]) {
+        for movement in moves {
+            let Some(entry) = self.clusters.get_mut(&movement.item) else {
+                continue;
+            };
+            if entry.owner == movement.to {
+                continue;
+            }
+            entry.owner = movement.to;
+            entry.owner_generation += 1;
+            project_cluster_owner(entry);
+            let syncs: Vec<_> = self
+                .cluster_syncs
+                .get(&movement.item)
+                .map(|set| set.iter().cloned().collect())
+                .unwrap_or_default();
+            for sync in syncs {
+                self.void_ticket_of(&sync);
+            }
+        }
+    }
+
+    pub(super) fn apply_source_moves(&mut self, moves: &[shard::Move]) {
+        for movement in moves {
+            if let Some(entry) = self.sources.get_mut(&movement.item) {
+                entry.owner = movement.to;
+            }
+        }
+    }
+}
+
+/// Mirrors the owner into the Cluster's status, where `kubectl get` shows it.
+pub(super) fn project_cluster_owner(entry: &mut ClusterEntry) {
+    let status = entry.object.status.get_or_insert_with(Default::default);
+    status.owner = entry.owner.map(|node| node.to_string());
+    status.owner_generation = Some(entry.owner_generation);
+}

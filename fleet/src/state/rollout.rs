@@ -1,0 +1,412 @@
+//! The rollout ledger: where each Sync stands against its desired revision, and the admission
+//! of SyncGroup members within the group's budget.
+//!
+//! Each Sync has a [`SyncState`], derived by [`FleetState::settle`] from a few facts (the
+//! desired mark, what was applied, what failed, whether it was admitted, its ticket). Every
+//! state change goes through one function that keeps the group's counters and its ordered
+//! pending queue in step, so admission never scans the fleet:
+//!
+//! ```text
+//!  Idle ─► Pending ─(admit: budget, partition order)─► Admitted ─(BeginSync)─► Applying
+//!                                                                        │
+//!            Updated ◄─(ready)─ Unready ◄──────(FinishSync ok)──────────┤
+//!            Failed  ◄──────────────────────────(FinishSync failed)─────┘
+//! ```
+//!
+//! A cluster is *unavailable* while Admitted, Applying, Unready or Failed; a group never admits
+//! when its unavailable count has reached `maxUnavailable`. Partitions go in order: a partition
+//! is admitted only when no earlier partition has an unavailable member.
+
+use serde::{Deserialize, Serialize};
+
+use super::{FleetState, Key, SyncKind, Target};
+use crate::resources::{ResourceStatus, SyncGroup};
+
+/// Where one Sync stands in its rollout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SyncState {
+    /// Nothing to do: no revision yet, suspended, paused or missing cluster.
+    #[default]
+    Idle,
+    /// Needs the desired revision; waiting for admission.
+    Pending,
+    /// Admitted; waiting for its owner to start.
+    Admitted,
+    /// A rollout ticket is out.
+    Applying,
+    /// Applied at the desired mark; objects not ready yet.
+    Unready,
+    /// Applied at the desired mark and ready.
+    Updated,
+    /// The last attempt at the desired mark failed; retried by the owner.
+    Failed,
+}
+
+impl SyncState {
+    /// Whether a Sync in this state counts against `maxUnavailable`.
+    pub fn unavailable(self) -> bool {
+        matches!(
+            self,
+            SyncState::Admitted | SyncState::Applying | SyncState::Unready | SyncState::Failed
+        )
+    }
+}
+
+/// What is desired or was applied: the source revision's sequence number and the Sync's spec
+/// generation (a template change needs a re-apply at the same revision).
+pub type Mark = (u64, i64);
+
+/// The per-Sync facts the state is derived from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncRollout {
+    pub state: SyncState,
+    /// The outstanding ticket and its kind.
+    pub ticket: Option<(u64, SyncKind)>,
+    /// Holds an admission slot (for the newest revision, whichever it is).
+    pub admitted: bool,
+    pub applied: Option<Mark>,
+    pub failed: Option<Mark>,
+    pub health: ResourceStatus,
+    /// Index of the first partition whose selector matches the cluster.
+    pub partition: u32,
+    /// Position inside the partition: a hash of the Sync and the target revision.
+    pub order: u64,
+    /// What this Sync currently contributes to its group's ledger.
+    counted: Option<Contribution>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Contribution {
+    state: SyncState,
+    partition: u32,
+    order: u64,
+}
+
+/// Counts of a group's Syncs by state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub idle: u32,
+    pub pending: u32,
+    pub admitted: u32,
+    pub applying: u32,
+    pub unready: u32,
+    pub updated: u32,
+    pub failed: u32,
+}
+
+impl Counts {
+    fn slot(&mut self, state: SyncState) -> &mut u32 {
+        match state {
+            SyncState::Idle => &mut self.idle,
+            SyncState::Pending => &mut self.pending,
+            SyncState::Admitted => &mut self.admitted,
+            SyncState::Applying => &mut self.applying,
+            SyncState::Unready => &mut self.unready,
+            SyncState::Updated => &mut self.updated,
+            SyncState::Failed => &mut self.failed,
+        }
+    }
+
+    /// Syncs counting against the budget.
+    pub fn unavailable(&self) -> u32 {
+        self.admitted + self.applying + self.unready + self.failed
+    }
+
+    pub fn total(&self) -> u32 {
+        self.idle + self.pending + self.unavailable() + self.updated
+    }
+}
+
+/// A SyncGroup's rollout ledger.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub counts: Counts,
+    /// Pending members in admission order: (partition, order hash, sync key).
+    pub pending: std::collections::BTreeSet<(u32, u64, Key)>,
+    /// Unavailable members per partition (zero entries removed).
+    pub unavailable_by_partition: std::collections::BTreeMap<u32, u32>,
+    /// `starling rollout pause`.
+    pub operator_paused: bool,
+    /// More than `maxFailures` failed: no admissions until resumed, the spec changes or a new
+    /// revision arrives.
+    pub halted: bool,
+    /// Failures already accepted by an operator's resume.
+    pub failure_baseline: u32,
+}
+
+impl Ledger {
+    fn add(&mut self, contribution: &Contribution, key: &str) {
+        *self.counts.slot(contribution.state) += 1;
+        if contribution.state.unavailable() {
+            *self
+                .unavailable_by_partition
+                .entry(contribution.partition)
+                .or_default() += 1;
+        }
+        if contribution.state == SyncState::Pending {
+            self.pending
+                .insert((contribution.partition, contribution.order, key.to_string()));
+        }
+    }
+
+    fn remove(&mut self, contribution: &Contribution, key: &str) {
+        let slot = self.counts.slot(contribution.state);
+        *slot = slot.saturating_sub(1);
+        if contribution.state.unavailable()
+            && let Some(count) = self
+                .unavailable_by_partition
+                .get_mut(&contribution.partition)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.unavailable_by_partition
+                    .remove(&contribution.partition);
+            }
+        }
+        if contribution.state == SyncState::Pending {
+            self.pending
+                .remove(&(contribution.partition, contribution.order, key.to_string()));
+        }
+    }
+
+    /// Whether the rollout admits nobody: paused by spec or operator, or halted.
+    pub fn blocked(&self, group: &SyncGroup) -> bool {
+        self.operator_paused || self.halted || group.spec.rollout.paused
+    }
+
+    /// Failures that count towards `maxFailures` (those since the last resume).
+    pub fn counted_failures(&self) -> u32 {
+        self.counts.failed.saturating_sub(self.failure_baseline)
+    }
+}
+
+/// The admission order of a Sync inside its partition for a revision: spread across owners
+/// because it is a hash, and stable on every replica because the hash is specified.
+pub fn admission_order(sync: &str, revision: Option<&str>) -> u64 {
+    let mut bytes = Vec::with_capacity(sync.len() + 65);
+    bytes.extend_from_slice(sync.as_bytes());
+    bytes.push(0);
+    if let Some(revision) = revision {
+        bytes.extend_from_slice(revision.as_bytes());
+    }
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+impl FleetState {
+    /// The mark a Sync should be at, if its source has a revision.
+    pub(super) fn desired_mark(&self, key: &str) -> Option<(Target, Mark)> {
+        let entry = self.syncs.get(key)?;
+        let target = self.target_of(key)?;
+        let generation = entry.object.metadata.generation.unwrap_or(1);
+        let mark = (target.seq, generation);
+        Some((target, mark))
+    }
+
+    /// Whether a Sync may be worked on at all: not suspended, cluster present and not paused.
+    fn eligible(&self, key: &str) -> bool {
+        let Some(entry) = self.syncs.get(key) else {
+            return false;
+        };
+        if entry.object.spec.template.suspend {
+            return false;
+        }
+        let cluster = super::cluster_key_of(&entry.object);
+        matches!(self.clusters.get(&cluster), Some(c) if !c.object.spec.paused)
+    }
+
+    /// The state a Sync's facts call for.
+    pub(super) fn derive_state(&self, key: &str) -> Option<SyncState> {
+        let desired = self.desired_mark(key).map(|(_, mark)| mark);
+        let eligible = self.eligible(key);
+        let entry = self.syncs.get(key)?;
+        let facts = &entry.rollout;
+        let state = if let Some((_, SyncKind::Rollout)) = facts.ticket {
+            SyncState::Applying
+        } else {
+            match desired {
+                None => SyncState::Idle,
+                Some(_) if !eligible => SyncState::Idle,
+                Some(mark) if facts.failed == Some(mark) => SyncState::Failed,
+                Some(mark) if facts.applied == Some(mark) => {
+                    if facts.health == ResourceStatus::Current {
+                        SyncState::Updated
+                    } else {
+                        SyncState::Unready
+                    }
+                }
+                Some(_) if facts.admitted || entry.group.is_none() => SyncState::Admitted,
+                Some(_) => SyncState::Pending,
+            }
+        };
+        Some(state)
+    }
+
+    /// Recomputes a Sync's state from its facts (and keeps every index in step).
+    pub(super) fn settle(&mut self, key: &str) {
+        let Some(state) = self.derive_state(key) else {
+            return;
+        };
+        if state == SyncState::Idle
+            && let Some(entry) = self.syncs.get_mut(key)
+        {
+            // An idle Sync gives its admission slot back and forgets its failure: it queues
+            // again, through admission, when it can work (its status keeps the last error).
+            entry.rollout.admitted = false;
+            entry.rollout.failed = None;
+        }
+        self.set_state(key, state);
+    }
+
+    /// Moves a Sync to `state`, updating its group's counters, queue and the actionable index.
+    /// Also re-files the Sync when its partition or order changed with the same state.
+    pub(super) fn set_state(&mut self, key: &str, state: SyncState) {
+        let Some(entry) = self.syncs.get_mut(key) else {
+            return;
+        };
+        let group = entry.group.clone();
+        let previous = entry.rollout.counted.take();
+        entry.rollout.state = state;
+        let contribution = Contribution {
+            state,
+            partition: entry.rollout.partition,
+            order: entry.rollout.order,
+        };
+        if group.is_some() {
+            entry.rollout.counted = Some(contribution.clone());
+        }
+        if matches!(state, SyncState::Admitted | SyncState::Failed) {
+            self.actionable.insert(key.to_string());
+        } else {
+            self.actionable.remove(key);
+        }
+        if let Some(group) = group
+            && let Some(group) = self.groups.get_mut(&group)
+        {
+            if let Some(previous) = previous {
+                group.ledger.remove(&previous, key);
+            }
+            group.ledger.add(&contribution, key);
+        }
+    }
+
+    /// Takes a Sync out of its group's ledger (before it is deleted or leaves the group).
+    pub(super) fn uncount(&mut self, key: &str) {
+        self.actionable.remove(key);
+        let Some(entry) = self.syncs.get_mut(key) else {
+            return;
+        };
+        let previous = entry.rollout.counted.take();
+        if let (Some(group), Some(previous)) = (entry.group.clone(), previous)
+            && let Some(group) = self.groups.get_mut(&group)
+        {
+            group.ledger.remove(&previous, key);
+        }
+    }
+
+    /// Settles a Sync, then lets its group admit.
+    pub(super) fn settle_and_admit(&mut self, key: &str) {
+        self.settle(key);
+        if let Some(group) = self.syncs.get(key).and_then(|s| s.group.clone()) {
+            self.admit(&group);
+        }
+    }
+
+    /// Admits pending members of a group, in order, while the budget allows.
+    pub(super) fn admit(&mut self, group_key: &str) {
+        self.check_halt(group_key);
+        loop {
+            let Some(group) = self.groups.get(group_key) else {
+                return;
+            };
+            if group.ledger.blocked(&group.object) {
+                return;
+            }
+            let total = group.members.len() as u32;
+            let budget = crate::validate::max_unavailable(&group.object.spec.rollout, total);
+            if group.ledger.counts.unavailable() >= budget {
+                return;
+            }
+            let Some((partition, _, sync)) = group.ledger.pending.first().cloned() else {
+                return;
+            };
+            if group
+                .ledger
+                .unavailable_by_partition
+                .range(..partition)
+                .next()
+                .is_some()
+            {
+                return;
+            }
+            if let Some(entry) = self.syncs.get_mut(&sync) {
+                entry.rollout.admitted = true;
+            }
+            self.settle(&sync);
+            if self.syncs.get(&sync).map(|s| s.rollout.state) == Some(SyncState::Pending) {
+                // Cannot happen (an admitted eligible Sync is never Pending); stop rather than
+                // spin if it ever does.
+                debug_assert!(false, "admitted sync {sync} stayed pending");
+                return;
+            }
+        }
+    }
+
+    /// Halts a group whose failures passed `maxFailures`.
+    fn check_halt(&mut self, group_key: &str) {
+        let Some(group) = self.groups.get_mut(group_key) else {
+            return;
+        };
+        if let Some(max_failures) = group.object.spec.rollout.max_failures
+            && group.ledger.counted_failures() > max_failures
+        {
+            group.ledger.halted = true;
+        }
+    }
+
+    /// Recomputes partition and order of a group member (labels or revision changed) and
+    /// settles it.
+    pub(super) fn refile(&mut self, key: &str) {
+        let revision = self.target_of(key).map(|t| t.revision);
+        let partition = self.partition_of(key);
+        if let Some(entry) = self.syncs.get_mut(key) {
+            entry.rollout.order = admission_order(key, revision.as_deref());
+            entry.rollout.partition = partition;
+        }
+        self.settle(key);
+    }
+
+    fn partition_of(&self, key: &str) -> u32 {
+        let Some(entry) = self.syncs.get(key) else {
+            return 0;
+        };
+        let Some(group) = entry.group.as_ref().and_then(|g| self.groups.get(g)) else {
+            return 0;
+        };
+        let labels = self
+            .clusters
+            .get(&super::cluster_key_of(&entry.object))
+            .and_then(|c| c.object.metadata.labels.clone())
+            .unwrap_or_default();
+        group
+            .partitions
+            .iter()
+            .position(|selector| selector.matches(&labels))
+            .unwrap_or(group.partitions.len()) as u32
+    }
+
+    /// `starling rollout pause|resume`.
+    pub(super) fn set_operator_pause(&mut self, group_key: &str, paused: bool) -> super::Outcome {
+        let Some(group) = self.groups.get_mut(group_key) else {
+            return super::Outcome::Rejected {
+                message: format!("syncgroup {group_key} not found"),
+            };
+        };
+        group.ledger.operator_paused = paused;
+        if !paused {
+            group.ledger.halted = false;
+            group.ledger.failure_baseline = group.ledger.counts.failed;
+        }
+        self.admit(group_key);
+        super::Outcome::Ok
+    }
+}

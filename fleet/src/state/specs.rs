@@ -1,0 +1,709 @@
+//! Specs: creating, changing and deleting the four resources (and Secrets), stamping their
+//! metadata (`generation` bumped on spec changes only, `resourceVersion` from the state's
+//! revision), expanding every SyncGroup into one Sync per selected cluster, and recording
+//! source revisions.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::members::project_cluster_owner;
+use super::rollout::SyncRollout;
+use super::{
+    ApplyResult, ClusterEntry, FleetState, GroupEntry, Key, Outcome, SourceEntry, SyncEntry,
+    cluster_key_of, key_of, source_key_of,
+};
+use crate::manifest::{Kind, ObjectKey, Resource};
+use crate::resources::{
+    ArtifactRef, Cluster, Condition, LocalObjectReference, Source, Sync, SyncGroup, SyncSpec,
+};
+use crate::selector::Selector;
+
+/// Label on generated Syncs naming their SyncGroup.
+pub const GROUP_LABEL: &str = "starling.dev/sync-group";
+/// Label on generated Syncs naming their cluster.
+pub const CLUSTER_LABEL: &str = "starling.dev/cluster";
+
+fn namespace_of(meta: &ObjectMeta) -> &str {
+    meta.namespace.as_deref().unwrap_or("default")
+}
+
+/// Stamps the metadata of an incoming object against the stored one. Returns `Unchanged` when
+/// neither the spec nor labels/annotations differ (the caller then keeps the stored object).
+fn stamp(
+    incoming: &mut ObjectMeta,
+    existing: Option<&ObjectMeta>,
+    spec_changed: bool,
+    revision: u64,
+) -> ApplyResult {
+    incoming.namespace = Some(namespace_of(incoming).to_string());
+    incoming.managed_fields = None;
+    let version = Some((revision + 1).to_string());
+    let Some(existing) = existing else {
+        incoming.generation = Some(1);
+        incoming.resource_version = version;
+        incoming.uid = Some(format!(
+            "{:016x}-{}",
+            revision + 1,
+            incoming.name.as_deref().unwrap_or("")
+        ));
+        return ApplyResult::Created;
+    };
+    let meta_changed =
+        incoming.labels != existing.labels || incoming.annotations != existing.annotations;
+    if !spec_changed && !meta_changed {
+        return ApplyResult::Unchanged;
+    }
+    let generation = existing.generation.unwrap_or(1);
+    incoming.generation = Some(if spec_changed {
+        generation + 1
+    } else {
+        generation
+    });
+    incoming.resource_version = version;
+    incoming.uid = existing.uid.clone();
+    incoming.creation_timestamp = existing.creation_timestamp.clone();
+    ApplyResult::Configured
+}
+
+/// Sets a condition, keeping `lastTransitionTime` when the status did not change.
+pub(super) fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    at: &str,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if existing.status != status {
+            existing.last_transition_time = Some(at.to_string());
+        }
+        existing.status = status;
+        existing.reason = reason.to_string();
+        existing.message = message;
+        return;
+    }
+    conditions.push(Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message,
+        last_transition_time: Some(at.to_string()),
+        observed_generation: None,
+    });
+}
+
+impl FleetState {
+    pub(super) fn upsert_spec(&mut self, resource: Resource, _at: &str) -> Outcome {
+        if let Err(error) = crate::validate::validate(&resource) {
+            return Outcome::Rejected {
+                message: error.to_string(),
+            };
+        }
+        match resource {
+            Resource::Source(object) => self.upsert_source(object),
+            Resource::Cluster(object) => self.upsert_cluster(object),
+            Resource::Sync(object) => self.upsert_sync(object),
+            Resource::SyncGroup(object) => self.upsert_group(object),
+            Resource::Secret(mut object) => {
+                let key = key_of(
+                    namespace_of(&object.metadata),
+                    object.metadata.name.as_deref().unwrap_or(""),
+                );
+                let existing = self.secrets.get(&key);
+                let changed = existing.is_none_or(|e| {
+                    e.data != object.data
+                        || e.string_data != object.string_data
+                        || e.type_ != object.type_
+                });
+                let result = stamp(
+                    &mut object.metadata,
+                    existing.map(|e| &e.metadata),
+                    changed,
+                    self.revision,
+                );
+                if result != ApplyResult::Unchanged {
+                    self.secrets.insert(key, object);
+                }
+                Outcome::Applied(result)
+            }
+        }
+    }
+
+    pub(super) fn delete_spec(&mut self, key: &ObjectKey) -> Outcome {
+        let k = key_of(&key.namespace, &key.name);
+        let existed = match key.kind {
+            Kind::Source => {
+                let existed = self.sources.remove(&k).is_some();
+                if existed {
+                    let moves = self.source_placement.remove_item(&k);
+                    self.apply_source_moves(&moves);
+                    self.settle_all(self.syncs_of_source(&k));
+                }
+                existed
+            }
+            Kind::Cluster => self.delete_cluster(&k),
+            Kind::Sync => {
+                if let Some(group) = self.syncs.get(&k).and_then(|s| s.group.clone()) {
+                    return Outcome::Rejected {
+                        message: format!(
+                            "sync {k} is managed by syncgroup {group}; delete or change the syncgroup instead"
+                        ),
+                    };
+                }
+                self.remove_sync(&k)
+            }
+            Kind::SyncGroup => {
+                let Some(group) = self.groups.get(&k) else {
+                    return Outcome::Deleted { existed: false };
+                };
+                let members: Vec<Key> = group.members.iter().cloned().collect();
+                for member in members {
+                    self.remove_sync(&member);
+                }
+                self.groups.remove(&k);
+                true
+            }
+            Kind::Secret => self.secrets.remove(&k).is_some(),
+        };
+        Outcome::Deleted { existed }
+    }
+
+    fn upsert_source(&mut self, mut object: Source) -> Outcome {
+        let key = key_of(
+            namespace_of(&object.metadata),
+            object.metadata.name.as_deref().unwrap_or(""),
+        );
+        let existing = self.sources.get(&key);
+        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
+        let result = stamp(
+            &mut object.metadata,
+            existing.map(|e| &e.object.metadata),
+            spec_changed,
+            self.revision,
+        );
+        match result {
+            ApplyResult::Unchanged => {}
+            ApplyResult::Configured => {
+                if let Some(entry) = self.sources.get_mut(&key) {
+                    object.status = entry.object.status.take();
+                    entry.object = object;
+                }
+            }
+            ApplyResult::Created => {
+                object.status = None;
+                self.sources.insert(
+                    key.clone(),
+                    SourceEntry {
+                        object,
+                        owner: None,
+                        seq: 0,
+                    },
+                );
+                let moves = self.source_placement.add_item(&key, 1);
+                self.apply_source_moves(&moves);
+            }
+        }
+        Outcome::Applied(result)
+    }
+
+    fn upsert_cluster(&mut self, mut object: Cluster) -> Outcome {
+        let key = key_of(
+            namespace_of(&object.metadata),
+            object.metadata.name.as_deref().unwrap_or(""),
+        );
+        let existing = self.clusters.get(&key);
+        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
+        let result = stamp(
+            &mut object.metadata,
+            existing.map(|e| &e.object.metadata),
+            spec_changed,
+            self.revision,
+        );
+        match result {
+            ApplyResult::Unchanged => return Outcome::Applied(result),
+            ApplyResult::Configured => {
+                if let Some(entry) = self.clusters.get_mut(&key) {
+                    object.status = entry.object.status.take();
+                    entry.object = object;
+                }
+            }
+            ApplyResult::Created => {
+                object.status = None;
+                let mut entry = ClusterEntry {
+                    object,
+                    owner: None,
+                    owner_generation: 0,
+                };
+                project_cluster_owner(&mut entry);
+                self.clusters.insert(key.clone(), entry);
+                let moves = self.cluster_placement.add_item(&key, 1);
+                self.apply_cluster_moves(&moves);
+            }
+        }
+        self.regroup_cluster(&key);
+        Outcome::Applied(result)
+    }
+
+    fn delete_cluster(&mut self, key: &str) -> bool {
+        if self.clusters.remove(key).is_none() {
+            return false;
+        }
+        // Removing an item can move others when the bound tightens.
+        let moves = self.cluster_placement.remove_item(key);
+        self.apply_cluster_moves(&moves);
+        let syncs = self.syncs_of_cluster(key);
+        let mut groups = BTreeSet::new();
+        for sync in syncs {
+            match self.syncs.get(&sync).and_then(|s| s.group.clone()) {
+                Some(group) => {
+                    self.remove_sync(&sync);
+                    groups.insert(group);
+                }
+                None => {
+                    self.void_ticket_of(&sync);
+                    self.settle(&sync);
+                }
+            }
+        }
+        for group in groups {
+            self.admit(&group);
+        }
+        true
+    }
+
+    fn upsert_sync(&mut self, mut object: Sync) -> Outcome {
+        let key = key_of(
+            namespace_of(&object.metadata),
+            object.metadata.name.as_deref().unwrap_or(""),
+        );
+        if let Some(group) = self.syncs.get(&key).and_then(|s| s.group.clone()) {
+            return Outcome::Rejected {
+                message: format!(
+                    "sync {key} is managed by syncgroup {group}; change the syncgroup instead"
+                ),
+            };
+        }
+        let existing = self.syncs.get(&key);
+        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
+        let result = stamp(
+            &mut object.metadata,
+            existing.map(|e| &e.object.metadata),
+            spec_changed,
+            self.revision,
+        );
+        if result == ApplyResult::Unchanged {
+            return Outcome::Applied(result);
+        }
+        self.store_sync(key, object, None);
+        Outcome::Applied(result)
+    }
+
+    /// Inserts or replaces a Sync, keeping its rollout facts, status and the indexes in step.
+    fn store_sync(&mut self, key: Key, mut object: Sync, group: Option<Key>) {
+        let previous = self.syncs.get(&key).map(|e| e.object.clone());
+        if let Some(previous) = &previous {
+            if cluster_key_of(previous) != cluster_key_of(&object) {
+                self.void_ticket_of(&key);
+            }
+            self.unindex_sync(&key, previous);
+        }
+        self.index_sync(&key, &object);
+        match self.syncs.get_mut(&key) {
+            Some(entry) => {
+                object.status = entry.object.status.take();
+                entry.object = object;
+            }
+            None => {
+                object.status = None;
+                self.syncs.insert(
+                    key.clone(),
+                    SyncEntry {
+                        object,
+                        group: group.clone(),
+                        rollout: SyncRollout::default(),
+                    },
+                );
+                if let Some(group) = group.as_ref().and_then(|g| self.groups.get_mut(g)) {
+                    group.members.insert(key.clone());
+                }
+            }
+        }
+        self.refile(&key);
+        if let Some(group) = group {
+            self.admit(&group);
+        }
+    }
+
+    /// Removes a Sync and everything that refers to it. Returns whether it existed.
+    fn remove_sync(&mut self, key: &str) -> bool {
+        let Some(entry) = self.syncs.get(key) else {
+            return false;
+        };
+        let object = entry.object.clone();
+        let group = entry.group.clone();
+        if let Some((ticket, _)) = entry.rollout.ticket {
+            self.tickets.remove(&ticket);
+        }
+        self.uncount(key);
+        self.unindex_sync(key, &object);
+        self.syncs.remove(key);
+        if let Some(group) = group
+            && let Some(entry) = self.groups.get_mut(&group)
+        {
+            entry.members.remove(key);
+            self.admit(&group);
+        }
+        true
+    }
+
+    fn index_sync(&mut self, key: &str, sync: &Sync) {
+        self.cluster_syncs
+            .entry(cluster_key_of(sync))
+            .or_default()
+            .insert(key.to_string());
+        self.source_syncs
+            .entry(source_key_of(sync))
+            .or_default()
+            .insert(key.to_string());
+    }
+
+    fn unindex_sync(&mut self, key: &str, sync: &Sync) {
+        for (index, index_key) in [
+            (&mut self.cluster_syncs, cluster_key_of(sync)),
+            (&mut self.source_syncs, source_key_of(sync)),
+        ] {
+            if let Some(set) = index.get_mut(&index_key) {
+                set.remove(key);
+                if set.is_empty() {
+                    index.remove(&index_key);
+                }
+            }
+        }
+    }
+
+    pub(super) fn syncs_of_cluster(&self, cluster: &str) -> Vec<Key> {
+        self.cluster_syncs
+            .get(cluster)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn syncs_of_source(&self, source: &str) -> Vec<Key> {
+        self.source_syncs
+            .get(source)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn settle_all(&mut self, syncs: Vec<Key>) {
+        let mut groups = BTreeSet::new();
+        for sync in syncs {
+            self.settle(&sync);
+            if let Some(group) = self.syncs.get(&sync).and_then(|s| s.group.clone()) {
+                groups.insert(group);
+            }
+        }
+        for group in groups {
+            self.admit(&group);
+        }
+    }
+
+    fn upsert_group(&mut self, mut object: SyncGroup) -> Outcome {
+        let key = key_of(
+            namespace_of(&object.metadata),
+            object.metadata.name.as_deref().unwrap_or(""),
+        );
+        let parsed = object
+            .spec
+            .cluster_selector
+            .as_ref()
+            .map(Selector::parse)
+            .transpose();
+        let partitions: Result<Vec<_>, _> = object
+            .spec
+            .rollout
+            .partitions
+            .iter()
+            .map(Selector::parse)
+            .collect();
+        let (selector, partitions) = match (parsed, partitions) {
+            (Ok(selector), Ok(partitions)) => (selector, partitions),
+            (Err(error), _) | (_, Err(error)) => {
+                return Outcome::Rejected {
+                    message: format!("syncgroup {key}: {error}"),
+                };
+            }
+        };
+        let existing = self.groups.get(&key);
+        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
+        let result = stamp(
+            &mut object.metadata,
+            existing.map(|e| &e.object.metadata),
+            spec_changed,
+            self.revision,
+        );
+        match result {
+            ApplyResult::Unchanged => return Outcome::Applied(result),
+            ApplyResult::Configured => {
+                if let Some(entry) = self.groups.get_mut(&key) {
+                    object.status = entry.object.status.take();
+                    entry.object = object;
+                    entry.selector = selector;
+                    entry.partitions = partitions;
+                    if spec_changed {
+                        // A changed spec lifts a halt: it is the operator's answer to it.
+                        entry.ledger.halted = false;
+                        entry.ledger.failure_baseline = 0;
+                    }
+                }
+            }
+            ApplyResult::Created => {
+                object.status = None;
+                self.groups.insert(
+                    key.clone(),
+                    GroupEntry {
+                        object,
+                        selector,
+                        partitions,
+                        members: BTreeSet::new(),
+                        ledger: Default::default(),
+                    },
+                );
+            }
+        }
+        self.expand_group(&key);
+        Outcome::Applied(result)
+    }
+
+    /// Brings a group's Syncs in line with the clusters its selector picks.
+    fn expand_group(&mut self, group_key: &str) {
+        let Some(group) = self.groups.get(group_key) else {
+            return;
+        };
+        let namespace = namespace_of(&group.object.metadata).to_string();
+        let prefix = format!("{namespace}/");
+        let selected: Vec<Key> = self
+            .clusters
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(_, c)| selects(group, c))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut wanted = BTreeSet::new();
+        for cluster in &selected {
+            if let Some(sync) = self.ensure_generated_sync(group_key, cluster) {
+                wanted.insert(sync);
+            }
+        }
+        let stale: Vec<Key> = self
+            .groups
+            .get(group_key)
+            .map(|g| g.members.difference(&wanted).cloned().collect())
+            .unwrap_or_default();
+        for sync in stale {
+            self.remove_sync(&sync);
+        }
+        let members: Vec<Key> = self
+            .groups
+            .get(group_key)
+            .map(|g| g.members.iter().cloned().collect())
+            .unwrap_or_default();
+        for member in members {
+            self.refile(&member);
+        }
+        self.admit(group_key);
+    }
+
+    /// After a cluster is created or changed: every group in its namespace re-decides whether
+    /// it selects the cluster; its existing Syncs are re-filed (partition, paused).
+    fn regroup_cluster(&mut self, cluster_key: &str) {
+        let Some(cluster) = self.clusters.get(cluster_key) else {
+            return;
+        };
+        let namespace = namespace_of(&cluster.object.metadata).to_string();
+        let prefix = format!("{namespace}/");
+        let groups: Vec<(Key, bool)> = self
+            .groups
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, g)| (k.clone(), selects(g, cluster)))
+            .collect();
+        for (group, selected) in groups {
+            let sync = self.generated_sync_key(&group, cluster_key);
+            if selected {
+                self.ensure_generated_sync(&group, cluster_key);
+            } else if self
+                .syncs
+                .get(&sync)
+                .is_some_and(|s| s.group.as_deref() == Some(group.as_str()))
+            {
+                self.remove_sync(&sync);
+            }
+            self.admit(&group);
+        }
+        let syncs = self.syncs_of_cluster(cluster_key);
+        for sync in &syncs {
+            self.refile(sync);
+        }
+        self.settle_all(syncs);
+    }
+
+    fn generated_sync_key(&self, group_key: &str, cluster_key: &str) -> Key {
+        let (namespace, group) = group_key.split_once('/').unwrap_or(("default", group_key));
+        let cluster = cluster_key
+            .split_once('/')
+            .map_or(cluster_key, |(_, name)| name);
+        key_of(namespace, &format!("{group}-{cluster}"))
+    }
+
+    /// Creates or updates the Sync a group makes for a cluster. Returns its key, or `None` when
+    /// a Sync of that name exists and belongs to someone else (recorded as a conflict).
+    fn ensure_generated_sync(&mut self, group_key: &str, cluster_key: &str) -> Option<Key> {
+        let sync_key = self.generated_sync_key(group_key, cluster_key);
+        let group = self.groups.get(group_key)?;
+        if let Some(existing) = self.syncs.get(&sync_key)
+            && existing.group.as_deref() != Some(group_key)
+        {
+            if let Some(group) = self.groups.get_mut(group_key) {
+                group.ledger_conflict(&sync_key);
+            }
+            return None;
+        }
+        let (namespace, name) = sync_key.split_once('/').unwrap_or(("default", &sync_key));
+        let cluster_name = cluster_key.split_once('/').map_or(cluster_key, |(_, n)| n);
+        let group_name = group.object.metadata.name.clone().unwrap_or_default();
+        let spec = SyncSpec {
+            source_ref: group.object.spec.source_ref.clone(),
+            cluster_ref: LocalObjectReference {
+                name: cluster_name.to_string(),
+            },
+            template: group.object.spec.template.clone(),
+        };
+        let mut object = Sync::new(name, spec);
+        object.metadata.namespace = Some(namespace.to_string());
+        object.metadata.labels = Some(BTreeMap::from([
+            (GROUP_LABEL.to_string(), group_name),
+            (CLUSTER_LABEL.to_string(), cluster_name.to_string()),
+        ]));
+        let existing = self.syncs.get(&sync_key);
+        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
+        let result = stamp(
+            &mut object.metadata,
+            existing.map(|e| &e.object.metadata),
+            spec_changed,
+            self.revision,
+        );
+        if result != ApplyResult::Unchanged {
+            self.store_sync(sync_key.clone(), object, Some(group_key.to_string()));
+        }
+        Some(sync_key)
+    }
+
+    pub(super) fn source_resolved(
+        &mut self,
+        source: &str,
+        revision: String,
+        artifact: Option<ArtifactRef>,
+        at: &str,
+    ) -> Outcome {
+        let Some(entry) = self.sources.get_mut(source) else {
+            return Outcome::Rejected {
+                message: format!("source {source} not found"),
+            };
+        };
+        let status = entry.object.status.get_or_insert_with(Default::default);
+        status.last_fetch_time = Some(at.to_string());
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            true,
+            "Resolved",
+            format!("resolved {revision}"),
+            at,
+        );
+        if status.revision.as_deref() == Some(revision.as_str()) {
+            if status.artifact == artifact || artifact.is_none() {
+                return Outcome::SourceRecorded { changed: false };
+            }
+            status.artifact = artifact;
+            return Outcome::SourceRecorded { changed: true };
+        }
+        status.revision = Some(revision);
+        status.artifact = artifact;
+        status.observed_generation = entry.object.metadata.generation;
+        entry.seq += 1;
+        let syncs = self.syncs_of_source(source);
+        let mut groups = BTreeSet::new();
+        for sync in &syncs {
+            if let Some(group) = self.syncs.get(sync).and_then(|s| s.group.clone()) {
+                groups.insert(group);
+            }
+        }
+        for group in &groups {
+            // A new revision is a new rollout: earlier failures do not halt it.
+            if let Some(group) = self.groups.get_mut(group) {
+                group.ledger.halted = false;
+                group.ledger.failure_baseline = 0;
+            }
+        }
+        for sync in &syncs {
+            self.refile(sync);
+        }
+        for group in groups {
+            self.admit(&group);
+        }
+        Outcome::SourceRecorded { changed: true }
+    }
+
+    pub(super) fn source_failed(&mut self, source: &str, message: String, at: &str) -> Outcome {
+        let Some(entry) = self.sources.get_mut(source) else {
+            return Outcome::Rejected {
+                message: format!("source {source} not found"),
+            };
+        };
+        let status = entry.object.status.get_or_insert_with(Default::default);
+        status.last_fetch_time = Some(at.to_string());
+        let kept = status
+            .revision
+            .clone()
+            .map(|r| format!(" (still using {r})"))
+            .unwrap_or_default();
+        set_condition(
+            &mut status.conditions,
+            "Ready",
+            false,
+            "FetchFailed",
+            format!("{message}{kept}"),
+            at,
+        );
+        Outcome::Ok
+    }
+}
+
+impl GroupEntry {
+    fn ledger_conflict(&mut self, sync: &str) {
+        let status = self.object.status.get_or_insert_with(Default::default);
+        let message = format!("sync {sync} already exists and is not managed by this syncgroup");
+        if !status.conditions.iter().any(|c| c.message == message) {
+            status.conditions.push(Condition {
+                type_: "Conflict".into(),
+                status: "True".into(),
+                reason: "NameTaken".into(),
+                message,
+                last_transition_time: None,
+                observed_generation: None,
+            });
+        }
+    }
+}
+
+fn selects(group: &GroupEntry, cluster: &ClusterEntry) -> bool {
+    let Some(selector) = &group.selector else {
+        return false;
+    };
+    let labels = cluster.object.metadata.labels.clone().unwrap_or_default();
+    selector.matches(&labels)
+}

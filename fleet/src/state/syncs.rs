@@ -1,0 +1,293 @@
+//! Grants and results: `BeginSync` gives a ticket only to the cluster's current owner, at the
+//! current owner generation, for the newest desired revision, within the rollout; `FinishSync`
+//! records what the ticket achieved. A ticket voided by an ownership move is never honoured.
+//! Also the dependency evaluation (`dependsOn`) with its cycle detection.
+
+use std::collections::BTreeSet;
+
+use super::rollout::SyncState;
+use super::{
+    DenyReason, FleetState, Key, MemberState, NodeId, Outcome, SyncKind, SyncOutcome, Ticket,
+    cluster_key_of, key_of,
+};
+use crate::resources::{ObjectRef, ResourceStatus, SyncResult};
+
+impl FleetState {
+    pub(super) fn begin_sync(
+        &mut self,
+        sync: &str,
+        node: NodeId,
+        generation: u64,
+        revision: &str,
+    ) -> Outcome {
+        let denied = |reason| Outcome::Denied { reason };
+        let Some(entry) = self.syncs.get(sync) else {
+            return denied(DenyReason::UnknownSync);
+        };
+        let cluster_key = cluster_key_of(&entry.object);
+        let Some(cluster) = self.clusters.get(&cluster_key) else {
+            return denied(DenyReason::UnknownCluster);
+        };
+        let node_live = self.members.get(&node).map(|m| m.state) == Some(MemberState::Live);
+        if cluster.owner != Some(node) || !node_live {
+            return denied(DenyReason::NotOwner {
+                owner: cluster.owner,
+            });
+        }
+        if cluster.owner_generation != generation {
+            return denied(DenyReason::StaleGeneration {
+                current: cluster.owner_generation,
+            });
+        }
+        let Some((target, mark)) = self.desired_mark(sync) else {
+            return denied(DenyReason::NotEligible);
+        };
+        if target.revision != revision {
+            return denied(DenyReason::Superseded {
+                target: Some(target.revision),
+            });
+        }
+        if let Some((ticket, _)) = entry.rollout.ticket {
+            return denied(DenyReason::InFlight { ticket });
+        }
+        let kind = match entry.rollout.state {
+            SyncState::Admitted | SyncState::Failed => SyncKind::Rollout,
+            SyncState::Updated | SyncState::Unready => SyncKind::Drift,
+            SyncState::Pending => return denied(DenyReason::NotAdmitted),
+            SyncState::Idle => return denied(DenyReason::NotEligible),
+            SyncState::Applying => return denied(DenyReason::InFlight { ticket: 0 }),
+        };
+        match self.pending_dependencies(sync) {
+            Err(path) => return denied(DenyReason::DependencyCycle { path }),
+            Ok(pending) if !pending.is_empty() => {
+                return denied(DenyReason::Dependencies { pending });
+            }
+            Ok(_) => {}
+        }
+        self.next_ticket += 1;
+        let ticket = Ticket {
+            id: self.next_ticket,
+            sync: sync.to_string(),
+            cluster: cluster_key,
+            node,
+            generation,
+            revision: target.revision.clone(),
+            seq: mark.0,
+            kind,
+        };
+        self.tickets.insert(ticket.id, ticket.clone());
+        if let Some(entry) = self.syncs.get_mut(sync) {
+            entry.rollout.ticket = Some((ticket.id, kind));
+            let status = entry.object.status.get_or_insert_with(Default::default);
+            status.last_attempted_revision = Some(target.revision);
+        }
+        self.settle(sync);
+        Outcome::Granted { ticket }
+    }
+
+    pub(super) fn finish_sync(
+        &mut self,
+        ticket_id: u64,
+        outcome: SyncOutcome,
+        at: &str,
+    ) -> Outcome {
+        let Some(ticket) = self.tickets.remove(&ticket_id) else {
+            return Outcome::StaleTicket;
+        };
+        let desired = self.desired_mark(&ticket.sync).map(|(_, mark)| mark);
+        let generation = self
+            .syncs
+            .get(&ticket.sync)
+            .and_then(|s| s.object.metadata.generation)
+            .unwrap_or(1);
+        let Some(entry) = self.syncs.get_mut(&ticket.sync) else {
+            return Outcome::Ok;
+        };
+        entry.rollout.ticket = None;
+        // Whatever happened, the slot this ticket used is settled by the result: success
+        // releases it; a failure at the newest mark keeps it (Failed counts as unavailable);
+        // a result for a superseded revision queues the Sync again.
+        entry.rollout.admitted = false;
+        let mark = (ticket.seq, generation);
+        let status = entry.object.status.get_or_insert_with(Default::default);
+        status.last_apply_time = Some(at.to_string());
+        status.observed_generation = Some(generation);
+        match outcome {
+            SyncOutcome::Succeeded { inventory, health } => {
+                // Never let the applied revision go backwards.
+                let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
+                if newer {
+                    entry.rollout.applied = Some(mark);
+                    status.last_applied_revision = Some(ticket.revision.clone());
+                    status.inventory = inventory;
+                    entry.rollout.health = health;
+                    status.resources_least_status = Some(health);
+                }
+                if entry.rollout.failed.is_some_and(|failed| failed <= mark) {
+                    entry.rollout.failed = None;
+                }
+                status.result = Some(SyncResult::Succeeded);
+                status.message = None;
+            }
+            SyncOutcome::Failed {
+                class,
+                message,
+                inventory,
+            } => {
+                entry.rollout.failed = Some(mark);
+                // A failure at the newest mark keeps its slot (Failed is unavailable and is
+                // retried); a failure at a superseded revision is simply queued again.
+                entry.rollout.admitted = desired == Some(mark);
+                status.result = Some(SyncResult::Failed);
+                status.message = Some(format!("{class}: {message}"));
+                if let Some(partial) = inventory {
+                    // Keep everything that may exist on the target, so a later prune finds it.
+                    let merged: BTreeSet<ObjectRef> =
+                        status.inventory.drain(..).chain(partial).collect();
+                    status.inventory = merged.into_iter().collect();
+                }
+            }
+        }
+        self.settle_and_admit(&ticket.sync);
+        Outcome::Ok
+    }
+
+    pub(super) fn report_health(
+        &mut self,
+        sync: &str,
+        node: NodeId,
+        generation: u64,
+        health: ResourceStatus,
+    ) -> Outcome {
+        let Some(entry) = self.syncs.get(sync) else {
+            return Outcome::Denied {
+                reason: DenyReason::UnknownSync,
+            };
+        };
+        match self.clusters.get(&cluster_key_of(&entry.object)) {
+            None => {
+                return Outcome::Denied {
+                    reason: DenyReason::UnknownCluster,
+                };
+            }
+            Some(cluster) if cluster.owner != Some(node) => {
+                return Outcome::Denied {
+                    reason: DenyReason::NotOwner {
+                        owner: cluster.owner,
+                    },
+                };
+            }
+            Some(cluster) if cluster.owner_generation != generation => {
+                return Outcome::Denied {
+                    reason: DenyReason::StaleGeneration {
+                        current: cluster.owner_generation,
+                    },
+                };
+            }
+            Some(_) => {}
+        }
+        if let Some(entry) = self.syncs.get_mut(sync) {
+            entry.rollout.health = health;
+            entry
+                .object
+                .status
+                .get_or_insert_with(Default::default)
+                .resources_least_status = Some(health);
+        }
+        self.settle_and_admit(sync);
+        Outcome::Ok
+    }
+
+    /// Voids a Sync's outstanding ticket (its cluster changed owner, or it was removed). A
+    /// voided rollout keeps its admission slot: the apply may have been half done.
+    pub(super) fn void_ticket_of(&mut self, sync: &str) {
+        let Some(entry) = self.syncs.get_mut(sync) else {
+            return;
+        };
+        let Some((ticket, kind)) = entry.rollout.ticket.take() else {
+            return;
+        };
+        if kind == SyncKind::Rollout {
+            entry.rollout.admitted = true;
+        }
+        self.tickets.remove(&ticket);
+        self.settle_and_admit(sync);
+    }
+
+    /// The dependencies of a Sync that are not yet at their required status, by name; or the
+    /// path of a dependency cycle.
+    pub fn pending_dependencies(&self, sync: &str) -> Result<Vec<String>, Vec<String>> {
+        let mut pending = Vec::new();
+        let Some(entry) = self.syncs.get(sync) else {
+            return Ok(pending);
+        };
+        if let Some(path) = self.find_cycle(sync) {
+            return Err(path);
+        }
+        for dependency in &entry.object.spec.template.depends_on {
+            let required = dependency
+                .required_status
+                .unwrap_or(ResourceStatus::Current);
+            let met = self
+                .resolve_dependency(sync, &dependency.name)
+                .and_then(|key| self.syncs.get(&key))
+                .is_some_and(|dep| dep.rollout.applied.is_some() && dep.rollout.health >= required);
+            if !met {
+                pending.push(dependency.name.clone());
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Resolves a `dependsOn` name for a Sync: a Sync of that name on the same cluster, or the
+    /// Sync the SyncGroup of that name made for the same cluster.
+    fn resolve_dependency(&self, sync: &str, name: &str) -> Option<Key> {
+        let entry = self.syncs.get(sync)?;
+        let namespace = entry
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default");
+        let cluster = &entry.object.spec.cluster_ref.name;
+        let direct = key_of(namespace, name);
+        if let Some(other) = self.syncs.get(&direct)
+            && other.object.spec.cluster_ref.name == *cluster
+        {
+            return Some(direct);
+        }
+        let group = key_of(namespace, name);
+        if self.groups.contains_key(&group) {
+            return Some(key_of(namespace, &format!("{name}-{cluster}")));
+        }
+        None
+    }
+
+    /// A dependency cycle through `start`, as the path of Sync keys, if there is one.
+    fn find_cycle(&self, start: &str) -> Option<Vec<String>> {
+        // Iterative depth-first search; the graph is tiny (dependencies of one cluster).
+        let mut stack: Vec<(Key, Vec<String>)> = vec![(start.to_string(), vec![start.to_string()])];
+        let mut seen = BTreeSet::new();
+        while let Some((key, path)) = stack.pop() {
+            let Some(entry) = self.syncs.get(&key) else {
+                continue;
+            };
+            for dependency in &entry.object.spec.template.depends_on {
+                let Some(next) = self.resolve_dependency(&key, &dependency.name) else {
+                    continue;
+                };
+                if next == start {
+                    let mut cycle = path.clone();
+                    cycle.push(next);
+                    return Some(cycle);
+                }
+                if seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next, longer));
+                }
+            }
+        }
+        None
+    }
+}

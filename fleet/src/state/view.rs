@@ -1,0 +1,141 @@
+//! Read-only projections of the state as API objects, with their status filled in: what
+//! `starling get`, `starling status` and the operator's status writer show. Secrets come back
+//! without their data.
+
+use super::rollout::SyncState;
+use super::{FleetState, Key, key_of};
+use crate::manifest::{Kind, ObjectKey, Resource};
+use crate::resources::{RolloutPhase, RolloutSummary, Sync, SyncGroup, SyncGroupStatus};
+
+impl FleetState {
+    /// One object with its status, or `None`. Secrets are returned without data.
+    pub fn get(&self, key: &ObjectKey) -> Option<Resource> {
+        let k = key_of(&key.namespace, &key.name);
+        match key.kind {
+            Kind::Source => self
+                .sources
+                .get(&k)
+                .map(|e| Resource::Source(e.object.clone())),
+            Kind::Cluster => self
+                .clusters
+                .get(&k)
+                .map(|e| Resource::Cluster(e.object.clone())),
+            Kind::Sync => self.sync_view(&k).map(Resource::Sync),
+            Kind::SyncGroup => self.group_view(&k).map(Resource::SyncGroup),
+            Kind::Secret => self.secrets.get(&k).map(|s| Resource::Secret(redacted(s))),
+        }
+    }
+
+    /// Every object of a kind, optionally in one namespace, in key order.
+    pub fn list(&self, kind: Kind, namespace: Option<&str>) -> Vec<Resource> {
+        let in_namespace = |key: &Key| {
+            namespace.is_none_or(|ns| key.split_once('/').is_some_and(|(n, _)| n == ns))
+        };
+        match kind {
+            Kind::Source => self
+                .sources
+                .iter()
+                .filter(|(k, _)| in_namespace(k))
+                .map(|(_, e)| Resource::Source(e.object.clone()))
+                .collect(),
+            Kind::Cluster => self
+                .clusters
+                .iter()
+                .filter(|(k, _)| in_namespace(k))
+                .map(|(_, e)| Resource::Cluster(e.object.clone()))
+                .collect(),
+            Kind::Sync => self
+                .syncs
+                .keys()
+                .filter(|k| in_namespace(k))
+                .filter_map(|k| self.sync_view(k))
+                .map(Resource::Sync)
+                .collect(),
+            Kind::SyncGroup => self
+                .groups
+                .keys()
+                .filter(|k| in_namespace(k))
+                .filter_map(|k| self.group_view(k))
+                .map(Resource::SyncGroup)
+                .collect(),
+            Kind::Secret => self
+                .secrets
+                .iter()
+                .filter(|(k, _)| in_namespace(k))
+                .map(|(_, s)| Resource::Secret(redacted(s)))
+                .collect(),
+        }
+    }
+
+    /// The full Secret, data included: for the node's own use (kubeconfigs, credentials).
+    pub fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&k8s_openapi::api::core::v1::Secret> {
+        self.secrets.get(&key_of(namespace, name))
+    }
+
+    /// A Sync with its status, including the dependencies it is waiting for.
+    pub fn sync_view(&self, key: &str) -> Option<Sync> {
+        let entry = self.syncs.get(key)?;
+        let mut object = entry.object.clone();
+        let status = object.status.get_or_insert_with(Default::default);
+        status.pending_dependencies = match self.pending_dependencies(key) {
+            Ok(pending) => pending,
+            Err(cycle) => vec![format!("dependency cycle: {}", cycle.join(" -> "))],
+        };
+        Some(object)
+    }
+
+    /// A SyncGroup with its rollout status.
+    pub fn group_view(&self, key: &str) -> Option<SyncGroup> {
+        let mut object = self.groups.get(key)?.object.clone();
+        object.status = self.group_status(key);
+        Some(object)
+    }
+
+    /// The rollout status of a SyncGroup: target revision, summary and phase.
+    pub fn group_status(&self, key: &str) -> Option<SyncGroupStatus> {
+        let group = self.groups.get(key)?;
+        let counts = &group.ledger.counts;
+        let summary = RolloutSummary {
+            total: group.members.len() as u32,
+            updated: counts.updated,
+            in_progress: counts.admitted + counts.applying + counts.unready,
+            pending: counts.pending + counts.idle,
+            failed: counts.failed,
+        };
+        let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
+        let target = self.source_target(&key_of(namespace, &group.object.spec.source_ref.name));
+        let phase = if group.ledger.halted {
+            RolloutPhase::Halted
+        } else if group.ledger.blocked(&group.object) {
+            RolloutPhase::Paused
+        } else if target.is_some() && summary.updated == summary.total {
+            RolloutPhase::Complete
+        } else {
+            RolloutPhase::Progressing
+        };
+        let previous = group.object.status.clone().unwrap_or_default();
+        Some(SyncGroupStatus {
+            target_revision: target.map(|t| t.revision),
+            summary,
+            phase: Some(phase),
+            observed_generation: group.object.metadata.generation,
+            conditions: previous.conditions,
+        })
+    }
+
+    /// The rollout state of one Sync.
+    pub fn sync_state(&self, key: &str) -> Option<SyncState> {
+        self.syncs.get(key).map(|s| s.rollout.state)
+    }
+}
+
+fn redacted(secret: &k8s_openapi::api::core::v1::Secret) -> k8s_openapi::api::core::v1::Secret {
+    let mut copy = secret.clone();
+    copy.data = None;
+    copy.string_data = None;
+    copy
+}

@@ -1,0 +1,341 @@
+//! Property tests of the fleet state machine over random command sequences: specs, membership
+//! changes, grants, finishes, new revisions, pauses. After every command they check the
+//! invariants of design section 5 that the state machine alone can break:
+//! - never a grant to a non-owner or at a stale generation (checked on every ticket),
+//! - never more than `maxUnavailable` unavailable per group because of an admission,
+//! - never an applied revision going backwards,
+//! - every cluster owned by exactly one live node while any node is live,
+//!
+//! and that replaying the same commands (from a snapshot or from scratch) gives the same state.
+
+use std::collections::BTreeMap;
+
+use fleet::manifest::{Kind, ObjectKey, Resource, parse_manifests};
+use fleet::resources::ResourceStatus;
+use fleet::state::{Key, MemberState, SyncKind, SyncOutcome};
+use fleet::{Command, FleetState, Outcome};
+use proptest::prelude::*;
+
+const AT: &str = "2026-01-01T00:00:00Z";
+
+fn manifest(yaml: &str) -> Resource {
+    parse_manifests(yaml)
+        .expect("generated manifest parses")
+        .remove(0)
+}
+
+fn cluster(index: u8, tier: u8, paused: bool) -> Command {
+    Command::UpsertSpec {
+        resource: Box::new(manifest(&format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c{index}\n  namespace: fleet\n  labels:\n    tier: t{tier}\nspec:\n  paused: {paused}\n"
+        ))),
+        at: AT.into(),
+    }
+}
+
+fn group(index: u8, budget: u8, max_failures: u8, canary: bool) -> Command {
+    let partitions = if canary {
+        "    partitions:\n      - matchLabels:\n          tier: t0\n"
+    } else {
+        ""
+    };
+    Command::UpsertSpec {
+        resource: Box::new(manifest(&format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: g{index}\n  namespace: fleet\nspec:\n  sourceRef:\n    name: repo\n  clusterSelector:\n    matchExpressions:\n      - key: tier\n        operator: In\n        values: [t0, t{index}]\n  template:\n    path: apps\n  rollout:\n    maxUnavailable: {budget}\n    maxFailures: {max_failures}\n{partitions}"
+        ))),
+        at: AT.into(),
+    }
+}
+
+fn source() -> Command {
+    Command::UpsertSpec {
+        resource: Box::new(manifest(
+            "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: repo\n  namespace: fleet\nspec:\n  git:\n    url: https://git.example/repo.git\n    ref:\n      branch: main\n",
+        )),
+        at: AT.into(),
+    }
+}
+
+/// An abstract step, turned into a concrete command against the current state (so grants can
+/// target real Syncs and owners most of the time).
+#[derive(Clone, Debug)]
+enum Step {
+    AddMember(u8),
+    MemberState(u8, u8),
+    UpsertCluster(u8, u8, bool),
+    DeleteCluster(u8),
+    UpsertGroup(u8, u8, u8, bool),
+    Resolve(u8),
+    /// Begin a sync: which actionable/any sync, and whether to use the true owner.
+    Begin(u8, bool, bool),
+    Finish(u8, bool, u8),
+    Health(u8, bool),
+    Pause(u8, bool),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (1u8..=4).prop_map(Step::AddMember),
+        2 => (1u8..=4, 0u8..3).prop_map(|(n, s)| Step::MemberState(n, s)),
+        2 => (0u8..8, 0u8..3, proptest::bool::weighted(0.1)).prop_map(|(c, t, p)| Step::UpsertCluster(c, t, p)),
+        1 => (0u8..8).prop_map(Step::DeleteCluster),
+        1 => (1u8..=2, 1u8..=3, 0u8..3, any::<bool>()).prop_map(|(g, b, f, c)| Step::UpsertGroup(g, b, f, c)),
+        2 => (0u8..4).prop_map(Step::Resolve),
+        8 => (any::<u8>(), proptest::bool::weighted(0.9), proptest::bool::weighted(0.8)).prop_map(|(i, o, a)| Step::Begin(i, o, a)),
+        6 => (any::<u8>(), proptest::bool::weighted(0.8), 0u8..4).prop_map(|(i, ok, h)| Step::Finish(i, ok, h)),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(i, ready)| Step::Health(i, ready)),
+        1 => (1u8..=2, any::<bool>()).prop_map(|(g, p)| Step::Pause(g, p)),
+    ]
+}
+
+fn pick<T: Clone>(items: &[T], index: u8) -> Option<T> {
+    if items.is_empty() {
+        None
+    } else {
+        Some(items[index as usize % items.len()].clone())
+    }
+}
+
+fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
+    match *step {
+        Step::AddMember(id) => Command::AddMember {
+            id: id as u64,
+            address: format!("127.0.0.1:{}", 7000 + id as u32),
+            at: AT.into(),
+        },
+        Step::MemberState(id, s) => Command::SetMemberState {
+            id: id as u64,
+            state: [MemberState::Live, MemberState::Down, MemberState::Draining][s as usize],
+            at: AT.into(),
+        },
+        Step::UpsertCluster(c, t, p) => cluster(c, t, p),
+        Step::DeleteCluster(c) => Command::DeleteSpec {
+            key: ObjectKey {
+                kind: Kind::Cluster,
+                namespace: "fleet".into(),
+                name: format!("c{c}"),
+            },
+        },
+        Step::UpsertGroup(g, b, f, canary) => group(g, b, f, canary),
+        Step::Resolve(r) => {
+            // Mostly new revisions; sometimes the current one again.
+            if r > 0 {
+                *revisions += 1;
+            }
+            Command::SourceResolved {
+                source: "fleet/repo".into(),
+                revision: format!("main@sha1:{:04}", *revisions),
+                artifact: None,
+                at: AT.into(),
+            }
+        }
+        Step::Begin(index, true_owner, actionable) => {
+            let candidates: Vec<Key> = if actionable {
+                state.actionable.iter().cloned().collect()
+            } else {
+                state.syncs.keys().cloned().collect()
+            };
+            let Some(sync) = pick(&candidates, index) else {
+                return Command::Batch(vec![]);
+            };
+            let cluster = format!("fleet/{}", state.syncs[&sync].object.spec.cluster_ref.name);
+            let (node, generation) = state.cluster_owner(&cluster).unwrap_or((1, 1));
+            let (node, generation) = if true_owner {
+                (node, generation)
+            } else {
+                (node % 4 + 1, generation.saturating_sub(index as u64 % 2))
+            };
+            let revision = state
+                .target_of(&sync)
+                .map(|t| t.revision)
+                .unwrap_or_else(|| "main@sha1:none".into());
+            Command::BeginSync {
+                sync,
+                node,
+                generation,
+                revision,
+            }
+        }
+        Step::Finish(index, ok, health) => {
+            let tickets: Vec<u64> = state.tickets.keys().copied().collect();
+            let ticket = pick(&tickets, index).unwrap_or(u64::MAX);
+            let outcome = if ok {
+                let health = [
+                    ResourceStatus::Current,
+                    ResourceStatus::Current,
+                    ResourceStatus::InProgress,
+                    ResourceStatus::Failed,
+                ][health as usize];
+                SyncOutcome::Succeeded {
+                    inventory: vec![],
+                    health,
+                }
+            } else {
+                SyncOutcome::Failed {
+                    class: "unreachable".into(),
+                    message: "down".into(),
+                    inventory: None,
+                }
+            };
+            Command::FinishSync {
+                ticket,
+                outcome,
+                at: AT.into(),
+            }
+        }
+        Step::Health(index, ready) => {
+            let syncs: Vec<Key> = state.syncs.keys().cloned().collect();
+            let Some(sync) = pick(&syncs, index) else {
+                return Command::Batch(vec![]);
+            };
+            let cluster = format!("fleet/{}", state.syncs[&sync].object.spec.cluster_ref.name);
+            let (node, generation) = state.cluster_owner(&cluster).unwrap_or((1, 1));
+            let health = if ready {
+                ResourceStatus::Current
+            } else {
+                ResourceStatus::InProgress
+            };
+            Command::ReportHealth {
+                sync,
+                node,
+                generation,
+                health,
+            }
+        }
+        Step::Pause(g, true) => Command::PauseRollout {
+            group: format!("fleet/g{g}"),
+        },
+        Step::Pause(g, false) => Command::ResumeRollout {
+            group: format!("fleet/g{g}"),
+        },
+    }
+}
+
+/// Whether a command can legitimately make a group less available without any admission:
+/// readiness dropping, a drift re-apply failing, or a paused cluster coming back unhealthy.
+fn may_degrade(state: &FleetState, command: &Command) -> bool {
+    match command {
+        Command::ReportHealth { .. } => true,
+        Command::UpsertSpec { resource, .. } => match resource.as_ref() {
+            Resource::Cluster(cluster) => state
+                .clusters
+                .get(&format!(
+                    "fleet/{}",
+                    cluster.metadata.name.as_deref().unwrap_or_default()
+                ))
+                .is_some_and(|c| c.object.spec.paused),
+            _ => false,
+        },
+        Command::FinishSync { ticket, .. } => state
+            .tickets
+            .get(ticket)
+            .is_some_and(|t| t.kind == SyncKind::Drift),
+        _ => false,
+    }
+}
+
+fn budgets(state: &FleetState) -> BTreeMap<String, (u32, u32)> {
+    state
+        .groups
+        .keys()
+        .filter_map(|g| Some((g.clone(), state.group_budget(g)?)))
+        .collect()
+}
+
+fn applied_seqs(state: &FleetState) -> BTreeMap<Key, u64> {
+    state
+        .syncs
+        .iter()
+        .filter_map(|(k, s)| Some((k.clone(), s.rollout.applied?.0)))
+        .collect()
+}
+
+fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
+    let mut state = FleetState::default();
+    state.apply(source());
+    let mut revisions = 0;
+    let mut commands = Vec::new();
+    for step in steps {
+        let command = concretise(&state, step, &mut revisions);
+        let before_budgets = budgets(&state);
+        let before_applied = applied_seqs(&state);
+        let degrade = may_degrade(&state, &command);
+        let outcome = state.apply(command.clone());
+        commands.push(command.clone());
+
+        if let Err(violation) = state.check_invariants() {
+            return Err(TestCaseError::fail(format!(
+                "{violation} after {command:?}"
+            )));
+        }
+        if let Outcome::Granted { ticket } = &outcome {
+            prop_assert_eq!(
+                state.cluster_owner(&ticket.cluster),
+                Some((ticket.node, ticket.generation))
+            );
+            prop_assert_eq!(
+                state.target_of(&ticket.sync).map(|t| t.revision),
+                Some(ticket.revision.clone())
+            );
+        }
+        if !degrade {
+            for (group, (unavailable, budget)) in budgets(&state) {
+                let before = before_budgets.get(&group).map_or(0, |b| b.0);
+                prop_assert!(
+                    unavailable <= budget.max(before),
+                    "group {} has {} unavailable, budget {}, was {} before {:?}",
+                    group,
+                    unavailable,
+                    budget,
+                    before,
+                    command
+                );
+            }
+        }
+        for (sync, seq) in applied_seqs(&state) {
+            if let Some(previous) = before_applied.get(&sync) {
+                prop_assert!(
+                    seq >= *previous,
+                    "sync {} went back from seq {} to {}",
+                    sync,
+                    previous,
+                    seq
+                );
+            }
+        }
+    }
+    Ok((commands, state))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn random_command_sequences_keep_the_invariants(steps in proptest::collection::vec(step(), 1..80)) {
+        run(&steps)?;
+    }
+
+    #[test]
+    fn replay_and_snapshot_restore_give_the_same_state(steps in proptest::collection::vec(step(), 1..60), cut in any::<prop::sample::Index>()) {
+        let (commands, state) = run(&steps)?;
+        // Replaying the log from scratch.
+        let mut replayed = FleetState::default();
+        replayed.apply(source());
+        for command in &commands {
+            replayed.apply(command.clone());
+        }
+        prop_assert_eq!(replayed.encode_snapshot(), state.encode_snapshot());
+        // Restoring a snapshot taken part-way, then applying the rest.
+        let cut = cut.index(commands.len() + 1);
+        let mut prefix = FleetState::default();
+        prefix.apply(source());
+        for command in &commands[..cut] {
+            prefix.apply(command.clone());
+        }
+        let mut restored = FleetState::decode_snapshot(&prefix.encode_snapshot()).expect("snapshot decodes");
+        for command in &commands[cut..] {
+            restored.apply(command.clone());
+        }
+        prop_assert_eq!(restored.encode_snapshot(), state.encode_snapshot());
+    }
+}

@@ -1,0 +1,220 @@
+//! Configuration of a replica (`starling node`): clap flags with environment fallbacks, the
+//! defaults in one place, and [`NodeArgs::validate`], which rejects nonsense with a clear
+//! message before anything starts.
+//!
+//! Node ids are numbers. For a StatefulSet, a pod name such as `starling-2` is accepted
+//! wherever an id is (`--id`, `--peers`): its ordinal is the id, so the same flags work on
+//! every pod (`--id $(POD_NAME)` and `--peers starling-0.starling:7400,starling-1.starling:7400`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fleet::state::NodeId;
+
+/// Default time after which a silent node is declared Down.
+pub const DEFAULT_DOWN_AFTER: &str = "3s";
+/// The lease is this fraction of `down_after` unless set.
+const DEFAULT_LEASE_FRACTION: (u32, u32) = (2, 3);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// This node's id: a number, or a StatefulSet pod name whose ordinal is the id.
+    #[arg(long, env = "STARLING_ID")]
+    pub id: String,
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "STARLING_LISTEN", default_value = "127.0.0.1:7400")]
+    pub listen: SocketAddr,
+    /// Address peers and clients use to reach this node (`host:port`); the listen address when
+    /// unset.
+    #[arg(long, env = "STARLING_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Address of the HTTP server (`/healthz`, `/readyz`, `/metrics`); listen port + 1 when unset.
+    #[arg(long, env = "STARLING_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
+    /// Directory of the Raft log, vote, snapshots and artifacts.
+    #[arg(long, env = "STARLING_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Static peers: `ID=HOST:PORT,...`, or `HOST:PORT,...` with StatefulSet pod host names.
+    #[arg(long, env = "STARLING_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Voting members at most; further members are learners (they own shards too).
+    #[arg(long, env = "STARLING_MAX_VOTERS", default_value_t = 5)]
+    pub max_voters: usize,
+    /// A node silent for this long is marked Down and its clusters move.
+    #[arg(long, env = "STARLING_DOWN_AFTER", default_value = DEFAULT_DOWN_AFTER, value_parser = humantime::parse_duration)]
+    pub down_after: Duration,
+    /// How long a node keeps acting after its last acknowledged heartbeat was sent; must be
+    /// shorter than `--down-after`. Two thirds of it when unset.
+    #[arg(long, env = "STARLING_LEASE", value_parser = humantime::parse_duration)]
+    pub lease: Option<Duration>,
+    /// Syncs this node runs at once.
+    #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
+    pub max_concurrent_syncs: usize,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    pub listen: SocketAddr,
+    pub advertise: String,
+    pub http_listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Every peer including this node, by id.
+    pub peers: BTreeMap<NodeId, String>,
+    pub max_voters: usize,
+    pub down_after: Duration,
+    pub lease: Duration,
+    /// How often heartbeats are sent: a sixth of `down_after`.
+    pub heartbeat_interval: Duration,
+    pub max_concurrent_syncs: usize,
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("invalid node id {0:?}: expected a number or a StatefulSet pod name ending in -N")]
+    BadId(String),
+    #[error("invalid peer {0:?}: expected ID=HOST:PORT or a StatefulSet HOST:PORT")]
+    BadPeer(String),
+    #[error("peer id {0} is listed twice in --peers")]
+    DuplicatePeer(NodeId),
+    #[error("--lease ({lease:?}) must be shorter than --down-after ({down_after:?})")]
+    LeaseTooLong { lease: Duration, down_after: Duration },
+    #[error("--down-after must be at least 300ms, got {0:?}")]
+    DownAfterTooShort(Duration),
+    #[error("--max-voters must be between 1 and 9, got {0}")]
+    BadMaxVoters(usize),
+    #[error("--max-concurrent-syncs must be between 1 and 4096, got {0}")]
+    BadConcurrency(usize),
+    #[error("--advertise {0:?} is not HOST:PORT")]
+    BadAdvertise(String),
+}
+
+/// Parses a node id: `7`, or a StatefulSet pod name (`starling-7`) or host name
+/// (`starling-7.starling-headless.ns.svc`) whose ordinal is the id.
+pub fn parse_node_id(text: &str) -> Result<NodeId, ConfigError> {
+    if let Ok(id) = text.parse::<NodeId>() {
+        return Ok(id);
+    }
+    let first_label = text.split('.').next().unwrap_or(text);
+    first_label
+        .rsplit_once('-')
+        .and_then(|(_, ordinal)| ordinal.parse::<NodeId>().ok())
+        .ok_or_else(|| ConfigError::BadId(text.to_string()))
+}
+
+fn parse_peer(text: &str) -> Result<(NodeId, String), ConfigError> {
+    let bad = || ConfigError::BadPeer(text.to_string());
+    let (id, address) = match text.split_once('=') {
+        Some((id, address)) => (parse_node_id(id).map_err(|_| bad())?, address.to_string()),
+        None => (parse_node_id(text).map_err(|_| bad())?, text.to_string()),
+    };
+    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    Ok((id, address))
+}
+
+impl NodeArgs {
+    pub fn validate(&self) -> Result<NodeConfig, ConfigError> {
+        let id = parse_node_id(&self.id)?;
+        if self.down_after < Duration::from_millis(300) {
+            return Err(ConfigError::DownAfterTooShort(self.down_after));
+        }
+        let lease = self.lease.unwrap_or(
+            self.down_after * DEFAULT_LEASE_FRACTION.0 / DEFAULT_LEASE_FRACTION.1,
+        );
+        if lease >= self.down_after {
+            return Err(ConfigError::LeaseTooLong {
+                lease,
+                down_after: self.down_after,
+            });
+        }
+        if !(1..=9).contains(&self.max_voters) {
+            return Err(ConfigError::BadMaxVoters(self.max_voters));
+        }
+        if !(1..=4096).contains(&self.max_concurrent_syncs) {
+            return Err(ConfigError::BadConcurrency(self.max_concurrent_syncs));
+        }
+        let advertise = self.advertise.clone().unwrap_or_else(|| self.listen.to_string());
+        if !advertise.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) {
+            return Err(ConfigError::BadAdvertise(advertise));
+        }
+        let mut peers = BTreeMap::new();
+        for peer in self.peers.iter().filter(|p| !p.trim().is_empty()) {
+            let (peer_id, address) = parse_peer(peer.trim())?;
+            if peers.insert(peer_id, address).is_some() {
+                return Err(ConfigError::DuplicatePeer(peer_id));
+            }
+        }
+        peers.insert(id, advertise.clone());
+        let http_listen = self.http_listen.unwrap_or_else(|| {
+            let mut address = self.listen;
+            address.set_port(self.listen.port().wrapping_add(1));
+            address
+        });
+        Ok(NodeConfig {
+            id,
+            listen: self.listen,
+            advertise,
+            http_listen,
+            data_dir: self.data_dir.clone(),
+            peers,
+            max_voters: self.max_voters,
+            down_after: self.down_after,
+            lease,
+            heartbeat_interval: self.down_after / 6,
+            max_concurrent_syncs: self.max_concurrent_syncs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: NodeArgs,
+    }
+
+    fn args(extra: &[&str]) -> NodeArgs {
+        let mut argv = vec!["starling", "--id", "1", "--data-dir", "/tmp/x"];
+        argv.extend_from_slice(extra);
+        Wrapper::parse_from(argv).args
+    }
+
+    #[test]
+    fn defaults_validate_with_a_lease_shorter_than_down_after() {
+        let config = args(&[]).validate().unwrap();
+        assert_eq!(config.down_after, Duration::from_secs(3));
+        assert_eq!(config.lease, Duration::from_secs(2));
+        assert_eq!(config.peers.get(&1).map(String::as_str), Some("127.0.0.1:7400"));
+    }
+
+    #[test]
+    fn statefulset_names_give_ordinal_ids() {
+        assert_eq!(parse_node_id("starling-2"), Ok(2));
+        assert_eq!(parse_node_id("starling-12.starling-headless.ops.svc"), Ok(12));
+        let config = args(&["--peers", "starling-0.starling:7400,starling-1.starling:7400"]).validate().unwrap();
+        assert_eq!(config.peers.get(&0).map(String::as_str), Some("starling-0.starling:7400"));
+        assert!(config.peers.contains_key(&1));
+    }
+
+    #[test]
+    fn nonsense_is_rejected_with_a_clear_message() {
+        let error = args(&["--lease", "5s"]).validate().unwrap_err();
+        assert_eq!(error.to_string(), "--lease (5s) must be shorter than --down-after (3s)");
+        assert!(matches!(args(&["--peers", "2=nohost"]).validate(), Err(ConfigError::BadPeer(_))));
+        assert!(matches!(args(&["--peers", "2=a:1,2=b:1"]).validate(), Err(ConfigError::DuplicatePeer(2))));
+        assert!(matches!(args(&["--max-voters", "0"]).validate(), Err(ConfigError::BadMaxVoters(0))));
+        assert!(matches!(Wrapper::try_parse_from(["starling", "--id", "x", "--data-dir", "d", "--down-after", "soon"]), Err(_)));
+        assert!(matches!(args(&[]).validate().map(|_| ()).and(parse_node_id("abc").map(|_| ())), Err(ConfigError::BadId(_))));
+    }
+}
