@@ -305,6 +305,8 @@ pub enum Outcome {
     Denied {
         reason: DenyReason,
     },
+    /// A `FinishSync` was recorded for this Sync.
+    Finished { sync: Key },
     /// A `FinishSync` with a ticket that was voided (ownership moved) or already finished.
     StaleTicket,
     /// Membership changed; `moved` clusters and sources changed owner.

@@ -101,7 +101,7 @@ impl FleetState {
             .and_then(|s| s.object.metadata.generation)
             .unwrap_or(1);
         let Some(entry) = self.syncs.get_mut(&ticket.sync) else {
-            return Outcome::Ok;
+            return Outcome::Finished { sync: ticket.sync };
         };
         entry.rollout.ticket = None;
         // Whatever happened, the slot this ticket used is settled by the result: success
@@ -149,7 +149,7 @@ impl FleetState {
             }
         }
         self.settle_and_admit(&ticket.sync);
-        Outcome::Ok
+        Outcome::Finished { sync: ticket.sync }
     }
 
     pub(super) fn report_health(

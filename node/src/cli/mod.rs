@@ -1,4 +1,11 @@
 //! The operator-facing subcommands, one module each.
 
+pub mod apply;
 pub mod crds;
+pub mod delete;
+pub mod get;
+pub mod members;
+pub mod output;
 pub mod placement;
+pub mod rollout;
+pub mod status;

@@ -1,0 +1,194 @@
+//! `starling.v1.Admin`: members, adding and removing replicas, draining, leadership transfer
+//! and shard listings. Membership changes run on the leader: a follower forwards them.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::Command;
+use fleet::state::MemberState;
+use proto::ApiError;
+use tonic::{Request, Response, Status};
+
+use super::{status, write_status};
+use crate::client_channel;
+use crate::replica::Replica;
+
+/// Time limit of a membership change, including a new learner catching up.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct AdminService {
+    replica: Arc<Replica>,
+}
+
+impl AdminService {
+    pub fn new(replica: Arc<Replica>) -> Self {
+        Self { replica }
+    }
+
+    /// A client to the leader when this replica is not it; `None` when it is.
+    fn leader_client(&self) -> Result<Option<proto::admin_client::AdminClient<tonic::transport::Channel>>, Status> {
+        match self.replica.raft.current_leader() {
+            Some((leader, _)) if leader == self.replica.id() => Ok(None),
+            Some((_, peer)) => {
+                let channel = client_channel(&peer.addr, CHANGE_TIMEOUT)
+                    .map_err(|error| status(ApiError::unavailable(format!("cannot reach the leader at {}: {error}", peer.addr))))?;
+                Ok(Some(proto::admin_client::AdminClient::new(channel)))
+            }
+            None => Err(status(ApiError::unavailable("no leader elected yet; retry"))),
+        }
+    }
+
+    fn membership_response(&self, log_index: u64) -> proto::MembershipResponse {
+        let membership = self.replica.raft.membership();
+        proto::MembershipResponse {
+            log_index,
+            voters: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+        }
+    }
+}
+
+/// Every member with its state, role and load, for `starling status` and `members`.
+pub fn members_view(replica: &Replica) -> Vec<proto::Member> {
+    let raft = replica.raft.metrics().borrow().clone();
+    let membership = replica.raft.membership();
+    let voters: BTreeSet<u64> = membership.voter_ids().collect();
+    let ages = replica.heartbeat_ages();
+    replica.raft.reader().read(|state| {
+        let mut ids: BTreeSet<u64> = state.members.keys().copied().collect();
+        ids.extend(membership.nodes().map(|(id, _)| *id));
+        ids.into_iter()
+            .map(|id| {
+                let member = state.members.get(&id);
+                let role = if raft.current_leader == Some(id) {
+                    "leader"
+                } else if voters.contains(&id) {
+                    "follower"
+                } else {
+                    "learner"
+                };
+                proto::Member {
+                    id,
+                    address: member
+                        .map(|m| m.address.clone())
+                        .or_else(|| membership.get_node(&id).map(|p| p.addr.clone()))
+                        .unwrap_or_default(),
+                    state: member.map_or("Joining".to_string(), |m| format!("{:?}", m.state)),
+                    role: role.to_string(),
+                    voter: voters.contains(&id),
+                    applied_index: if id == replica.id() { raft.last_applied.map_or(0, |l| l.index) } else { 0 },
+                    clusters_owned: state.cluster_placement.items_of(id).len() as u32,
+                    sources_owned: state.source_placement.items_of(id).len() as u32,
+                    syncs_in_flight: state.tickets.values().filter(|t| t.node == id).count() as u32,
+                    last_heartbeat_millis: ages.get(&id).map_or(0, |age| age.as_millis() as u64),
+                }
+            })
+            .collect()
+    })
+}
+
+#[tonic::async_trait]
+impl proto::admin_server::Admin for AdminService {
+    async fn members(&self, _request: Request<proto::MembersRequest>) -> Result<Response<proto::MembersResponse>, Status> {
+        let leader_id = self.replica.raft.current_leader().map_or(0, |(id, _)| id);
+        Ok(Response::new(proto::MembersResponse { members: members_view(&self.replica), leader_id }))
+    }
+
+    async fn add_node(&self, request: Request<proto::AddNodeRequest>) -> Result<Response<proto::MembershipResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.add_node(request.into_inner()).await;
+        }
+        let request = request.into_inner();
+        if request.address.rsplit_once(':').is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
+            return Err(status(ApiError::invalid_argument(format!("address {:?} is not HOST:PORT", request.address))));
+        }
+        let raft = &self.replica.raft;
+        let mut log_index = 0;
+        let known = raft.membership().get_node(&request.id).is_some_and(|peer| peer.addr == request.address);
+        if !known {
+            let change = tokio::time::timeout(CHANGE_TIMEOUT, raft.add_learner(request.id, request.address.clone(), true))
+                .await
+                .map_err(|_| status(ApiError::unavailable(format!("node {} did not catch up within {CHANGE_TIMEOUT:?}", request.id))))?
+                .map_err(|error| proto::status_from(&error))?;
+            log_index = change.log_index;
+        }
+        let membership = raft.membership();
+        let is_voter = membership.voter_ids().any(|id| id == request.id);
+        if request.voter && !is_voter && membership.voter_ids().count() < self.replica.config.max_voters {
+            let change = raft
+                .promote(BTreeSet::from([request.id]))
+                .await
+                .map_err(|error| proto::status_from(&error))?;
+            log_index = change.log_index;
+        }
+        raft.propose(Command::AddMember { id: request.id, address: request.address, at: Replica::now_rfc3339() })
+            .await
+            .map_err(write_status)?;
+        tracing::info!(node = request.id, "member added");
+        Ok(Response::new(self.membership_response(log_index)))
+    }
+
+    async fn remove_node(&self, request: Request<proto::RemoveNodeRequest>) -> Result<Response<proto::MembershipResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.remove_node(request.into_inner()).await;
+        }
+        let id = request.get_ref().id;
+        let change = self.replica.raft.remove_node(id).await.map_err(|error| proto::status_from(&error))?;
+        self.replica.raft.propose(Command::RemoveMember { id }).await.map_err(write_status)?;
+        tracing::info!(node = id, "member removed");
+        Ok(Response::new(self.membership_response(change.log_index)))
+    }
+
+    async fn drain(&self, request: Request<proto::DrainRequest>) -> Result<Response<proto::DrainResponse>, Status> {
+        let request = request.into_inner();
+        let state = if request.undo { MemberState::Live } else { MemberState::Draining };
+        let command = Command::SetMemberState { id: request.id, state, at: Replica::now_rfc3339() };
+        let (_, outcome) = self.replica.raft.propose(command).await.map_err(write_status)?;
+        let moved = match outcome {
+            fleet::Outcome::MembershipChanged { moved } => moved as u32,
+            fleet::Outcome::Rejected { message } => return Err(status(ApiError::not_found(message))),
+            _ => 0,
+        };
+        let revision = self.replica.raft.reader().read(|state| state.revision);
+        Ok(Response::new(proto::DrainResponse { revision, moved }))
+    }
+
+    async fn transfer_leadership(
+        &self,
+        request: Request<proto::TransferLeadershipRequest>,
+    ) -> Result<Response<proto::TransferLeadershipResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.transfer_leadership(request.into_inner()).await;
+        }
+        let target = request.get_ref().target;
+        let target = (target != 0).then_some(target);
+        let leader_id = self
+            .replica
+            .raft
+            .transfer_leadership(target, Duration::from_secs(10))
+            .await
+            .map_err(|error| proto::status_from(&error))?;
+        let term = self.replica.raft.metrics().borrow().current_term;
+        Ok(Response::new(proto::TransferLeadershipResponse { leader_id, term }))
+    }
+
+    async fn shards(&self, request: Request<proto::ShardsRequest>) -> Result<Response<proto::ShardsResponse>, Status> {
+        let only = request.get_ref().node_id;
+        let (shards, revision) = self.replica.raft.reader().read(|state| {
+            let shards = state
+                .members
+                .keys()
+                .filter(|id| only == 0 || **id == only)
+                .map(|id| proto::Shard {
+                    node_id: *id,
+                    clusters: state.cluster_placement.items_of(*id),
+                    sources: state.source_placement.items_of(*id),
+                    weight: state.cluster_placement.load(*id),
+                })
+                .collect();
+            (shards, state.revision)
+        });
+        Ok(Response::new(proto::ShardsResponse { shards, revision }))
+    }
+}

@@ -1,0 +1,216 @@
+//! `starling.v1.Fleet`: apply, delete, get, list, watch and status of the fleet's resources,
+//! and rollout pause/resume. Writes become commands proposed through Raft (forwarded to the
+//! leader by any replica); reads come from this replica's applied state.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use fleet::manifest::{ObjectKey, Resource, parse_manifests};
+use fleet::selector::Selector;
+use fleet::state::key_of;
+use fleet::{Command, FleetState, Outcome};
+use futures::Stream;
+use proto::ApiError;
+use tonic::{Request, Response, Status};
+
+use super::{convert, status, write_status};
+use crate::replica::Replica;
+
+pub struct FleetService {
+    replica: Arc<Replica>,
+}
+
+impl FleetService {
+    pub fn new(replica: Arc<Replica>) -> Self {
+        Self { replica }
+    }
+}
+
+fn action(outcome: &Outcome) -> Option<proto::ApplyAction> {
+    match outcome {
+        Outcome::Applied(fleet::state::ApplyResult::Created) => Some(proto::ApplyAction::Created),
+        Outcome::Applied(fleet::state::ApplyResult::Configured) => Some(proto::ApplyAction::Configured),
+        Outcome::Applied(fleet::state::ApplyResult::Unchanged) => Some(proto::ApplyAction::Unchanged),
+        _ => None,
+    }
+}
+
+/// Applies `commands` to a copy of the state: what a dry run reports.
+fn dry_run(state: &FleetState, commands: Vec<Command>) -> Vec<Outcome> {
+    let mut copy = state.clone();
+    commands.into_iter().map(|command| copy.apply(command)).collect()
+}
+
+#[tonic::async_trait]
+impl proto::fleet_server::Fleet for FleetService {
+    async fn apply(&self, request: Request<proto::ApplyRequest>) -> Result<Response<proto::ApplyResponse>, Status> {
+        let request = request.into_inner();
+        let text = String::from_utf8(request.manifests)
+            .map_err(|_| status(ApiError::invalid_argument("manifests are not valid utf-8")))?;
+        let resources = parse_manifests(&text).map_err(|error| status(ApiError::invalid_argument(error.to_string())))?;
+        if resources.is_empty() {
+            return Err(status(ApiError::invalid_argument("no objects in the manifests")));
+        }
+        let keys: Vec<ObjectKey> = resources.iter().map(Resource::key).collect();
+        let at = Replica::now_rfc3339();
+        let commands: Vec<Command> = resources
+            .into_iter()
+            .map(|resource| Command::UpsertSpec { resource: Box::new(resource), at: at.clone() })
+            .collect();
+        let reader = self.replica.raft.reader();
+        let (outcomes, revision) = if request.dry_run {
+            reader.read(|state| (dry_run(state, commands), state.revision))
+        } else {
+            let committed = self.replica.raft.propose_many(commands).await.map_err(write_status)?;
+            let revision = reader.read(|state| state.revision);
+            (committed.outcomes, revision)
+        };
+        let mut results = Vec::new();
+        let mut rejected = Vec::new();
+        for (key, outcome) in keys.iter().zip(&outcomes) {
+            match (action(outcome), outcome) {
+                (Some(action), _) => {
+                    let generation = reader.read(|state| state.get(key).and_then(|r| r.generation())).unwrap_or(0);
+                    results.push(proto::ApplyResult {
+                        object: Some(convert::object_ref(key)),
+                        action: action as i32,
+                        generation: generation as u64,
+                    });
+                }
+                (None, Outcome::Rejected { message }) => rejected.push(format!("{key}: {message}")),
+                (None, other) => rejected.push(format!("{key}: unexpected outcome {other:?}")),
+            }
+        }
+        if !rejected.is_empty() {
+            let applied = results.len();
+            return Err(status(ApiError::failed_precondition(format!(
+                "{} (other objects applied: {applied})",
+                rejected.join("; ")
+            ))));
+        }
+        Ok(Response::new(proto::ApplyResponse { results, revision }))
+    }
+
+    async fn delete(&self, request: Request<proto::DeleteRequest>) -> Result<Response<proto::DeleteResponse>, Status> {
+        let request = request.into_inner();
+        let keys = request
+            .objects
+            .iter()
+            .map(|r| convert::key(Some(r)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(status)?;
+        if keys.is_empty() {
+            return Err(status(ApiError::invalid_argument("no objects to delete")));
+        }
+        let commands = keys.iter().map(|key| Command::DeleteSpec { key: key.clone() }).collect();
+        let committed = self.replica.raft.propose_many(commands).await.map_err(write_status)?;
+        let mut results = Vec::new();
+        for (key, outcome) in keys.iter().zip(&committed.outcomes) {
+            match outcome {
+                Outcome::Deleted { existed } => results.push(proto::DeleteResult {
+                    object: Some(convert::object_ref(key)),
+                    deleted: *existed,
+                }),
+                Outcome::Rejected { message } => {
+                    return Err(status(ApiError::failed_precondition(format!("{key}: {message}"))));
+                }
+                other => return Err(status(ApiError::internal(format!("{key}: unexpected outcome {other:?}")))),
+            }
+        }
+        let revision = self.replica.raft.reader().read(|state| state.revision);
+        Ok(Response::new(proto::DeleteResponse { results, revision }))
+    }
+
+    async fn get(&self, request: Request<proto::GetRequest>) -> Result<Response<proto::GetResponse>, Status> {
+        let key = convert::key(request.get_ref().object.as_ref()).map_err(status)?;
+        let (resource, revision) = self.replica.raft.reader().read(|state| (state.get(&key), state.revision));
+        let resource = resource.ok_or_else(|| status(ApiError::not_found(format!("{key} not found"))))?;
+        Ok(Response::new(proto::GetResponse {
+            object: Some(convert::object(&resource, revision).map_err(status)?),
+            revision,
+        }))
+    }
+
+    async fn list(&self, request: Request<proto::ListRequest>) -> Result<Response<proto::ListResponse>, Status> {
+        let request = request.into_inner();
+        let kind = convert::kind(&request.kind).map_err(status)?;
+        let selector = Selector::parse_str(&request.label_selector)
+            .map_err(|error| status(ApiError::invalid_argument(format!("bad label selector: {error}"))))?;
+        let namespace = (!request.namespace.is_empty()).then_some(request.namespace.as_str());
+        let (resources, revision) = self.replica.raft.reader().read(|state| (state.list(kind, namespace), state.revision));
+        let objects = resources
+            .iter()
+            .filter(|r| request.name.is_empty() || r.name() == request.name)
+            .filter(|r| selector.matches(r.labels()))
+            .map(|r| convert::object(r, revision))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(status)?;
+        Ok(Response::new(proto::ListResponse { objects, revision }))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<proto::WatchEvent, Status>> + Send>>;
+
+    async fn watch(&self, request: Request<proto::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let stream = super::watch::start(&self.replica, request.into_inner()).map_err(status)?;
+        Ok(Response::new(stream))
+    }
+
+    async fn status(&self, _request: Request<proto::StatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
+        let raft = self.replica.raft.metrics().borrow().clone();
+        let members = super::admin::members_view(&self.replica);
+        let (rollouts, revision) = self.replica.raft.reader().read(|state| {
+            let rollouts = state
+                .groups
+                .keys()
+                .filter_map(|key| {
+                    let status = state.group_status(key)?;
+                    let (namespace, name) = key.split_once('/')?;
+                    Some(proto::Rollout {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        target_revision: status.target_revision.unwrap_or_default(),
+                        phase: status.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+                        summary: Some(proto::RolloutSummary {
+                            total: status.summary.total,
+                            updated: status.summary.updated,
+                            in_progress: status.summary.in_progress,
+                            pending: status.summary.pending,
+                            failed: status.summary.failed,
+                        }),
+                    })
+                })
+                .collect();
+            (rollouts, state.revision)
+        });
+        Ok(Response::new(proto::StatusResponse {
+            members,
+            leader_id: raft.current_leader.unwrap_or(0),
+            term: raft.current_term,
+            commit_index: raft.last_log_index.unwrap_or(0),
+            revision,
+            rollouts,
+        }))
+    }
+
+    async fn rollout_pause(&self, request: Request<proto::RolloutRequest>) -> Result<Response<proto::RolloutResponse>, Status> {
+        self.rollout(request.into_inner(), true).await
+    }
+
+    async fn rollout_resume(&self, request: Request<proto::RolloutRequest>) -> Result<Response<proto::RolloutResponse>, Status> {
+        self.rollout(request.into_inner(), false).await
+    }
+}
+
+impl FleetService {
+    async fn rollout(&self, request: proto::RolloutRequest, pause: bool) -> Result<Response<proto::RolloutResponse>, Status> {
+        let namespace = if request.namespace.is_empty() { "default" } else { request.namespace.as_str() };
+        let group = key_of(namespace, &request.name);
+        let command = if pause { Command::PauseRollout { group } } else { Command::ResumeRollout { group } };
+        let (_, outcome) = self.replica.raft.propose(command).await.map_err(write_status)?;
+        if let Outcome::Rejected { message } = outcome {
+            return Err(status(ApiError::not_found(message)));
+        }
+        let revision = self.replica.raft.reader().read(|state| state.revision);
+        Ok(Response::new(proto::RolloutResponse { revision }))
+    }
+}

@@ -1,0 +1,358 @@
+//! `starling rollout pause|resume|status SYNCGROUP`: hold a SyncGroup's rollout (clusters in
+//! flight finish, no new ones are admitted), let it continue (also after a halt), and show where
+//! it stands: phase, target revision and counts, read from the SyncGroup's status.
+//!
+//! `rollout status --watch` waits like `kubectl rollout status`: it reports progress until the
+//! rollout is complete (exit 0) or halted (exit 1, with the reason).
+
+use std::time::Duration;
+
+use anyhow::bail;
+use fleet::manifest::{DEFAULT_NAMESPACE, Kind};
+use serde_json::{Value, json};
+
+use super::get::text_at;
+use super::output::{
+    NONE, Progress, ReportFormat, emit, object_name, progress_bar, progress_ratio,
+    stdout_is_terminal, to_json,
+};
+use super::status::BAR_WIDTH;
+use crate::client::{Client, ServerArgs, block_on};
+
+/// How often `rollout status --watch` looks again.
+const WATCH_PERIOD: Duration = Duration::from_secs(1);
+
+#[derive(clap::Args, Debug)]
+pub struct RolloutArgs {
+    #[command(subcommand)]
+    pub command: RolloutCommand,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum RolloutCommand {
+    /// Stop admitting clusters; those in flight finish.
+    Pause(Target),
+    /// Continue a paused or halted rollout.
+    Resume(Target),
+    /// Show the phase, target revision and counts of a SyncGroup's rollout.
+    Status(StatusArgs),
+}
+
+/// The SyncGroup a rollout command is about.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Target {
+    /// The SyncGroup's name.
+    #[arg(value_name = "SYNCGROUP")]
+    pub name: String,
+    /// The SyncGroup's namespace.
+    #[arg(short = 'n', long, default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = ReportFormat::Text)]
+    pub output: ReportFormat,
+    /// Wait until the rollout completes (exit 0) or halts (exit 1), reporting progress.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+}
+
+pub fn run(args: RolloutArgs) -> anyhow::Result<()> {
+    block_on(async {
+        let client = Client::connect(&args.server).await?;
+        match args.command {
+            RolloutCommand::Pause(target) => emit(&pause(&client, &target).await?),
+            RolloutCommand::Resume(target) => emit(&resume(&client, &target).await?),
+            RolloutCommand::Status(status) if status.watch => watch(&client, &status.target).await,
+            RolloutCommand::Status(status) => {
+                let view = fetch(&client, &status.target).await?;
+                emit(&render(&view, status.output, stdout_is_terminal())?)
+            }
+        }
+    })
+}
+
+fn request(target: &Target) -> proto::RolloutRequest {
+    proto::RolloutRequest { namespace: target.namespace.clone(), name: target.name.clone() }
+}
+
+pub async fn pause(client: &Client, target: &Target) -> anyhow::Result<String> {
+    client.rollout_pause(request(target)).await?;
+    Ok(format!("{} paused\n", object_name(Kind::SyncGroup, &target.name)))
+}
+
+pub async fn resume(client: &Client, target: &Target) -> anyhow::Result<String> {
+    client.rollout_resume(request(target)).await?;
+    Ok(format!("{} resumed\n", object_name(Kind::SyncGroup, &target.name)))
+}
+
+/// Where a SyncGroup's rollout stands, read from the object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutView {
+    pub namespace: String,
+    pub name: String,
+    pub target_revision: Option<String>,
+    pub phase: Option<String>,
+    /// `spec.rollout.paused`: asked to pause (the phase follows once the node acts on it).
+    pub paused: bool,
+    /// The node has not yet acted on the latest spec (`observedGeneration < generation`).
+    pub stale: bool,
+    pub progress: Progress,
+    pub pending: u32,
+    /// Conditions that are not `True`, as `type: reason: message`.
+    pub problems: Vec<String>,
+}
+
+impl RolloutView {
+    pub fn from_object(namespace: &str, name: &str, object: &Value) -> RolloutView {
+        let count = |field: &str| {
+            object
+                .pointer(&format!("/status/summary/{field}"))
+                .and_then(Value::as_u64)
+                .and_then(|count| u32::try_from(count).ok())
+                .unwrap_or(0)
+        };
+        let text = |pointer: &str| Some(text_at(object, pointer)).filter(|text| text != NONE);
+        let generation = object.pointer("/metadata/generation").and_then(Value::as_i64);
+        let observed = object.pointer("/status/observedGeneration").and_then(Value::as_i64);
+        let problems = object
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .map(|conditions| {
+                conditions
+                    .iter()
+                    .filter(|condition| condition.get("status").and_then(Value::as_str) != Some("True"))
+                    .map(|condition| {
+                        let parts = ["/type", "/reason", "/message"].map(|field| text_at(condition, field));
+                        parts.into_iter().filter(|part| part != NONE).collect::<Vec<_>>().join(": ")
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        RolloutView {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            target_revision: text("/status/targetRevision"),
+            phase: text("/status/phase"),
+            paused: object.pointer("/spec/rollout/paused").and_then(Value::as_bool).unwrap_or(false),
+            stale: matches!((generation, observed), (Some(generation), Some(observed)) if observed < generation),
+            progress: Progress {
+                total: count("total"),
+                updated: count("updated"),
+                in_progress: count("inProgress"),
+                failed: count("failed"),
+            },
+            pending: count("pending"),
+            problems,
+        }
+    }
+
+    fn phase(&self) -> &str {
+        self.phase.as_deref().unwrap_or(NONE)
+    }
+
+    /// `40/100 (40%) updated, 10 in progress, 50 pending, 0 failed`.
+    fn counts(&self) -> String {
+        format!(
+            "{} updated, {} in progress, {} pending, {} failed",
+            progress_ratio(self.progress),
+            self.progress.in_progress,
+            self.pending,
+            self.progress.failed
+        )
+    }
+
+    /// One line for `--watch`.
+    fn line(&self, bar: bool) -> String {
+        let bar = if bar { format!("{} ", progress_bar(self.progress, BAR_WIDTH)) } else { String::new() };
+        format!("{}/{} {} {bar}{}", self.namespace, self.name, self.phase(), self.counts())
+    }
+}
+
+async fn fetch(client: &Client, target: &Target) -> anyhow::Result<RolloutView> {
+    let object = proto::ObjectRef {
+        kind: Kind::SyncGroup.as_str().to_owned(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    };
+    let response = client.get(proto::GetRequest { object: Some(object) }).await?;
+    let Some(object) = response.object else {
+        bail!("the node answered without syncgroup {}/{}", target.namespace, target.name);
+    };
+    let value: Value = serde_json::from_slice(&object.json).map_err(|error| {
+        anyhow::anyhow!("the node sent an invalid syncgroup {}/{}: {error}", target.namespace, target.name)
+    })?;
+    Ok(RolloutView::from_object(&target.namespace, &target.name, &value))
+}
+
+pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Result<String> {
+    if format == ReportFormat::Json {
+        return to_json(&json!({
+            "namespace": view.namespace,
+            "name": view.name,
+            "targetRevision": view.target_revision,
+            "phase": view.phase,
+            "paused": view.paused,
+            "summary": {
+                "total": view.progress.total,
+                "updated": view.progress.updated,
+                "inProgress": view.progress.in_progress,
+                "pending": view.pending,
+                "failed": view.progress.failed,
+            },
+            "problems": view.problems,
+        }));
+    }
+    let mut text = format!("syncgroup {}/{}\n", view.namespace, view.name);
+    text.push_str(&format!("  revision: {}\n", view.target_revision.as_deref().unwrap_or(NONE)));
+    text.push_str(&format!("  phase:    {}\n", view.phase()));
+    if view.paused && view.phase.as_deref() != Some("Paused") {
+        text.push_str("  paused:   requested, not yet in effect\n");
+    }
+    text.push_str(&format!("  clusters: {}\n", view.counts()));
+    if bar {
+        text.push_str(&format!("  {}\n", progress_bar(view.progress, BAR_WIDTH)));
+    }
+    for problem in &view.problems {
+        text.push_str(&format!("  {problem}\n"));
+    }
+    Ok(text)
+}
+
+/// What `--watch` does after a look: go on, or end with success or an error.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Waiting,
+    Complete,
+    Halted(String),
+}
+
+pub fn verdict(view: &RolloutView) -> Verdict {
+    if view.stale {
+        return Verdict::Waiting;
+    }
+    match view.phase.as_deref() {
+        Some("Complete") => Verdict::Complete,
+        Some("Halted") => {
+            let reason = match view.problems.as_slice() {
+                [] => format!("{} failed clusters", view.progress.failed),
+                problems => problems.join("; "),
+            };
+            Verdict::Halted(reason)
+        }
+        _ => Verdict::Waiting,
+    }
+}
+
+/// Reports progress until the rollout completes or halts, or until Ctrl-C. On a terminal one
+/// line is redrawn; piped, a line is printed each time something changed.
+async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
+    let terminal = stdout_is_terminal();
+    let mut last_line = String::new();
+    let mut ticker = tokio::time::interval(WATCH_PERIOD);
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = ticker.tick() => {}
+        }
+        let view = fetch(client, target).await?;
+        let line = view.line(terminal);
+        if line != last_line {
+            // `\r` and clear-to-end redraw the line in place on a terminal.
+            emit(&if terminal { format!("\r\x1b[K{line}") } else { format!("{line}\n") })?;
+            last_line = line;
+        }
+        let newline = if terminal { "\n" } else { "" };
+        match verdict(&view) {
+            Verdict::Waiting => {}
+            Verdict::Complete => {
+                return emit(&format!("{newline}rollout of {}/{} complete\n", view.namespace, view.name));
+            }
+            Verdict::Halted(reason) => {
+                emit(newline)?;
+                bail!("rollout of {}/{} halted: {reason}", view.namespace, view.name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::testing;
+
+    fn target(name: &str) -> Target {
+        Target { name: name.to_owned(), namespace: DEFAULT_NAMESPACE.to_owned() }
+    }
+
+    #[test]
+    fn views_read_the_syncgroup_status() {
+        let mut object = testing::syncgroup_json("web", "Halted", 4);
+        object["spec"]["rollout"] = json!({"paused": true});
+        object["status"]["summary"]["failed"] = json!(3);
+        object["status"]["conditions"] = json!([
+            {"type": "Ready", "status": "False", "reason": "Halted", "message": "3 clusters failed, more than maxFailures 2"},
+            {"type": "Reconciling", "status": "True"}
+        ]);
+        let view = RolloutView::from_object("default", "web", &object);
+        assert_eq!(view.phase.as_deref(), Some("Halted"));
+        assert!(view.paused);
+        assert_eq!(view.progress, Progress { total: 10, updated: 4, in_progress: 2, failed: 3 });
+        assert_eq!(view.problems, ["Ready: Halted: 3 clusters failed, more than maxFailures 2"]);
+        assert_eq!(
+            verdict(&view),
+            Verdict::Halted("Ready: Halted: 3 clusters failed, more than maxFailures 2".into())
+        );
+        let text = render(&view, ReportFormat::Text, false).unwrap();
+        assert_eq!(
+            text,
+            "syncgroup default/web\n  revision: main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567\n  phase:    Halted\n  \
+             paused:   requested, not yet in effect\n  clusters: 4/10 (40%) updated, 2 in progress, 4 pending, 3 failed\n  \
+             Ready: Halted: 3 clusters failed, more than maxFailures 2\n"
+        );
+    }
+
+    #[test]
+    fn a_complete_phase_from_an_older_generation_is_not_complete() {
+        let mut object = testing::syncgroup_json("web", "Complete", 10);
+        object["status"]["observedGeneration"] = json!(1);
+        assert_eq!(verdict(&RolloutView::from_object("default", "web", &object)), Verdict::Complete);
+        object["metadata"]["generation"] = json!(2);
+        assert_eq!(verdict(&RolloutView::from_object("default", "web", &object)), Verdict::Waiting);
+    }
+
+    #[test]
+    fn a_group_without_status_reads_as_nothing_yet() {
+        let object = json!({"metadata": {"name": "web"}, "spec": {}});
+        let view = RolloutView::from_object("default", "web", &object);
+        assert_eq!(view.line(false), "default/web - 0/0 (0%) updated, 0 in progress, 0 pending, 0 failed");
+        assert_eq!(verdict(&view), Verdict::Waiting);
+        let json: Value = serde_json::from_str(&render(&view, ReportFormat::Json, false).unwrap()).unwrap();
+        assert_eq!(json["phase"], Value::Null);
+        assert_eq!(json["summary"]["total"], 0);
+    }
+
+    #[tokio::test]
+    async fn pause_resume_and_status_over_the_wire() {
+        let server = testing::serve().await;
+        let client = Client::connect(&server).await.unwrap();
+        assert_eq!(resume(&client, &target("canned")).await.unwrap(), "syncgroup.starling.dev/canned resumed\n");
+        let error = resume(&client, &target("web")).await.unwrap_err();
+        assert_eq!(format!("{error:#}"), "not found: syncgroup default/web does not exist");
+        let error = pause(&client, &target("canned")).await.unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            "no leader: cannot forward to the leader (leader is node 2 at 127.0.0.1:7402: retry with \
+             --server 127.0.0.1:7402)"
+        );
+        let view = fetch(&client, &target("canned")).await.unwrap();
+        assert_eq!(view.progress.updated, 4);
+        assert_eq!(view.phase.as_deref(), Some("Progressing"));
+    }
+}

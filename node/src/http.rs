@@ -1,0 +1,45 @@
+//! The HTTP side of a replica: `/healthz` (the process serves), `/readyz` (a leader is known
+//! and this replica has caught up with it) and `/metrics` (Prometheus text format).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::replica::Replica;
+
+pub fn router(replica: Arc<Replica>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(replica)
+}
+
+async fn readyz(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
+    if replica.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader or not caught up\n")
+    }
+}
+
+async fn metrics(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        replica.metrics.render(&replica),
+    )
+}
+
+/// Serves until the task is dropped.
+pub async fn serve(replica: Arc<Replica>, address: SocketAddr) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen for http on {address}: {error}"))?;
+    axum::serve(listener, router(replica)).await?;
+    Ok(())
+}

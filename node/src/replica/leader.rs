@@ -1,0 +1,80 @@
+//! What the leader does besides replicating: the failure detector (marking silent nodes Down
+//! and returning ones Live through committed commands), and making sure every Raft member is
+//! a member of the fleet state. A newly elected leader starts a fresh detector, so every node
+//! gets a full `down_after` from the election (design section 5).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleet::Command;
+use fleet::state::MemberState;
+
+use super::detector::FailureDetector;
+use super::{Replica, lock};
+
+/// How often the leader looks at liveness.
+const TICK: Duration = Duration::from_millis(100);
+
+pub async fn run(replica: Arc<Replica>) {
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if !replica.raft.is_leader() {
+            lock(&replica.detector).take();
+            continue;
+        }
+        let commands = {
+            let mut detector = lock(&replica.detector);
+            let detector = detector.get_or_insert_with(|| {
+                tracing::info!(node = replica.id(), "leading: failure detector started");
+                FailureDetector::new(replica.config.down_after, Instant::now())
+            });
+            duties(&replica, detector)
+        };
+        if commands.is_empty() {
+            continue;
+        }
+        for command in &commands {
+            if let Command::SetMemberState { id, state, .. } = command {
+                tracing::warn!(node = id, ?state, "failure detector verdict");
+            }
+        }
+        if let Err(error) = replica.raft.propose_many(commands).await {
+            tracing::warn!(%error, "cannot commit membership changes");
+        }
+    }
+}
+
+/// The commands the leader should commit now.
+fn duties(replica: &Replica, detector: &FailureDetector) -> Vec<Command> {
+    let now = Instant::now();
+    let at = Replica::now_rfc3339();
+    let membership = replica.raft.membership();
+    replica.raft.reader().read(|state| {
+        let mut commands = Vec::new();
+        for (id, peer) in membership.nodes() {
+            let known = state.members.get(id);
+            if known.is_none_or(|m| m.address != peer.addr) {
+                commands.push(Command::AddMember {
+                    id: *id,
+                    address: peer.addr.clone(),
+                    at: at.clone(),
+                });
+            }
+        }
+        let members: Vec<(u64, MemberState)> = state
+            .members
+            .values()
+            .map(|m| (m.id, m.state))
+            .collect();
+        for verdict in detector.verdicts(now, &members) {
+            commands.push(Command::SetMemberState {
+                id: verdict.node,
+                state: verdict.state,
+                at: at.clone(),
+            });
+        }
+        commands
+    })
+}
