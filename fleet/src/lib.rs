@@ -5,7 +5,13 @@
 //! Nothing in this crate does I/O or reads a clock: time arrives inside commands, so every
 //! replica computes the same state from the same log.
 
+pub mod crd;
+pub mod duration;
+pub mod manifest;
 pub mod resources;
+pub mod selector;
 pub mod state;
+pub mod validate;
+pub mod vars;
 
 pub use state::{Command, FleetState, Outcome};

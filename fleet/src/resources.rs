@@ -61,7 +61,10 @@ pub struct Condition {
     group = "starling.dev",
     version = "v1alpha1",
     kind = "Source",
+    doc = "A git repository and the policy that picks the revision to deploy from it.",
+    category = "starling",
     namespaced,
+    derive = "PartialEq",
     status = "SourceStatus",
     shortname = "src",
     printcolumn = r#"{"name":"URL","type":"string","jsonPath":".spec.git.url"}"#,
@@ -154,7 +157,10 @@ pub enum ClusterMode {
     group = "starling.dev",
     version = "v1alpha1",
     kind = "Cluster",
+    doc = "A target cluster, selected by SyncGroups through its labels.",
+    category = "starling",
     namespaced,
+    derive = "PartialEq",
     status = "ClusterStatus",
     shortname = "scl",
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
@@ -199,7 +205,18 @@ pub struct ClusterStatus {
 
 /// Readiness of applied objects, ranked as in kstatus: a higher rank is healthier.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
 )]
 pub enum ResourceStatus {
     #[default]
@@ -257,7 +274,10 @@ pub struct SyncTemplate {
     group = "starling.dev",
     version = "v1alpha1",
     kind = "Sync",
+    doc = "The manifests under a path of a source, applied to one cluster.",
+    category = "starling",
     namespaced,
+    derive = "PartialEq",
     status = "SyncStatus",
     shortname = "ssync",
     printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterRef.name"}"#,
@@ -284,7 +304,9 @@ pub enum SyncResult {
 }
 
 /// One applied object, as recorded in the inventory.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
     /// `apiVersion` of the object (`v1`, `apps/v1`, …).
@@ -349,7 +371,10 @@ pub struct RolloutPolicy {
     group = "starling.dev",
     version = "v1alpha1",
     kind = "SyncGroup",
+    doc = "A source and path applied to every cluster a label selector picks, rolled out with a budget.",
+    category = "starling",
     namespaced,
+    derive = "PartialEq",
     status = "SyncGroupStatus",
     shortname = "sg",
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.targetRevision"}"#,

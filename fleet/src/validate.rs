@@ -1,0 +1,372 @@
+//! Validation of resources before they enter the fleet state: every rule the types cannot
+//! express, each error naming the field path (`spec.git.ref`, `spec.rollout.maxUnavailable`, …)
+//! and the bad value.
+//!
+//! ```text
+//! Resource --validate--> per kind (validate_source, validate_cluster, validate_sync, validate_sync_group)
+//!                        ├─ metadata: DNS-1123 names, labels
+//!                        └─ spec: refs, urls, paths, selectors, durations, variables, budgets
+//! ```
+//!
+//! All problems of a resource are reported together ([`ValidationError::Several`]) so that a
+//! user fixes a manifest in one round. The module also resolves the defaults that depend on
+//! validated fields: [`max_unavailable`] and the intervals and time-outs.
+
+//!
+//! ```text
+//! validate.rs        the error, the per-kind validators, the checks of whole sections
+//! validate/rules.rs  single-field rules: names, git url and ref, semver, commit, path, selector
+//! validate/defaults.rs  resolved values: maxUnavailable budget, intervals, time-outs
+//! ```
+
+mod defaults;
+mod rules;
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+pub use defaults::*;
+pub use rules::*;
+
+use crate::duration::{DurationError, parse_duration};
+use crate::manifest::Resource;
+use crate::resources::{Cluster, RolloutPolicy, Source, SourceSpec, Sync, SyncGroup, SyncTemplate};
+use crate::selector::{SelectorError, check_label_key, check_label_value};
+use crate::vars::{self, VarError};
+
+/// A rule a resource breaks. Every variant names the field path; most carry the bad value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationError {
+    #[error("{field}: {value:?} is not a valid name: {reason}")]
+    Name {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: must not be empty")]
+    Required { field: String },
+    #[error("{field}: exactly one of branch, tag, semver or commit must be set, {found}")]
+    GitRef { field: String, found: String },
+    #[error("{field}: {value:?} is not a valid git {what}: {reason}")]
+    GitName {
+        field: String,
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {value:?} is not a commit: expected 7 to 40 hexadecimal characters")]
+    Commit { field: String, value: String },
+    #[error("{field}: {value:?} is not a valid semver range: {reason}")]
+    SemverRange {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {value:?} is not a supported git url: {reason}")]
+    GitUrl {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {source}")]
+    Selector {
+        field: String,
+        source: SelectorError,
+    },
+    #[error("{field}: {value:?} is not a valid label: {reason}")]
+    Label {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {value} is out of range: {reason}")]
+    MaxUnavailable {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {value:?} is not a valid path: {reason}")]
+    Path {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{field}: {source}")]
+    Variable { field: String, source: VarError },
+    #[error("{field}: duplicate dependency {name:?}")]
+    DuplicateDependency { field: String, name: String },
+    #[error("{field}: {name:?} depends on itself")]
+    SelfDependency { field: String, name: String },
+    #[error("{field}: {source}")]
+    Duration {
+        field: String,
+        source: DurationError,
+    },
+    #[error("{field}: {value:?} must be greater than zero")]
+    ZeroDuration { field: String, value: String },
+    #[error("{}", join(.0))]
+    Several(Vec<ValidationError>),
+}
+
+fn join(errors: &[ValidationError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ValidationError {
+    /// Every single error (a `Several` flattened).
+    pub fn errors(&self) -> Vec<&ValidationError> {
+        match self {
+            ValidationError::Several(errors) => {
+                errors.iter().flat_map(ValidationError::errors).collect()
+            }
+            single => vec![single],
+        }
+    }
+}
+
+/// Collects the problems of one resource.
+#[derive(Default)]
+struct Problems(Vec<ValidationError>);
+
+impl Problems {
+    fn push(&mut self, error: ValidationError) {
+        self.0.push(error);
+    }
+
+    fn check(&mut self, result: Result<(), ValidationError>) {
+        if let Err(error) = result {
+            self.push(error);
+        }
+    }
+
+    fn finish(mut self) -> Result<(), ValidationError> {
+        match self.0.len() {
+            0 => Ok(()),
+            1 => Err(self.0.remove(0)),
+            _ => Err(ValidationError::Several(self.0)),
+        }
+    }
+}
+
+/// Validates any resource.
+pub fn validate(resource: &Resource) -> Result<(), ValidationError> {
+    match resource {
+        Resource::Source(source) => validate_source(source),
+        Resource::Cluster(cluster) => validate_cluster(cluster),
+        Resource::Sync(sync) => validate_sync(sync),
+        Resource::SyncGroup(group) => validate_sync_group(group),
+        Resource::Secret(secret) => {
+            let mut problems = Problems::default();
+            check_metadata(&mut problems, &secret.metadata);
+            problems.finish()
+        }
+    }
+}
+
+/// Validates a Source: its name, git url, exactly one ref, durations and secret reference.
+pub fn validate_source(source: &Source) -> Result<(), ValidationError> {
+    let mut problems = Problems::default();
+    check_metadata(&mut problems, &source.metadata);
+    check_source_spec(&mut problems, &source.spec);
+    problems.finish()
+}
+
+fn check_source_spec(problems: &mut Problems, spec: &SourceSpec) {
+    problems.check(check_git_url("spec.git.url", &spec.git.url));
+    problems.check(check_git_ref("spec.git.ref", &spec.git.reference));
+    check_duration(problems, "spec.interval", spec.interval.as_deref(), false);
+    check_duration(problems, "spec.timeout", spec.timeout.as_deref(), false);
+    if let Some(secret) = &spec.secret_ref {
+        problems.check(check_object_name("spec.secretRef.name", &secret.name));
+    }
+}
+
+/// Validates a Cluster: its name, labels (they are what selectors see) and kubeconfig reference.
+pub fn validate_cluster(cluster: &Cluster) -> Result<(), ValidationError> {
+    let mut problems = Problems::default();
+    check_metadata(&mut problems, &cluster.metadata);
+    if let Some(reference) = &cluster.spec.kubeconfig_secret_ref {
+        problems.check(check_object_name(
+            "spec.kubeconfigSecretRef.name",
+            &reference.name,
+        ));
+        if let Some(key) = &reference.key {
+            problems.check(check_secret_key("spec.kubeconfigSecretRef.key", key));
+        }
+    }
+    problems.finish()
+}
+
+/// Validates a Sync: its name, references and template.
+pub fn validate_sync(sync: &Sync) -> Result<(), ValidationError> {
+    let mut problems = Problems::default();
+    check_metadata(&mut problems, &sync.metadata);
+    problems.check(check_object_name(
+        "spec.sourceRef.name",
+        &sync.spec.source_ref.name,
+    ));
+    problems.check(check_object_name(
+        "spec.clusterRef.name",
+        &sync.spec.cluster_ref.name,
+    ));
+    let own_name = sync.metadata.name.as_deref().unwrap_or_default();
+    check_template(&mut problems, "spec", &sync.spec.template, own_name);
+    problems.finish()
+}
+
+/// Validates a SyncGroup: its name, source reference, selectors, template and rollout policy.
+pub fn validate_sync_group(group: &SyncGroup) -> Result<(), ValidationError> {
+    let mut problems = Problems::default();
+    check_metadata(&mut problems, &group.metadata);
+    problems.check(check_object_name(
+        "spec.sourceRef.name",
+        &group.spec.source_ref.name,
+    ));
+    if let Some(selector) = &group.spec.cluster_selector {
+        problems.check(check_selector("spec.clusterSelector", selector));
+    }
+    let own_name = group.metadata.name.as_deref().unwrap_or_default();
+    check_template(
+        &mut problems,
+        "spec.template",
+        &group.spec.template,
+        own_name,
+    );
+    check_rollout(&mut problems, "spec.rollout", &group.spec.rollout);
+    problems.finish()
+}
+
+fn check_metadata(problems: &mut Problems, metadata: &ObjectMeta) {
+    problems.check(check_object_name(
+        "metadata.name",
+        metadata.name.as_deref().unwrap_or_default(),
+    ));
+    if let Some(namespace) = &metadata.namespace {
+        problems.check(name_error(
+            "metadata.namespace",
+            namespace,
+            check_dns1123_label(namespace),
+        ));
+    }
+    for (key, value) in metadata.labels.iter().flatten() {
+        let field = format!("metadata.labels[{key:?}]");
+        if let Err(reason) = check_label_key(key) {
+            problems.push(ValidationError::Label {
+                field: field.clone(),
+                value: key.clone(),
+                reason,
+            });
+        }
+        if let Err(reason) = check_label_value(value) {
+            problems.push(ValidationError::Label {
+                field,
+                value: value.clone(),
+                reason,
+            });
+        }
+    }
+}
+
+fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate, own_name: &str) {
+    if let Some(path) = &template.path {
+        problems.check(check_path(&format!("{prefix}.path"), path));
+    }
+    for (name, value) in &template.substitute {
+        let field = format!("{prefix}.substitute[{name:?}]");
+        if let Err(source) = vars::check_name(name) {
+            problems.push(ValidationError::Variable {
+                field: field.clone(),
+                source,
+            });
+        }
+        if let Err(source) = vars::check_value(name, value) {
+            problems.push(ValidationError::Variable { field, source });
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (index, dependency) in template.depends_on.iter().enumerate() {
+        let field = format!("{prefix}.dependsOn[{index}].name");
+        if let Err(error) = check_object_name(&field, &dependency.name) {
+            problems.push(error);
+            continue;
+        }
+        if dependency.name == own_name {
+            problems.push(ValidationError::SelfDependency {
+                field: field.clone(),
+                name: dependency.name.clone(),
+            });
+        }
+        if !seen.insert(dependency.name.as_str()) {
+            problems.push(ValidationError::DuplicateDependency {
+                field,
+                name: dependency.name.clone(),
+            });
+        }
+    }
+    check_duration(
+        problems,
+        &format!("{prefix}.interval"),
+        template.interval.as_deref(),
+        false,
+    );
+    check_duration(
+        problems,
+        &format!("{prefix}.timeout"),
+        template.timeout.as_deref(),
+        false,
+    );
+}
+
+fn check_rollout(problems: &mut Problems, prefix: &str, rollout: &RolloutPolicy) {
+    if let Some(value) = &rollout.max_unavailable {
+        problems.check(parse_max_unavailable(value).map(drop).map_err(|reason| {
+            ValidationError::MaxUnavailable {
+                field: format!("{prefix}.maxUnavailable"),
+                value: describe_int_or_string(value),
+                reason,
+            }
+        }));
+    }
+    for (index, partition) in rollout.partitions.iter().enumerate() {
+        problems.check(check_selector(
+            &format!("{prefix}.partitions[{index}]"),
+            partition,
+        ));
+    }
+    check_duration(
+        problems,
+        &format!("{prefix}.jitter"),
+        rollout.jitter.as_deref(),
+        true,
+    );
+}
+
+fn describe_int_or_string(value: &IntOrString) -> String {
+    match value {
+        IntOrString::Int(number) => number.to_string(),
+        IntOrString::String(text) => format!("{text:?}"),
+    }
+}
+
+fn check_duration(problems: &mut Problems, field: &str, value: Option<&str>, zero_allowed: bool) {
+    let Some(value) = value else { return };
+    match parse_duration(value) {
+        Err(source) => problems.push(ValidationError::Duration {
+            field: field.to_owned(),
+            source,
+        }),
+        Ok(duration) if duration.is_zero() && !zero_allowed => {
+            problems.push(ValidationError::ZeroDuration {
+                field: field.to_owned(),
+                value: value.to_owned(),
+            })
+        }
+        Ok(_) => {}
+    }
+}

@@ -1,0 +1,291 @@
+//! Single-field rules, each a function of a field path and a value that returns the
+//! [`ValidationError`] naming both: object names (DNS-1123), git urls and refs, semver ranges,
+//! commits, paths inside a source, label selectors.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::ValidationError;
+use crate::resources::GitRef;
+use crate::selector::Selector;
+
+/// Longest DNS-1123 subdomain (object names).
+const MAX_SUBDOMAIN_LEN: usize = 253;
+/// Longest DNS-1123 label (namespaces, each part of a subdomain).
+const MAX_LABEL_LEN: usize = 63;
+
+pub(super) fn name_error(
+    field: &str,
+    value: &str,
+    result: Result<(), String>,
+) -> Result<(), ValidationError> {
+    result.map_err(|reason| ValidationError::Name {
+        field: field.to_owned(),
+        value: value.to_owned(),
+        reason,
+    })
+}
+
+/// An object name: required, a DNS-1123 subdomain.
+pub fn check_object_name(field: &str, name: &str) -> Result<(), ValidationError> {
+    if name.is_empty() {
+        return Err(ValidationError::Required {
+            field: field.to_owned(),
+        });
+    }
+    name_error(field, name, check_dns1123_subdomain(name))
+}
+
+/// A DNS-1123 subdomain: at most 253 characters, dot-separated parts of lowercase
+/// alphanumerics and `-`, each starting and ending with an alphanumeric. Returns the reason.
+pub fn check_dns1123_subdomain(text: &str) -> Result<(), String> {
+    if text.len() > MAX_SUBDOMAIN_LEN {
+        return Err(format!("must be at most {MAX_SUBDOMAIN_LEN} characters"));
+    }
+    for part in text.split('.') {
+        if part.is_empty() {
+            return Err("must not be empty, or start or end with '.', or have '..'".to_owned());
+        }
+        check_label_chars(part)?;
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label (a namespace): at most 63 lowercase alphanumerics and `-`, starting and
+/// ending with an alphanumeric. Returns the reason.
+pub fn check_dns1123_label(text: &str) -> Result<(), String> {
+    if text.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    if text.len() > MAX_LABEL_LEN {
+        return Err(format!("must be at most {MAX_LABEL_LEN} characters"));
+    }
+    check_label_chars(text)
+}
+
+fn check_label_chars(part: &str) -> Result<(), String> {
+    if let Some(bad) = part
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(format!(
+            "must consist of lowercase letters, digits, '-' and '.', not {bad:?}"
+        ));
+    }
+    if part.starts_with('-') || part.ends_with('-') {
+        return Err("must start and end with a lowercase letter or digit".to_owned());
+    }
+    Ok(())
+}
+
+/// A key in a Secret's data: `[-._a-zA-Z0-9]+`.
+pub fn check_secret_key(field: &str, key: &str) -> Result<(), ValidationError> {
+    if key.is_empty() {
+        return Err(ValidationError::Required {
+            field: field.to_owned(),
+        });
+    }
+    if key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    {
+        return Ok(());
+    }
+    Err(ValidationError::Name {
+        field: field.to_owned(),
+        value: key.to_owned(),
+        reason: "a secret key must consist of letters, digits, '-', '_' or '.'".to_owned(),
+    })
+}
+
+/// A git url: `https`, `http`, `ssh`, `git` or `file` scheme, or scp-like `user@host:path`.
+pub fn check_git_url(field: &str, url: &str) -> Result<(), ValidationError> {
+    let error = |reason: &str| ValidationError::GitUrl {
+        field: field.to_owned(),
+        value: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if url.is_empty() {
+        return Err(ValidationError::Required {
+            field: field.to_owned(),
+        });
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(error("must not contain whitespace"));
+    }
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let scheme = scheme.to_ascii_lowercase();
+        if !["https", "http", "ssh", "git", "file"].contains(&scheme.as_str()) {
+            return Err(error(&format!(
+                "unsupported scheme {scheme:?} (expected https, http, ssh, git, file or user@host:path)"
+            )));
+        }
+        let host = rest.split('/').next().unwrap_or_default();
+        if scheme != "file" && host.rsplit('@').next().unwrap_or_default().is_empty() {
+            return Err(error("missing host"));
+        }
+        if rest.trim_start_matches(host).trim_matches('/').is_empty() && scheme != "file" {
+            return Err(error("missing repository path"));
+        }
+        if scheme == "file" && rest.is_empty() {
+            return Err(error("missing path"));
+        }
+        return Ok(());
+    }
+    // scp-like: [user@]host:path, with the ':' before any '/'.
+    let Some((user_host, path)) = url.split_once(':') else {
+        return Err(error(
+            "expected a scheme (https://, ssh://, …) or user@host:path",
+        ));
+    };
+    if user_host.contains('/') {
+        return Err(error(
+            "expected a scheme (https://, ssh://, …) or user@host:path",
+        ));
+    }
+    let host = user_host.rsplit('@').next().unwrap_or_default();
+    if host.is_empty() || user_host.starts_with('@') {
+        return Err(error("missing user or host before ':'"));
+    }
+    if path.is_empty() {
+        return Err(error("missing repository path after ':'"));
+    }
+    Ok(())
+}
+
+/// A git ref: exactly one of branch, tag, semver or commit, each well-formed.
+pub fn check_git_ref(field: &str, reference: &GitRef) -> Result<(), ValidationError> {
+    let set: Vec<&str> = [
+        ("branch", reference.branch.is_some()),
+        ("tag", reference.tag.is_some()),
+        ("semver", reference.semver.is_some()),
+        ("commit", reference.commit.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, present)| present.then_some(name))
+    .collect();
+    if set.len() != 1 {
+        let found = if set.is_empty() {
+            "found none".to_owned()
+        } else {
+            format!("found {}", set.join(", "))
+        };
+        return Err(ValidationError::GitRef {
+            field: field.to_owned(),
+            found,
+        });
+    }
+    if let Some(branch) = &reference.branch {
+        check_git_ref_name(&format!("{field}.branch"), "branch", branch)?;
+    }
+    if let Some(tag) = &reference.tag {
+        check_git_ref_name(&format!("{field}.tag"), "tag", tag)?;
+    }
+    if let Some(range) = &reference.semver {
+        check_semver_range(&format!("{field}.semver"), range)?;
+    }
+    if let Some(commit) = &reference.commit {
+        check_commit(&format!("{field}.commit"), commit)?;
+    }
+    Ok(())
+}
+
+/// The rules of `git check-ref-format` that matter for a branch or tag name.
+fn check_git_ref_name(field: &str, what: &'static str, name: &str) -> Result<(), ValidationError> {
+    let reason = if name.is_empty() {
+        Some("must not be empty")
+    } else if name
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || "~^:?*[\\".contains(c))
+    {
+        Some("must not contain whitespace or any of ~ ^ : ? * [ \\")
+    } else if name.contains("..") || name.contains("@{") || name.contains("//") {
+        Some("must not contain '..', '@{' or '//'")
+    } else if name.starts_with(['-', '/', '.'])
+        || name.ends_with(['/', '.'])
+        || name.ends_with(".lock")
+    {
+        Some("must not start with '-', '/' or '.', nor end with '/', '.' or '.lock'")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(ValidationError::GitName {
+            field: field.to_owned(),
+            what,
+            value: name.to_owned(),
+            reason: reason.to_owned(),
+        }),
+    }
+}
+
+/// A semver range as the `semver` crate reads it (`>=1.2.0, <2`, `^1.4`, `~1.2.3`, `*`).
+pub fn check_semver_range(field: &str, range: &str) -> Result<(), ValidationError> {
+    semver::VersionReq::parse(range)
+        .map(drop)
+        .map_err(|error| ValidationError::SemverRange {
+            field: field.to_owned(),
+            value: range.to_owned(),
+            reason: error.to_string(),
+        })
+}
+
+/// A commit: 7 to 40 hexadecimal characters.
+pub fn check_commit(field: &str, commit: &str) -> Result<(), ValidationError> {
+    if (7..=40).contains(&commit.len()) && commit.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Ok(());
+    }
+    Err(ValidationError::Commit {
+        field: field.to_owned(),
+        value: commit.to_owned(),
+    })
+}
+
+/// A path inside a source: relative, without `..`.
+pub fn check_path(field: &str, path: &str) -> Result<(), ValidationError> {
+    let error = |reason: &str| ValidationError::Path {
+        field: field.to_owned(),
+        value: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if path.is_empty() {
+        return Err(error("must not be empty (omit it for the whole tree)"));
+    }
+    if path.starts_with('/') || path.starts_with('\\') {
+        return Err(error("must be relative to the source's root, not absolute"));
+    }
+    if path.contains('\0') {
+        return Err(error("must not contain NUL"));
+    }
+    if path.split(['/', '\\']).any(|component| component == "..") {
+        return Err(error("must not contain '..'"));
+    }
+    Ok(())
+}
+
+/// A label selector, via [`Selector::parse`].
+pub fn check_selector(field: &str, selector: &LabelSelector) -> Result<(), ValidationError> {
+    Selector::parse(selector)
+        .map(drop)
+        .map_err(|source| ValidationError::Selector {
+            field: field.to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_names() {
+        for good in ["a", "web-1", "a.b-c.d", &"a".repeat(253)] {
+            assert!(check_dns1123_subdomain(good).is_ok(), "{good}");
+        }
+        for bad in ["", "A", "-a", "a-", "a..b", ".a", "a_b", &"a".repeat(254)] {
+            assert!(check_dns1123_subdomain(bad).is_err(), "{bad}");
+        }
+        assert!(check_dns1123_label("a.b").is_err());
+        assert!(check_dns1123_label(&"a".repeat(64)).is_err());
+    }
+}

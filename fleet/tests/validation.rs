@@ -1,0 +1,444 @@
+//! Every validation rule of the `starling.dev` resources, as a user meets it: a manifest that
+//! passes, and manifests that break each rule, with the message the user reads (field path and
+//! bad value).
+
+mod common;
+
+use common::{CLUSTER, SOURCE, SYNC, SYNC_GROUP, assert_accepted, assert_rejected, edit};
+use fleet::manifest::Resource;
+use fleet::validate::max_unavailable;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+#[test]
+fn every_kind_of_git_ref_is_accepted() {
+    for reference in [
+        "tag: v1.2.3",
+        "semver: \">=1.2.0, <2.0.0\"",
+        "semver: ^1.4",
+        "commit: 0a1b2c3",
+        "commit: 0123456789abcdef0123456789abcdef01234567",
+    ] {
+        assert_accepted(&edit(SOURCE, "branch: main", reference));
+    }
+}
+
+#[test]
+fn every_supported_url_form_is_accepted() {
+    for url in [
+        "https://git.example.com/org/app.git",
+        "http://localhost:8080/app.git",
+        "ssh://git@git.example.com:2222/org/app.git",
+        "git://git.example.com/app.git",
+        "file:///srv/git/app.git",
+        "git@github.com:org/app.git",
+    ] {
+        assert_accepted(&edit(
+            SOURCE,
+            "url: https://git.example.com/org/app.git",
+            &format!("url: {url}"),
+        ));
+    }
+}
+
+#[test]
+fn max_unavailable_accepts_counts_and_percentages() {
+    for value in ["1", "25", "\"1%\"", "\"100%\"", "\"25%\""] {
+        assert_accepted(&edit(
+            SYNC_GROUP,
+            "maxUnavailable: 10%",
+            &format!("maxUnavailable: {value}"),
+        ));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn names_must_be_dns_subdomains() {
+    assert_rejected(
+        &edit(SOURCE, "  name: app\n", "  name: My_App\n"),
+        &["metadata.name: \"My_App\" is not a valid name"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "  name: app\n", "  name: \"\"\n"),
+        &["metadata.name: must not be empty"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "  name: app\n", "  name: app-\n"),
+        &["metadata.name", "start and end"],
+    );
+    let long = "a".repeat(254);
+    assert_rejected(
+        &edit(SOURCE, "  name: app\n", &format!("  name: {long}\n")),
+        &["at most 253"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "namespace: fleet", "namespace: a.b"),
+        &["metadata.namespace: \"a.b\""],
+    );
+    assert_rejected(
+        &edit(SYNC, "    name: edge-1", "    name: Edge"),
+        &["spec.clusterRef.name: \"Edge\""],
+    );
+    assert_rejected(
+        &edit(SYNC, "    name: app", "    name: \"\""),
+        &["spec.sourceRef.name: must not be empty"],
+    );
+    assert_rejected(
+        &edit(
+            SOURCE,
+            "    name: git-credentials",
+            "    name: git credentials",
+        ),
+        &["spec.secretRef.name"],
+    );
+}
+
+#[test]
+fn cluster_labels_and_kubeconfig_key_are_checked() {
+    assert_rejected(
+        &edit(CLUSTER, "region: eu", "-region: eu"),
+        &["metadata.labels[\"-region\"]", "not a valid label"],
+    );
+    assert_rejected(
+        &edit(CLUSTER, "    key: value", "    key: \"a/b\""),
+        &["spec.kubeconfigSecretRef.key: \"a/b\""],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sources
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_ref_needs_exactly_one_of_branch_tag_semver_commit() {
+    assert_rejected(
+        &edit(SOURCE, "      branch: main", "      {}"),
+        &["spec.git.ref: exactly one of branch, tag, semver or commit must be set, found none"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "    ref:\n      branch: main", "    ref: {}"),
+        &["found none"],
+    );
+    assert_rejected(
+        &edit(
+            SOURCE,
+            "      branch: main",
+            "      branch: main\n      tag: v1",
+        ),
+        &["spec.git.ref: exactly one", "found branch, tag"],
+    );
+}
+
+#[test]
+fn semver_ranges_must_parse() {
+    assert_rejected(
+        &edit(SOURCE, "branch: main", "semver: \"not a range\""),
+        &["spec.git.ref.semver: \"not a range\" is not a valid semver range"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "branch: main", "semver: \">=1.0 <<2\""),
+        &["spec.git.ref.semver"],
+    );
+}
+
+#[test]
+fn commits_are_7_to_40_hex_characters() {
+    for commit in ["abc12", "xyz1234", &"a".repeat(41)] {
+        assert_rejected(
+            &edit(SOURCE, "branch: main", &format!("commit: {commit}")),
+            &[&format!(
+                "spec.git.ref.commit: \"{commit}\" is not a commit: expected 7 to 40 hexadecimal"
+            )],
+        );
+    }
+}
+
+#[test]
+fn branch_and_tag_names_must_be_git_ref_names() {
+    assert_rejected(
+        &edit(SOURCE, "branch: main", "branch: \"a..b\""),
+        &["spec.git.ref.branch: \"a..b\" is not a valid git branch"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "branch: main", "tag: \"v1 beta\""),
+        &["spec.git.ref.tag"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "branch: main", "branch: \"\""),
+        &["spec.git.ref.branch", "must not be empty"],
+    );
+}
+
+#[test]
+fn urls_with_unsupported_schemes_are_rejected() {
+    let cases = [
+        ("ftp://example.com/app.git", "unsupported scheme \"ftp\""),
+        ("s3://bucket/app", "unsupported scheme \"s3\""),
+        ("app.git", "expected a scheme"),
+        ("/srv/git/app.git", "expected a scheme"),
+        ("https://", "missing host"),
+        ("https://example.com", "missing repository path"),
+        ("git@:org/app.git", "missing user or host"),
+        ("git@github.com:", "missing repository path"),
+        ("https://example.com/a b.git", "whitespace"),
+    ];
+    for (url, reason) in cases {
+        let manifest = edit(
+            SOURCE,
+            "url: https://git.example.com/org/app.git",
+            &format!("url: \"{url}\""),
+        );
+        assert_rejected(
+            &manifest,
+            &[
+                &format!("spec.git.url: {url:?} is not a supported git url"),
+                reason,
+            ],
+        );
+    }
+    assert_rejected(
+        &edit(
+            SOURCE,
+            "url: https://git.example.com/org/app.git",
+            "url: \"\"",
+        ),
+        &["spec.git.url: must not be empty"],
+    );
+}
+
+#[test]
+fn source_durations_must_parse_and_be_positive() {
+    assert_rejected(
+        &edit(SOURCE, "interval: 1m", "interval: 1 minute"),
+        &["spec.interval: invalid duration \"1 minute\""],
+    );
+    assert_rejected(
+        &edit(SOURCE, "interval: 1m", "interval: -1m"),
+        &["spec.interval: negative duration \"-1m\""],
+    );
+    assert_rejected(
+        &edit(SOURCE, "interval: 1m", "interval: 0s"),
+        &["spec.interval: \"0s\" must be greater than zero"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "timeout: 30s", "timeout: \"\""),
+        &["spec.timeout: empty duration"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "timeout: 30s", "timeout: \"30\""),
+        &["spec.timeout", "missing unit"],
+    );
+    assert_rejected(
+        &edit(SOURCE, "timeout: 30s", "timeout: 30"),
+        &["spec.timeout: invalid type: integer `30`, expected a string"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Syncs and templates
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn paths_must_be_relative_without_dot_dot() {
+    assert_rejected(
+        &edit(SYNC, "path: ./deploy/web", "path: /etc"),
+        &["spec.path: \"/etc\" is not a valid path", "absolute"],
+    );
+    assert_rejected(
+        &edit(SYNC, "path: ./deploy/web", "path: ../other"),
+        &["spec.path: \"../other\"", "'..'"],
+    );
+    assert_rejected(
+        &edit(SYNC, "path: ./deploy/web", "path: deploy/../../x"),
+        &["'..'"],
+    );
+    assert_rejected(
+        &edit(SYNC, "path: ./deploy/web", "path: \"\""),
+        &["spec.path", "must not be empty"],
+    );
+    assert_rejected(
+        &edit(SYNC_GROUP, "path: deploy/web", "path: /abs"),
+        &["spec.template.path: \"/abs\""],
+    );
+    assert_accepted(&edit(SYNC, "path: ./deploy/web", "path: deploy/web..v2/x"));
+}
+
+#[test]
+fn substitute_names_and_values_are_checked() {
+    assert_rejected(
+        &edit(SYNC, "    REPLICAS: \"3\"", "    1REPLICAS: \"3\""),
+        &["spec.substitute[\"1REPLICAS\"]: invalid variable name \"1REPLICAS\""],
+    );
+    assert_rejected(
+        &edit(
+            SYNC,
+            "    REPLICAS: \"3\"",
+            "    REPLICAS: \"${cluster.name\"",
+        ),
+        &[
+            "spec.substitute[\"REPLICAS\"]",
+            "unterminated variable reference",
+        ],
+    );
+    assert_rejected(
+        &edit(SYNC, "    REPLICAS: \"3\"", "    REPLICAS: \"${}\""),
+        &["empty variable name"],
+    );
+    assert_rejected(
+        &edit(
+            SYNC,
+            "    REPLICAS: \"3\"",
+            "    REPLICAS: \"${cluster.id}\"",
+        ),
+        &["unknown built-in variable \"cluster.id\""],
+    );
+    assert_rejected(
+        &edit(SYNC, "    REPLICAS: \"3\"", "    REPLICAS: \"${HOST}\""),
+        &["refers to \"HOST\""],
+    );
+    assert_accepted(&edit(
+        SYNC,
+        "    REPLICAS: \"3\"",
+        "    REPLICAS: \"${cluster.labels.replicas:=3}\"",
+    ));
+}
+
+#[test]
+fn dependencies_are_unique_and_not_on_oneself() {
+    assert_rejected(
+        &edit(SYNC, "    - name: crds", "    - name: infra"),
+        &["spec.dependsOn[1].name: duplicate dependency \"infra\""],
+    );
+    assert_rejected(
+        &edit(SYNC, "    - name: crds", "    - name: web"),
+        &["spec.dependsOn[1].name: \"web\" depends on itself"],
+    );
+    assert_rejected(
+        &edit(SYNC_GROUP, "      - name: infra", "      - name: web"),
+        &["spec.template.dependsOn[0].name", "depends on itself"],
+    );
+    assert_rejected(
+        &edit(SYNC, "    - name: crds", "    - name: Crds"),
+        &["spec.dependsOn[1].name: \"Crds\""],
+    );
+}
+
+#[test]
+fn sync_durations_must_parse() {
+    assert_rejected(
+        &edit(SYNC, "interval: 10m", "interval: 10mins"),
+        &["spec.interval: invalid duration \"10mins\"", "unknown unit"],
+    );
+    assert_rejected(
+        &edit(SYNC, "timeout: 5m", "timeout: 5m-"),
+        &["spec.timeout"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// SyncGroups
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn cluster_selectors_must_be_valid() {
+    assert_rejected(
+        &edit(SYNC_GROUP, "        values: [eu, us]", "        values: []"),
+        &["spec.clusterSelector: operator In for label key \"region\" needs at least one value"],
+    );
+    assert_rejected(
+        &edit(
+            SYNC_GROUP,
+            "        operator: In",
+            "        operator: Equals",
+        ),
+        &["spec.clusterSelector: unknown operator \"Equals\""],
+    );
+    assert_rejected(
+        &edit(SYNC_GROUP, "      env: prod", "      env/: prod"),
+        &["spec.clusterSelector: invalid label key \"env/\""],
+    );
+    assert_rejected(
+        &edit(SYNC_GROUP, "      env: prod", "      env: pr od"),
+        &["spec.clusterSelector: invalid value \"pr od\""],
+    );
+}
+
+#[test]
+fn partitions_are_checked_one_by_one() {
+    assert_rejected(
+        &edit(
+            SYNC_GROUP,
+            "            operator: Exists",
+            "            operator: Exists\n            values: [x]",
+        ),
+        &["spec.rollout.partitions[1]: operator Exists for label key \"tier\" takes no values"],
+    );
+    assert_rejected(
+        &edit(
+            SYNC_GROUP,
+            "          canary: \"true\"",
+            "          canary: \"-\"",
+        ),
+        &["spec.rollout.partitions[0]"],
+    );
+}
+
+#[test]
+fn max_unavailable_is_at_least_one_and_at_most_100_percent() {
+    let cases = [
+        (
+            "0",
+            "spec.rollout.maxUnavailable: 0 is out of range: must be at least 1",
+        ),
+        ("-3", "spec.rollout.maxUnavailable: -3 is out of range"),
+        (
+            "\"0%\"",
+            "spec.rollout.maxUnavailable: \"0%\" is out of range: a percentage must be between 1% and 100%",
+        ),
+        ("\"101%\"", "\"101%\" is out of range"),
+        (
+            "\"ten\"",
+            "\"ten\" is out of range: expected an integer or a percentage",
+        ),
+        ("\"10\"", "\"10\" is out of range"),
+        ("\"-5%\"", "\"-5%\""),
+    ];
+    for (value, message) in cases {
+        assert_rejected(
+            &edit(
+                SYNC_GROUP,
+                "maxUnavailable: 10%",
+                &format!("maxUnavailable: {value}"),
+            ),
+            &[message],
+        );
+    }
+}
+
+#[test]
+fn jitter_must_parse_and_may_be_zero() {
+    assert_rejected(
+        &edit(SYNC_GROUP, "jitter: 30s", "jitter: soon"),
+        &["spec.rollout.jitter: invalid duration \"soon\""],
+    );
+    assert_accepted(&edit(SYNC_GROUP, "jitter: 30s", "jitter: 0s"));
+}
+
+#[test]
+fn the_resolved_budget_rounds_down_with_a_floor_of_one() {
+    let group = match assert_accepted(SYNC_GROUP).remove(0) {
+        Resource::SyncGroup(group) => group,
+        other => panic!("expected a SyncGroup, got {other:?}"),
+    };
+    assert_eq!(
+        group.spec.rollout.max_unavailable,
+        Some(IntOrString::String("10%".into()))
+    );
+    assert_eq!(max_unavailable(&group.spec.rollout, 100), 10);
+    assert_eq!(max_unavailable(&group.spec.rollout, 19), 1);
+    assert_eq!(max_unavailable(&group.spec.rollout, 5), 1);
+    assert_eq!(max_unavailable(&group.spec.rollout, 0), 0);
+}
