@@ -143,7 +143,7 @@ fn object_key(kind: Kind, key: &Key) -> ObjectKey {
 /// Syncs their SyncGroup (its rollout summary moved).
 fn touched(state: &FleetState, commands: &[(Command, Outcome)]) -> BTreeSet<ObjectKey> {
     let mut keys = BTreeSet::new();
-    let mut add_sync = |keys: &mut BTreeSet<ObjectKey>, sync: &Key| {
+    let add_sync = |keys: &mut BTreeSet<ObjectKey>, sync: &Key| {
         keys.insert(object_key(Kind::Sync, sync));
         if let Some(group) = state.syncs.get(sync).and_then(|s| s.group.as_ref()) {
             keys.insert(object_key(Kind::SyncGroup, group));

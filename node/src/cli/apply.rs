@@ -31,7 +31,12 @@ pub const STDIN: &str = "-";
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {
     /// A manifest file, a directory of them (.yaml, .yml, .json) or `-` for stdin; repeatable.
-    #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-", required = true)]
+    #[arg(
+        short = 'f',
+        long = "filename",
+        value_name = "FILE|DIR|-",
+        required = true
+    )]
     pub files: Vec<String>,
     /// Also read the directories under each directory given with -f.
     #[arg(short = 'R', long)]
@@ -121,7 +126,12 @@ pub fn build_request(
                     joined.push('\n');
                 }
             }
-            let keys = |resources: &[Resource]| resources.iter().map(Resource::key).collect::<Vec<ObjectKey>>();
+            let keys = |resources: &[Resource]| {
+                resources
+                    .iter()
+                    .map(Resource::key)
+                    .collect::<Vec<ObjectKey>>()
+            };
             let rejoined = parse_manifests(&joined).ok().map(|parsed| keys(&parsed));
             if rejoined.as_deref() != Some(keys(resources).as_slice()) {
                 bail!(
@@ -169,7 +179,11 @@ fn as_yaml(input: &Input) -> anyhow::Result<String> {
 /// The inputs named in a message: up to three, then a count.
 fn origins(inputs: &[Input]) -> String {
     const NAMED: usize = 3;
-    let names: Vec<&str> = inputs.iter().take(NAMED).map(|input| input.origin.as_str()).collect();
+    let names: Vec<&str> = inputs
+        .iter()
+        .take(NAMED)
+        .map(|input| input.origin.as_str())
+        .collect();
     match inputs.len() {
         0 => "no files".to_owned(),
         count if count > NAMED => format!("{} and {} more", names.join(", "), count - NAMED),
@@ -189,14 +203,22 @@ pub fn read_inputs(paths: &[String], recursive: bool) -> anyhow::Result<Vec<Inpu
             }
             stdin_read = true;
             let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("cannot read stdin")?;
-            inputs.push(Input { origin: "<stdin>".to_owned(), text });
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read stdin")?;
+            inputs.push(Input {
+                origin: "<stdin>".to_owned(),
+                text,
+            });
             continue;
         }
         for file in collect_files(Path::new(path), recursive)? {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            inputs.push(Input { origin: file.display().to_string(), text });
+            inputs.push(Input {
+                origin: file.display().to_string(),
+                text,
+            });
         }
     }
     Ok(inputs)
@@ -215,7 +237,10 @@ pub fn collect_files(path: &Path, recursive: bool) -> anyhow::Result<Vec<PathBuf
     walk(path, recursive, &mut visited, &mut files)?;
     if files.is_empty() {
         let also = if recursive { " or below it" } else { "" };
-        return Err(anyhow!("no .yaml, .yml or .json files in {}{also}", path.display()));
+        return Err(anyhow!(
+            "no .yaml, .yml or .json files in {}{also}",
+            path.display()
+        ));
     }
     Ok(files)
 }
@@ -265,7 +290,10 @@ mod tests {
     const GROUP: &str = "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: web\nspec:\n  sourceRef:\n    name: app\n  clusterSelector: {}\n";
 
     fn input(origin: &str, text: &str) -> Input {
-        Input { origin: origin.to_owned(), text: text.to_owned() }
+        Input {
+            origin: origin.to_owned(),
+            text: text.to_owned(),
+        }
     }
 
     /// A fresh directory under the system's temporary directory, removed when dropped.
@@ -273,7 +301,8 @@ mod tests {
 
     impl TempDir {
         fn new(name: &str) -> TempDir {
-            let path = std::env::temp_dir().join(format!("starling-apply-{}-{name}", std::process::id()));
+            let path =
+                std::env::temp_dir().join(format!("starling-apply-{}-{name}", std::process::id()));
             let _ = std::fs::remove_dir_all(&path);
             std::fs::create_dir_all(&path).expect("create a temporary directory");
             TempDir(path)
@@ -307,10 +336,18 @@ mod tests {
         let names = |files: Vec<PathBuf>| {
             files
                 .iter()
-                .map(|file| file.strip_prefix(root).expect("under root").display().to_string())
+                .map(|file| {
+                    file.strip_prefix(root)
+                        .expect("under root")
+                        .display()
+                        .to_string()
+                })
                 .collect::<Vec<_>>()
         };
-        assert_eq!(names(collect_files(root, false).unwrap()), ["a.yaml", "b.yml", "c.JSON"]);
+        assert_eq!(
+            names(collect_files(root, false).unwrap()),
+            ["a.yaml", "b.yml", "c.JSON"]
+        );
         assert_eq!(
             names(collect_files(root, true).unwrap()),
             ["a.yaml", "b.yml", "c.JSON", "sub/d.yaml"]
@@ -325,10 +362,19 @@ mod tests {
         let dir = TempDir::new("empty");
         write(&dir.path().join("sub/a.yaml"), SOURCE);
         let error = collect_files(dir.path(), false).unwrap_err().to_string();
-        assert!(error.starts_with("no .yaml, .yml or .json files in"), "{error}");
+        assert!(
+            error.starts_with("no .yaml, .yml or .json files in"),
+            "{error}"
+        );
         assert_eq!(collect_files(dir.path(), true).unwrap().len(), 1);
-        let error = format!("{:#}", collect_files(&dir.path().join("nope"), false).unwrap_err());
-        assert!(error.starts_with("cannot read ") && error.contains("nope"), "{error}");
+        let error = format!(
+            "{:#}",
+            collect_files(&dir.path().join("nope"), false).unwrap_err()
+        );
+        assert!(
+            error.starts_with("cannot read ") && error.contains("nope"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -353,7 +399,11 @@ mod tests {
     fn several_inputs_are_joined_with_json_converted() {
         let json = r#"{"apiVersion":"starling.dev/v1alpha1","kind":"Cluster","metadata":{"name":"c1","labels":{"env":"prod"}}}"#;
         let no_newline = GROUP.trim_end();
-        let inputs = [input("a.yaml", SOURCE), input("b.json", json), input("c.yaml", no_newline)];
+        let inputs = [
+            input("a.yaml", SOURCE),
+            input("b.json", json),
+            input("c.yaml", no_newline),
+        ];
         let resources = parse_inputs(&inputs).unwrap();
         let request = build_request(&inputs, &resources, false).unwrap();
         let text = String::from_utf8(request.manifests).unwrap();
@@ -364,7 +414,11 @@ mod tests {
     #[test]
     fn results_read_like_kubectl() {
         let result = |kind: &str, name: &str, action: proto::ApplyAction| proto::ApplyResult {
-            object: Some(proto::ObjectRef { kind: kind.into(), namespace: "default".into(), name: name.into() }),
+            object: Some(proto::ObjectRef {
+                kind: kind.into(),
+                namespace: "default".into(),
+                name: name.into(),
+            }),
             action: action.into(),
             generation: 1,
         };
@@ -377,7 +431,10 @@ mod tests {
             render_results(&results, false),
             "syncgroup.starling.dev/web created\nsource.starling.dev/app configured\nsecret/c1-kubeconfig unchanged\n"
         );
-        assert_eq!(render_results(&results[..1], true), "syncgroup.starling.dev/web created (dry run)\n");
+        assert_eq!(
+            render_results(&results[..1], true),
+            "syncgroup.starling.dev/web created (dry run)\n"
+        );
     }
 
     #[tokio::test]
@@ -395,9 +452,20 @@ mod tests {
             apply(&client, request).await.unwrap(),
             "source.starling.dev/app unchanged\nsyncgroup.starling.dev/web unchanged\n"
         );
-        let forbidden = [input("f.yaml", &SOURCE.replace("name: app", "name: forbidden"))];
+        let forbidden = [input(
+            "f.yaml",
+            &SOURCE.replace("name: app", "name: forbidden"),
+        )];
         let resources = parse_inputs(&forbidden).unwrap();
-        let error = apply(&client, build_request(&forbidden, &resources, false).unwrap()).await.unwrap_err();
-        assert_eq!(format!("{error:#}"), "rejected: specs are read-only in operator mode");
+        let error = apply(
+            &client,
+            build_request(&forbidden, &resources, false).unwrap(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            "rejected: specs are read-only in operator mode"
+        );
     }
 }

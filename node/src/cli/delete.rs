@@ -47,7 +47,10 @@ pub fn run(args: DeleteArgs) -> anyhow::Result<()> {
     match report.not_found {
         0 => Ok(()),
         _ if args.ignore_not_found => Ok(()),
-        missing => Err(anyhow!("{missing} of {} objects not found", report.lines.len())),
+        missing => Err(anyhow!(
+            "{missing} of {} objects not found",
+            report.lines.len()
+        )),
     }
 }
 
@@ -122,7 +125,9 @@ pub fn keys_from_targets(targets: &[String], namespace: &str) -> anyhow::Result<
         }
         for name in names {
             if name.contains('/') || name.is_empty() {
-                bail!("invalid name {name:?}: mix neither KIND NAME with KIND/NAME nor empty names");
+                bail!(
+                    "invalid name {name:?}: mix neither KIND NAME with KIND/NAME nor empty names"
+                );
             }
             push_unique(&mut keys, ObjectKey::new(kind, namespace, name.as_str()));
         }
@@ -144,7 +149,10 @@ pub fn keys_from_files(
             Some(own) => own.as_str(),
             None => namespace.unwrap_or(DEFAULT_NAMESPACE),
         };
-        push_unique(&mut keys, ObjectKey::new(resource.kind(), namespace, resource.name()));
+        push_unique(
+            &mut keys,
+            ObjectKey::new(resource.kind(), namespace, resource.name()),
+        );
     }
     if keys.is_empty() {
         bail!("no objects to delete in the given files");
@@ -172,9 +180,13 @@ mod tests {
         let keys = keys_from_targets(&targets("sg web api web"), "prod").unwrap();
         assert_eq!(
             keys,
-            [ObjectKey::new(Kind::SyncGroup, "prod", "web"), ObjectKey::new(Kind::SyncGroup, "prod", "api")]
+            [
+                ObjectKey::new(Kind::SyncGroup, "prod", "web"),
+                ObjectKey::new(Kind::SyncGroup, "prod", "api")
+            ]
         );
-        let keys = keys_from_targets(&targets("src/app secret/kc clusters/other/c1"), "default").unwrap();
+        let keys =
+            keys_from_targets(&targets("src/app secret/kc clusters/other/c1"), "default").unwrap();
         assert_eq!(
             keys,
             [
@@ -187,7 +199,11 @@ mod tests {
 
     #[test]
     fn bad_targets_are_explained() {
-        let error = |text: &str| keys_from_targets(&targets(text), "default").unwrap_err().to_string();
+        let error = |text: &str| {
+            keys_from_targets(&targets(text), "default")
+                .unwrap_err()
+                .to_string()
+        };
         assert_eq!(error("sg"), "name the syncgroups to delete: sg NAME...");
         assert!(error("pods x").starts_with("unknown kind \"pods\""));
         assert!(error("sg a/b").starts_with("invalid name \"a/b\""));
@@ -198,7 +214,10 @@ mod tests {
     #[test]
     fn reports_list_missing_objects_unless_ignored() {
         let report = Report {
-            lines: vec![("syncgroup.starling.dev/web".into(), true), ("source.starling.dev/app".into(), false)],
+            lines: vec![
+                ("syncgroup.starling.dev/web".into(), true),
+                ("source.starling.dev/app".into(), false),
+            ],
             not_found: 1,
         };
         assert_eq!(
@@ -214,7 +233,11 @@ mod tests {
         let client = Client::connect(&server).await.unwrap();
         let manifest = "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\n";
         let resources = fleet::manifest::parse_manifests(manifest).unwrap();
-        let request = proto::ApplyRequest { manifests: manifest.into(), origin: "c.yaml".into(), dry_run: false };
+        let request = proto::ApplyRequest {
+            manifests: manifest.into(),
+            origin: "c.yaml".into(),
+            dry_run: false,
+        };
         client.apply(request).await.unwrap();
         assert_eq!(resources.len(), 1);
         let keys = keys_from_targets(&targets("clusters c1 c2"), "default").unwrap();

@@ -40,7 +40,8 @@ pub struct GetArgs {
 }
 
 fn parse_kind(text: &str) -> Result<Kind, String> {
-    text.parse().map_err(|error: fleet::manifest::DocumentError| error.to_string())
+    text.parse()
+        .map_err(|error: fleet::manifest::DocumentError| error.to_string())
 }
 
 fn parse_selector(text: &str) -> Result<String, String> {
@@ -63,7 +64,13 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let single = args.name.is_some();
-    emit(&render(args.kind, &fetched, args.output, args.all_namespaces, single)?)
+    emit(&render(
+        args.kind,
+        &fetched,
+        args.output,
+        args.all_namespaces,
+        single,
+    )?)
 }
 
 /// The objects asked for, sorted by namespace and name.
@@ -71,43 +78,83 @@ async fn fetch(client: &Client, args: &GetArgs, namespace: &str) -> anyhow::Resu
     let kind = args.kind.as_str().to_owned();
     let objects = match &args.name {
         Some(name) => {
-            let object = proto::ObjectRef { kind, namespace: namespace.to_owned(), name: name.clone() };
-            let response = client.get(proto::GetRequest { object: Some(object) }).await?;
-            let object = response
-                .object
-                .ok_or_else(|| anyhow!("the node answered without the object {namespace}/{name}"))?;
+            let object = proto::ObjectRef {
+                kind,
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+            };
+            let response = client
+                .get(proto::GetRequest {
+                    object: Some(object),
+                })
+                .await?;
+            let object = response.object.ok_or_else(|| {
+                anyhow!("the node answered without the object {namespace}/{name}")
+            })?;
             vec![object]
         }
         None => {
-            let namespace = if args.all_namespaces { String::new() } else { namespace.to_owned() };
+            let namespace = if args.all_namespaces {
+                String::new()
+            } else {
+                namespace.to_owned()
+            };
             let label_selector = args.selector.clone().unwrap_or_default();
-            let request = proto::ListRequest { kind, namespace, name: String::new(), label_selector };
+            let request = proto::ListRequest {
+                kind,
+                namespace,
+                name: String::new(),
+                label_selector,
+            };
             client.list(request).await?.objects
         }
     };
-    let mut values = objects.iter().map(decode).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut values = objects
+        .iter()
+        .map(decode)
+        .collect::<anyhow::Result<Vec<_>>>()?;
     values.sort_by(|a, b| {
-        (text_at(a, "/metadata/namespace"), text_at(a, "/metadata/name"))
-            .cmp(&(text_at(b, "/metadata/namespace"), text_at(b, "/metadata/name")))
+        (
+            text_at(a, "/metadata/namespace"),
+            text_at(a, "/metadata/name"),
+        )
+            .cmp(&(
+                text_at(b, "/metadata/namespace"),
+                text_at(b, "/metadata/name"),
+            ))
     });
     Ok(values)
 }
 
 fn decode(object: &proto::Object) -> anyhow::Result<Value> {
     serde_json::from_slice(&object.json).with_context(|| match &object.r#ref {
-        Some(key) => format!("the node sent an invalid {} {}/{}", key.kind, key.namespace, key.name),
+        Some(key) => format!(
+            "the node sent an invalid {} {}/{}",
+            key.kind, key.namespace, key.name
+        ),
         None => "the node sent an invalid object".to_owned(),
     })
 }
 
 /// Renders the objects in the chosen format. `single`: one object was asked for by name, so
 /// JSON and YAML print it alone rather than in a `List`.
-pub fn render(kind: Kind, objects: &[Value], format: Format, all_namespaces: bool, single: bool) -> anyhow::Result<String> {
+pub fn render(
+    kind: Kind,
+    objects: &[Value],
+    format: Format,
+    all_namespaces: bool,
+    single: bool,
+) -> anyhow::Result<String> {
     match format {
         Format::Table => Ok(table(kind, objects, all_namespaces).render()),
         Format::Name => Ok(objects
             .iter()
-            .map(|object| format!("{}\n", object_name(kind, &text_at(object, "/metadata/name"))))
+            .map(|object| {
+                format!(
+                    "{}\n",
+                    object_name(kind, &text_at(object, "/metadata/name"))
+                )
+            })
             .collect()),
         Format::Json | Format::Yaml => {
             let mut redacted: Vec<Value> = objects.to_vec();
@@ -161,7 +208,11 @@ fn columns(kind: Kind, object: &Value) -> Vec<String> {
     let at = |pointer: &str| text_at(object, pointer);
     let revision = |pointer: &str| short_revision(&at(pointer));
     match kind {
-        Kind::Source => vec![at("/spec/git/url"), revision("/status/revision"), ready_condition(object)],
+        Kind::Source => vec![
+            at("/spec/git/url"),
+            revision("/status/revision"),
+            ready_condition(object),
+        ],
         Kind::Cluster => vec![
             at("/spec/mode"),
             at("/status/owner"),
@@ -197,9 +248,14 @@ fn ready_condition(object: &Value) -> String {
         .pointer("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|conditions| {
-            conditions.iter().find(|condition| condition.get("type").and_then(Value::as_str) == Some("Ready"))
+            conditions
+                .iter()
+                .find(|condition| condition.get("type").and_then(Value::as_str) == Some("Ready"))
         })
-        .map_or_else(|| NONE.to_owned(), |condition| text_at(condition, "/status"))
+        .map_or_else(
+            || NONE.to_owned(),
+            |condition| text_at(condition, "/status"),
+        )
 }
 
 /// The number of distinct keys in `data` and `stringData`.
@@ -245,8 +301,15 @@ mod tests {
     fn kinds_and_selectors_are_checked_before_anything_is_sent() {
         assert_eq!(parse_kind("sg"), Ok(Kind::SyncGroup));
         assert_eq!(parse_kind("Secrets"), Ok(Kind::Secret));
-        assert!(parse_kind("pods").unwrap_err().starts_with("unknown kind \"pods\""));
-        assert_eq!(parse_selector("env=prod,tier in (a,b)").as_deref(), Ok("env=prod,tier in (a,b)"));
+        assert!(
+            parse_kind("pods")
+                .unwrap_err()
+                .starts_with("unknown kind \"pods\"")
+        );
+        assert_eq!(
+            parse_selector("env=prod,tier in (a,b)").as_deref(),
+            Ok("env=prod,tier in (a,b)")
+        );
         assert!(parse_selector("env in prod").is_err());
     }
 
@@ -270,9 +333,15 @@ mod tests {
         assert_eq!(columns(Kind::Cluster, &cluster), ["push", "2", "7", "true"]);
         let sync = json!({"metadata": {"name": "web-c1"}, "spec": {"clusterRef": {"name": "c1"}},
             "status": {"lastAppliedRevision": "v1@sha1:abc", "resourcesLeastStatus": "Current", "result": "Succeeded"}});
-        assert_eq!(columns(Kind::Sync, &sync), ["c1", "v1@sha1:abc", "Current", "Succeeded"]);
+        assert_eq!(
+            columns(Kind::Sync, &sync),
+            ["c1", "v1@sha1:abc", "Current", "Succeeded"]
+        );
         let group = testing::syncgroup_json("web", "Progressing", 4);
-        assert_eq!(columns(Kind::SyncGroup, &group), ["main@sha1:0a1b2c3d4e5f", "10", "4", "0", "Progressing"]);
+        assert_eq!(
+            columns(Kind::SyncGroup, &group),
+            ["main@sha1:0a1b2c3d4e5f", "10", "4", "0", "Progressing"]
+        );
     }
 
     #[test]
@@ -281,8 +350,18 @@ mod tests {
             "data": {"value": "c2VjcmV0"}, "stringData": {"token": "hunter2", "value": "x"}});
         assert_eq!(columns(Kind::Secret, &secret), ["Opaque", "2"]);
         for format in [Format::Json, Format::Yaml, Format::Table, Format::Name] {
-            let text = render(Kind::Secret, std::slice::from_ref(&secret), format, false, true).unwrap();
-            assert!(!text.contains("c2VjcmV0") && !text.contains("hunter2"), "{format:?}: {text}");
+            let text = render(
+                Kind::Secret,
+                std::slice::from_ref(&secret),
+                format,
+                false,
+                true,
+            )
+            .unwrap();
+            assert!(
+                !text.contains("c2VjcmV0") && !text.contains("hunter2"),
+                "{format:?}: {text}"
+            );
             assert!(text.contains("c1-kubeconfig"), "{format:?}: {text}");
         }
     }
@@ -290,10 +369,16 @@ mod tests {
     #[test]
     fn several_objects_print_as_a_list_and_one_alone() {
         let objects = [source("a", "default"), source("b", "default")];
-        let list: Value = serde_json::from_str(&render(Kind::Source, &objects, Format::Json, false, false).unwrap()).unwrap();
+        let list: Value = serde_json::from_str(
+            &render(Kind::Source, &objects, Format::Json, false, false).unwrap(),
+        )
+        .unwrap();
         assert_eq!(list["kind"], "List");
         assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
-        let one: Value = serde_yaml_ng::from_str(&render(Kind::Source, &objects[..1], Format::Yaml, false, true).unwrap()).unwrap();
+        let one: Value = serde_yaml_ng::from_str(
+            &render(Kind::Source, &objects[..1], Format::Yaml, false, true).unwrap(),
+        )
+        .unwrap();
         assert_eq!(one["metadata"]["name"], "a");
         // A list printed as YAML is a valid manifest again.
         let yaml = render(Kind::Source, &objects, Format::Yaml, false, false).unwrap();
@@ -309,7 +394,11 @@ mod tests {
         let server = testing::serve().await;
         let client = Client::connect(&server).await.unwrap();
         let manifest = serde_json::to_string(&source("app", "default")).unwrap();
-        let request = proto::ApplyRequest { manifests: manifest.into_bytes(), origin: "s.json".into(), dry_run: false };
+        let request = proto::ApplyRequest {
+            manifests: manifest.into_bytes(),
+            origin: "s.json".into(),
+            dry_run: false,
+        };
         client.apply(request).await.unwrap();
         let args = |name: Option<&str>| GetArgs {
             kind: Kind::Source,
@@ -321,8 +410,16 @@ mod tests {
             server: server.clone(),
         };
         let listed = fetch(&client, &args(None), "default").await.unwrap();
-        assert_eq!(render(Kind::Source, &listed, Format::Name, false, false).unwrap(), "source.starling.dev/app\n");
-        let error = fetch(&client, &args(Some("nope")), "default").await.unwrap_err();
-        assert_eq!(format!("{error:#}"), "not found: Source default/nope does not exist");
+        assert_eq!(
+            render(Kind::Source, &listed, Format::Name, false, false).unwrap(),
+            "source.starling.dev/app\n"
+        );
+        let error = fetch(&client, &args(Some("nope")), "default")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            "not found: Source default/nope does not exist"
+        );
     }
 }

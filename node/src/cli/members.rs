@@ -37,9 +37,7 @@ pub enum MembersCommand {
         learner: bool,
     },
     /// Remove a node from the group.
-    Remove {
-        id: u64,
-    },
+    Remove { id: u64 },
     /// Move a node's clusters and sources to the other nodes, and give it no new ones.
     Drain {
         id: u64,
@@ -48,13 +46,13 @@ pub enum MembersCommand {
         undo: bool,
     },
     /// Hand leadership to a node (any other up-to-date voter when no id is given).
-    TransferLeader {
-        id: Option<u64>,
-    },
+    TransferLeader { id: Option<u64> },
 }
 
 pub fn run(args: MembersArgs) -> anyhow::Result<()> {
-    let command = args.command.unwrap_or(MembersCommand::List { output: args.output });
+    let command = args.command.unwrap_or(MembersCommand::List {
+        output: args.output,
+    });
     let text = block_on(async {
         let client = Client::connect(&args.server).await?;
         execute(&client, command).await
@@ -75,11 +73,22 @@ pub async fn execute(client: &Client, command: MembersCommand) -> anyhow::Result
                 })),
             }
         }
-        MembersCommand::Add { id, address, learner } => {
-            let request = proto::AddNodeRequest { id, address: address.clone(), voter: !learner };
+        MembersCommand::Add {
+            id,
+            address,
+            learner,
+        } => {
+            let request = proto::AddNodeRequest {
+                id,
+                address: address.clone(),
+                voter: !learner,
+            };
             let response = client.add_node(request).await?;
             let role = if learner { "learner" } else { "voter" };
-            Ok(format!("node {id} at {address} added as {role}; {}", membership(&response)))
+            Ok(format!(
+                "node {id} at {address} added as {role}; {}",
+                membership(&response)
+            ))
         }
         MembersCommand::Remove { id } => {
             let response = client.remove_node(proto::RemoveNodeRequest { id }).await?;
@@ -88,7 +97,10 @@ pub async fn execute(client: &Client, command: MembersCommand) -> anyhow::Result
         MembersCommand::Drain { id, undo } => {
             let response = client.drain(proto::DrainRequest { id, undo }).await?;
             Ok(match undo {
-                true => format!("node {id} takes work again (revision {})\n", response.revision),
+                true => format!(
+                    "node {id} takes work again (revision {})\n",
+                    response.revision
+                ),
                 false => format!(
                     "node {id} draining: {} clusters and sources moved away (revision {})\n",
                     response.moved, response.revision
@@ -100,7 +112,10 @@ pub async fn execute(client: &Client, command: MembersCommand) -> anyhow::Result
             let response = client
                 .transfer_leadership(proto::TransferLeadershipRequest { target })
                 .await?;
-            Ok(format!("leader is node {} (term {})\n", response.leader_id, response.term))
+            Ok(format!(
+                "leader is node {} (term {})\n",
+                response.leader_id, response.term
+            ))
         }
     }
 }
@@ -110,7 +125,10 @@ fn members_text(response: &proto::MembersResponse) -> String {
         0 => "none (no leader elected)".to_owned(),
         id => format!("node {id}"),
     };
-    format!("leader: {leader}\n\n{}", members_table(&response.members).render())
+    format!(
+        "leader: {leader}\n\n{}",
+        members_table(&response.members).render()
+    )
 }
 
 /// `voters 1,2,3; learners none (log index 12)`.
@@ -148,7 +166,9 @@ mod tests {
     fn parse(line: &str) -> MembersArgs {
         let words = std::iter::once("starling").chain(line.split_whitespace());
         match Line::try_parse_from(words) {
-            Ok(Line { command: Top::Members(args) }) => args,
+            Ok(Line {
+                command: Top::Members(args),
+            }) => args,
             Err(error) => panic!("{line}: {error}"),
         }
     }
@@ -158,10 +178,20 @@ mod tests {
         assert!(parse("members").command.is_none());
         assert!(matches!(
             parse("members add 4 10.0.0.4:7400 --learner").command,
-            Some(MembersCommand::Add { id: 4, learner: true, .. })
+            Some(MembersCommand::Add {
+                id: 4,
+                learner: true,
+                ..
+            })
         ));
-        assert!(matches!(parse("members drain 2 --undo").command, Some(MembersCommand::Drain { id: 2, undo: true })));
-        assert!(matches!(parse("members transfer-leader").command, Some(MembersCommand::TransferLeader { id: None })));
+        assert!(matches!(
+            parse("members drain 2 --undo").command,
+            Some(MembersCommand::Drain { id: 2, undo: true })
+        ));
+        assert!(matches!(
+            parse("members transfer-leader").command,
+            Some(MembersCommand::TransferLeader { id: None })
+        ));
         let args = parse("members remove 3 --server 10.0.0.1:7400 --timeout 2s");
         assert_eq!(args.server.server, "10.0.0.1:7400");
         assert_eq!(args.server.timeout, std::time::Duration::from_secs(2));
@@ -172,22 +202,42 @@ mod tests {
     async fn each_change_says_what_happened() {
         let server = testing::serve().await;
         let client = Client::connect(&server).await.unwrap();
-        let add = MembersCommand::Add { id: 4, address: "127.0.0.1:7404".into(), learner: false };
+        let add = MembersCommand::Add {
+            id: 4,
+            address: "127.0.0.1:7404".into(),
+            learner: false,
+        };
         assert_eq!(
             execute(&client, add).await.unwrap(),
             "node 4 at 127.0.0.1:7404 added as voter; voters 1,2,3,4; learners none (log index 130)\n"
         );
         assert_eq!(
-            execute(&client, MembersCommand::Drain { id: 2, undo: false }).await.unwrap(),
+            execute(&client, MembersCommand::Drain { id: 2, undo: false })
+                .await
+                .unwrap(),
             "node 2 draining: 33 clusters and sources moved away (revision 132)\n"
         );
         assert_eq!(
-            execute(&client, MembersCommand::TransferLeader { id: None }).await.unwrap(),
+            execute(&client, MembersCommand::TransferLeader { id: None })
+                .await
+                .unwrap(),
             "leader is node 2 (term 5)\n"
         );
-        let error = execute(&client, MembersCommand::Remove { id: 9 }).await.unwrap_err();
+        let error = execute(&client, MembersCommand::Remove { id: 9 })
+            .await
+            .unwrap_err();
         assert_eq!(format!("{error:#}"), "rejected: node 9 is not a member");
-        let listed = execute(&client, MembersCommand::List { output: ReportFormat::Text }).await.unwrap();
-        assert!(listed.starts_with("leader: node 1\n\nID   ADDRESS"), "{listed}");
+        let listed = execute(
+            &client,
+            MembersCommand::List {
+                output: ReportFormat::Text,
+            },
+        )
+        .await
+        .unwrap();
+        assert!(
+            listed.starts_with("leader: node 1\n\nID   ADDRESS"),
+            "{listed}"
+        );
     }
 }

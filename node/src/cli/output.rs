@@ -88,10 +88,6 @@ impl Table {
         self.rows.push(row);
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
     pub fn render(&self) -> String {
         let columns = self.headers.len();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
@@ -212,7 +208,10 @@ pub fn stdout_is_terminal() -> bool {
 /// Writes to stdout. A closed pipe (`starling get … | head`) ends the output quietly.
 pub fn emit(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(error) => Err(error).context("cannot write to stdout"),
@@ -225,7 +224,10 @@ mod tests {
 
     #[test]
     fn object_names_follow_kubectl() {
-        assert_eq!(object_name(Kind::SyncGroup, "web"), "syncgroup.starling.dev/web");
+        assert_eq!(
+            object_name(Kind::SyncGroup, "web"),
+            "syncgroup.starling.dev/web"
+        );
         assert_eq!(object_name(Kind::Source, "app"), "source.starling.dev/app");
         assert_eq!(object_name(Kind::Secret, "kc"), "secret/kc");
         assert_eq!(object_name_from("Cluster", "a"), "cluster.starling.dev/a");
@@ -243,7 +245,11 @@ mod tests {
     #[test]
     fn tables_align_columns_without_trailing_spaces() {
         let mut table = Table::new(["NAME", "URL", "READY"]);
-        table.push(vec!["app".into(), "https://example.com/a.git".into(), "True".into()]);
+        table.push(vec![
+            "app".into(),
+            "https://example.com/a.git".into(),
+            "True".into(),
+        ]);
         table.push(vec!["longer-name".into(), "-".into(), String::new()]);
         assert_eq!(
             table.render(),
@@ -262,9 +268,18 @@ mod tests {
 
     #[test]
     fn progress_bars_fill_by_state() {
-        let progress = Progress { total: 10, updated: 4, in_progress: 2, failed: 1 };
+        let progress = Progress {
+            total: 10,
+            updated: 4,
+            in_progress: 2,
+            failed: 1,
+        };
         assert_eq!(progress_bar(progress, 10), "[####x>>---]");
-        let done = Progress { total: 3, updated: 3, ..Progress::default() };
+        let done = Progress {
+            total: 3,
+            updated: 3,
+            ..Progress::default()
+        };
         assert_eq!(progress_bar(done, 20), format!("[{}]", "#".repeat(20)));
         assert_eq!(progress_bar(Progress::default(), 4), "[----]");
     }
@@ -283,13 +298,22 @@ mod tests {
                 assert_eq!(bar.chars().count(), 19, "{progress:?}: {bar}");
             }
         }
-        let overfull = Progress { total: 2, updated: 5, in_progress: 5, failed: 5 };
+        let overfull = Progress {
+            total: 2,
+            updated: 5,
+            in_progress: 5,
+            failed: 5,
+        };
         assert_eq!(progress_bar(overfull, 4), "[####]");
     }
 
     #[test]
     fn ratios_and_durations_read_well() {
-        let progress = Progress { total: 3, updated: 1, ..Progress::default() };
+        let progress = Progress {
+            total: 3,
+            updated: 1,
+            ..Progress::default()
+        };
         assert_eq!(progress_ratio(progress), "1/3 (33%)");
         assert_eq!(progress_ratio(Progress::default()), "0/0 (0%)");
         assert_eq!(millis_ago(0), "-");

@@ -79,17 +79,26 @@ pub fn run(args: RolloutArgs) -> anyhow::Result<()> {
 }
 
 fn request(target: &Target) -> proto::RolloutRequest {
-    proto::RolloutRequest { namespace: target.namespace.clone(), name: target.name.clone() }
+    proto::RolloutRequest {
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    }
 }
 
 pub async fn pause(client: &Client, target: &Target) -> anyhow::Result<String> {
     client.rollout_pause(request(target)).await?;
-    Ok(format!("{} paused\n", object_name(Kind::SyncGroup, &target.name)))
+    Ok(format!(
+        "{} paused\n",
+        object_name(Kind::SyncGroup, &target.name)
+    ))
 }
 
 pub async fn resume(client: &Client, target: &Target) -> anyhow::Result<String> {
     client.rollout_resume(request(target)).await?;
-    Ok(format!("{} resumed\n", object_name(Kind::SyncGroup, &target.name)))
+    Ok(format!(
+        "{} resumed\n",
+        object_name(Kind::SyncGroup, &target.name)
+    ))
 }
 
 /// Where a SyncGroup's rollout stands, read from the object.
@@ -119,18 +128,29 @@ impl RolloutView {
                 .unwrap_or(0)
         };
         let text = |pointer: &str| Some(text_at(object, pointer)).filter(|text| text != NONE);
-        let generation = object.pointer("/metadata/generation").and_then(Value::as_i64);
-        let observed = object.pointer("/status/observedGeneration").and_then(Value::as_i64);
+        let generation = object
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64);
+        let observed = object
+            .pointer("/status/observedGeneration")
+            .and_then(Value::as_i64);
         let problems = object
             .pointer("/status/conditions")
             .and_then(Value::as_array)
             .map(|conditions| {
                 conditions
                     .iter()
-                    .filter(|condition| condition.get("status").and_then(Value::as_str) != Some("True"))
+                    .filter(|condition| {
+                        condition.get("status").and_then(Value::as_str) != Some("True")
+                    })
                     .map(|condition| {
-                        let parts = ["/type", "/reason", "/message"].map(|field| text_at(condition, field));
-                        parts.into_iter().filter(|part| part != NONE).collect::<Vec<_>>().join(": ")
+                        let parts =
+                            ["/type", "/reason", "/message"].map(|field| text_at(condition, field));
+                        parts
+                            .into_iter()
+                            .filter(|part| part != NONE)
+                            .collect::<Vec<_>>()
+                            .join(": ")
                     })
                     .collect()
             })
@@ -140,7 +160,10 @@ impl RolloutView {
             name: name.to_owned(),
             target_revision: text("/status/targetRevision"),
             phase: text("/status/phase"),
-            paused: object.pointer("/spec/rollout/paused").and_then(Value::as_bool).unwrap_or(false),
+            paused: object
+                .pointer("/spec/rollout/paused")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
             stale: matches!((generation, observed), (Some(generation), Some(observed)) if observed < generation),
             progress: Progress {
                 total: count("total"),
@@ -170,8 +193,18 @@ impl RolloutView {
 
     /// One line for `--watch`.
     fn line(&self, bar: bool) -> String {
-        let bar = if bar { format!("{} ", progress_bar(self.progress, BAR_WIDTH)) } else { String::new() };
-        format!("{}/{} {} {bar}{}", self.namespace, self.name, self.phase(), self.counts())
+        let bar = if bar {
+            format!("{} ", progress_bar(self.progress, BAR_WIDTH))
+        } else {
+            String::new()
+        };
+        format!(
+            "{}/{} {} {bar}{}",
+            self.namespace,
+            self.name,
+            self.phase(),
+            self.counts()
+        )
     }
 }
 
@@ -181,14 +214,30 @@ async fn fetch(client: &Client, target: &Target) -> anyhow::Result<RolloutView> 
         namespace: target.namespace.clone(),
         name: target.name.clone(),
     };
-    let response = client.get(proto::GetRequest { object: Some(object) }).await?;
+    let response = client
+        .get(proto::GetRequest {
+            object: Some(object),
+        })
+        .await?;
     let Some(object) = response.object else {
-        bail!("the node answered without syncgroup {}/{}", target.namespace, target.name);
+        bail!(
+            "the node answered without syncgroup {}/{}",
+            target.namespace,
+            target.name
+        );
     };
     let value: Value = serde_json::from_slice(&object.json).map_err(|error| {
-        anyhow::anyhow!("the node sent an invalid syncgroup {}/{}: {error}", target.namespace, target.name)
+        anyhow::anyhow!(
+            "the node sent an invalid syncgroup {}/{}: {error}",
+            target.namespace,
+            target.name
+        )
     })?;
-    Ok(RolloutView::from_object(&target.namespace, &target.name, &value))
+    Ok(RolloutView::from_object(
+        &target.namespace,
+        &target.name,
+        &value,
+    ))
 }
 
 pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Result<String> {
@@ -210,7 +259,10 @@ pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Re
         }));
     }
     let mut text = format!("syncgroup {}/{}\n", view.namespace, view.name);
-    text.push_str(&format!("  revision: {}\n", view.target_revision.as_deref().unwrap_or(NONE)));
+    text.push_str(&format!(
+        "  revision: {}\n",
+        view.target_revision.as_deref().unwrap_or(NONE)
+    ));
     text.push_str(&format!("  phase:    {}\n", view.phase()));
     if view.paused && view.phase.as_deref() != Some("Paused") {
         text.push_str("  paused:   requested, not yet in effect\n");
@@ -265,18 +317,29 @@ async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
         let line = view.line(terminal);
         if line != last_line {
             // `\r` and clear-to-end redraw the line in place on a terminal.
-            emit(&if terminal { format!("\r\x1b[K{line}") } else { format!("{line}\n") })?;
+            emit(&if terminal {
+                format!("\r\x1b[K{line}")
+            } else {
+                format!("{line}\n")
+            })?;
             last_line = line;
         }
         let newline = if terminal { "\n" } else { "" };
         match verdict(&view) {
             Verdict::Waiting => {}
             Verdict::Complete => {
-                return emit(&format!("{newline}rollout of {}/{} complete\n", view.namespace, view.name));
+                return emit(&format!(
+                    "{newline}rollout of {}/{} complete\n",
+                    view.namespace, view.name
+                ));
             }
             Verdict::Halted(reason) => {
                 emit(newline)?;
-                bail!("rollout of {}/{} halted: {reason}", view.namespace, view.name);
+                bail!(
+                    "rollout of {}/{} halted: {reason}",
+                    view.namespace,
+                    view.name
+                );
             }
         }
     }
@@ -288,7 +351,10 @@ mod tests {
     use crate::client::testing;
 
     fn target(name: &str) -> Target {
-        Target { name: name.to_owned(), namespace: DEFAULT_NAMESPACE.to_owned() }
+        Target {
+            name: name.to_owned(),
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+        }
     }
 
     #[test]
@@ -303,8 +369,19 @@ mod tests {
         let view = RolloutView::from_object("default", "web", &object);
         assert_eq!(view.phase.as_deref(), Some("Halted"));
         assert!(view.paused);
-        assert_eq!(view.progress, Progress { total: 10, updated: 4, in_progress: 2, failed: 3 });
-        assert_eq!(view.problems, ["Ready: Halted: 3 clusters failed, more than maxFailures 2"]);
+        assert_eq!(
+            view.progress,
+            Progress {
+                total: 10,
+                updated: 4,
+                in_progress: 2,
+                failed: 3
+            }
+        );
+        assert_eq!(
+            view.problems,
+            ["Ready: Halted: 3 clusters failed, more than maxFailures 2"]
+        );
         assert_eq!(
             verdict(&view),
             Verdict::Halted("Ready: Halted: 3 clusters failed, more than maxFailures 2".into())
@@ -322,18 +399,28 @@ mod tests {
     fn a_complete_phase_from_an_older_generation_is_not_complete() {
         let mut object = testing::syncgroup_json("web", "Complete", 10);
         object["status"]["observedGeneration"] = json!(1);
-        assert_eq!(verdict(&RolloutView::from_object("default", "web", &object)), Verdict::Complete);
+        assert_eq!(
+            verdict(&RolloutView::from_object("default", "web", &object)),
+            Verdict::Complete
+        );
         object["metadata"]["generation"] = json!(2);
-        assert_eq!(verdict(&RolloutView::from_object("default", "web", &object)), Verdict::Waiting);
+        assert_eq!(
+            verdict(&RolloutView::from_object("default", "web", &object)),
+            Verdict::Waiting
+        );
     }
 
     #[test]
     fn a_group_without_status_reads_as_nothing_yet() {
         let object = json!({"metadata": {"name": "web"}, "spec": {}});
         let view = RolloutView::from_object("default", "web", &object);
-        assert_eq!(view.line(false), "default/web - 0/0 (0%) updated, 0 in progress, 0 pending, 0 failed");
+        assert_eq!(
+            view.line(false),
+            "default/web - 0/0 (0%) updated, 0 in progress, 0 pending, 0 failed"
+        );
         assert_eq!(verdict(&view), Verdict::Waiting);
-        let json: Value = serde_json::from_str(&render(&view, ReportFormat::Json, false).unwrap()).unwrap();
+        let json: Value =
+            serde_json::from_str(&render(&view, ReportFormat::Json, false).unwrap()).unwrap();
         assert_eq!(json["phase"], Value::Null);
         assert_eq!(json["summary"]["total"], 0);
     }
@@ -342,9 +429,15 @@ mod tests {
     async fn pause_resume_and_status_over_the_wire() {
         let server = testing::serve().await;
         let client = Client::connect(&server).await.unwrap();
-        assert_eq!(resume(&client, &target("canned")).await.unwrap(), "syncgroup.starling.dev/canned resumed\n");
+        assert_eq!(
+            resume(&client, &target("canned")).await.unwrap(),
+            "syncgroup.starling.dev/canned resumed\n"
+        );
         let error = resume(&client, &target("web")).await.unwrap_err();
-        assert_eq!(format!("{error:#}"), "not found: syncgroup default/web does not exist");
+        assert_eq!(
+            format!("{error:#}"),
+            "not found: syncgroup default/web does not exist"
+        );
         let error = pause(&client, &target("canned")).await.unwrap_err();
         assert_eq!(
             format!("{error:#}"),

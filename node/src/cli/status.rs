@@ -67,12 +67,19 @@ async fn watch(args: &StatusArgs, terminal: bool) -> anyhow::Result<()> {
                 format!("error: {error:#}\n")
             }
         };
-        let frame = if terminal { format!("{CLEAR_SCREEN}{report}") } else { format!("{report}\n") };
+        let frame = if terminal {
+            format!("{CLEAR_SCREEN}{report}")
+        } else {
+            format!("{report}\n")
+        };
         emit(&frame)?;
     }
 }
 
-async fn refresh(client: &mut Option<Client>, server: &ServerArgs) -> anyhow::Result<proto::StatusResponse> {
+async fn refresh(
+    client: &mut Option<Client>,
+    server: &ServerArgs,
+) -> anyhow::Result<proto::StatusResponse> {
     let connected = match client.take() {
         Some(connected) => connected,
         None => Client::connect(server).await?,
@@ -82,7 +89,11 @@ async fn refresh(client: &mut Option<Client>, server: &ServerArgs) -> anyhow::Re
     Ok(status)
 }
 
-pub fn render(status: &proto::StatusResponse, format: ReportFormat, bars: bool) -> anyhow::Result<String> {
+pub fn render(
+    status: &proto::StatusResponse,
+    format: ReportFormat,
+    bars: bool,
+) -> anyhow::Result<String> {
     match format {
         ReportFormat::Json => to_json(&status_json(status)),
         ReportFormat::Text => Ok(status_text(status, bars)),
@@ -112,9 +123,20 @@ pub fn status_text(status: &proto::StatusResponse, bars: bool) -> String {
 /// One row per member: state and role, how far it has applied the log, and its load with its
 /// share of all owned clusters.
 pub fn members_table(members: &[proto::Member]) -> Table {
-    let total_clusters: u64 = members.iter().map(|member| u64::from(member.clusters_owned)).sum();
+    let total_clusters: u64 = members
+        .iter()
+        .map(|member| u64::from(member.clusters_owned))
+        .sum();
     let mut table = Table::new([
-        "ID", "ADDRESS", "STATE", "ROLE", "VOTER", "APPLIED", "CLUSTERS", "SOURCES", "SYNCING",
+        "ID",
+        "ADDRESS",
+        "STATE",
+        "ROLE",
+        "VOTER",
+        "APPLIED",
+        "CLUSTERS",
+        "SOURCES",
+        "SYNCING",
         "LAST SEEN",
     ]);
     let mut members: Vec<&proto::Member> = members.iter().collect();
@@ -246,14 +268,24 @@ mod tests {
     fn terminals_get_progress_bars() {
         let text = status_text(&testing::canned_status(), true);
         let bar = format!("[{}{}{}]", "#".repeat(10), ">".repeat(2), "-".repeat(12));
-        assert!(text.contains(&format!("Progressing   {bar}   40/100 (40%)")), "{text}");
+        assert!(
+            text.contains(&format!("Progressing   {bar}   40/100 (40%)")),
+            "{text}"
+        );
     }
 
     #[test]
     fn no_leader_and_no_rollouts_are_said_plainly() {
-        let status = proto::StatusResponse { leader_id: 0, term: 9, ..proto::StatusResponse::default() };
+        let status = proto::StatusResponse {
+            leader_id: 0,
+            term: 9,
+            ..proto::StatusResponse::default()
+        };
         let text = status_text(&status, true);
-        assert!(text.starts_with("leader: none (no leader elected)   term: 9"), "{text}");
+        assert!(
+            text.starts_with("leader: none (no leader elected)   term: 9"),
+            "{text}"
+        );
         assert!(text.ends_with("no rollouts\n"), "{text}");
         assert_eq!(status_json(&status)["leaderId"], serde_json::Value::Null);
     }
@@ -265,7 +297,10 @@ mod tests {
         assert_eq!(value["members"][1]["state"], "draining");
         assert_eq!(value["members"][2]["voter"], false);
         assert_eq!(value["rollouts"][0]["summary"]["inProgress"], 10);
-        assert_eq!(value["rollouts"][0]["targetRevision"], "main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567");
+        assert_eq!(
+            value["rollouts"][0]["targetRevision"],
+            "main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
+        );
     }
 
     #[tokio::test]

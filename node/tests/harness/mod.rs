@@ -1,0 +1,251 @@
+//! The one harness for multi-process tests: real `starling node` processes on loopback
+//! addresses, each with its own data directory, started, killed (`kill -9`), paused
+//! (SIGSTOP/SIGCONT) and restarted by the test. Every wait is bounded and polls a condition.
+//!
+//! Tests in one binary run on parallel threads; the harness serialises whole groups with a
+//! global lock, because failure-detection timings on a 2-core machine do not survive several
+//! groups fighting for the CPU.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use proto::admin_client::AdminClient;
+use proto::fleet_client::FleetClient;
+use tonic::transport::Channel;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Options of a group of nodes.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub down_after: Duration,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            down_after: Duration::from_secs(2),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+pub struct NodeProcess {
+    pub id: u64,
+    pub grpc: String,
+    pub http: String,
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// A group of nodes; killed when dropped.
+pub struct Group {
+    _serial: MutexGuard<'static, ()>,
+    pub dir: tempfile::TempDir,
+    pub nodes: BTreeMap<u64, NodeProcess>,
+    pub options: Options,
+    peers: String,
+}
+
+/// A free loopback port (bound, then released; the race is acceptable in tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_starling")
+}
+
+impl Group {
+    /// Starts `count` nodes with ids 1..=count and waits until they form a group with a
+    /// leader and every member Live.
+    pub async fn start(count: u64, options: Options) -> Group {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut nodes = BTreeMap::new();
+        for id in 1..=count {
+            nodes.insert(id, node_process(id, &dir));
+        }
+        let peers = peers_flag(&nodes);
+        let mut group = Group { _serial: serial, dir, nodes, options, peers };
+        for id in 1..=count {
+            group.spawn(id);
+        }
+        group.wait_for_members(count as usize).await;
+        group
+    }
+
+    /// Adds a node (not in the original peers list); it joins through the existing peers.
+    pub async fn add_node(&mut self, id: u64) {
+        let process = node_process(id, &self.dir);
+        self.nodes.insert(id, process);
+        self.spawn(id);
+    }
+
+    fn spawn(&mut self, id: u64) {
+        let peers = self.peers.clone();
+        let node = self.nodes.get_mut(&id).expect("known node");
+        let mut command = Command::new(binary());
+        command
+            .args(["node", "--id", &id.to_string(), "--listen", &node.grpc, "--http-listen", &node.http])
+            .args(["--data-dir", node.data_dir.to_str().expect("utf-8 path"), "--peers", &peers])
+            .args(["--down-after", &format!("{}ms", self.options.down_after.as_millis())])
+            .args(&self.options.extra_args)
+            .env("STARLING_LOG", "warn,openraft=error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = command.spawn().expect("starling node starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("node prints its listening line");
+        assert!(line.contains("\"listening\""), "unexpected first line from node {id}: {line}");
+        node.child = Some(child);
+    }
+
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut child) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self, id: u64) {
+        self.kill(id);
+        self.spawn(id);
+    }
+
+    pub fn signal(&self, id: u64, signal: &str) {
+        let pid = self.nodes[&id].child.as_ref().expect("running node").id();
+        let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &NodeProcess> {
+        self.nodes.values().filter(|n| n.child.is_some())
+    }
+
+    pub async fn fleet(&self, id: u64) -> FleetClient<Channel> {
+        FleetClient::new(channel(&self.nodes[&id].grpc))
+    }
+
+    pub async fn admin(&self, id: u64) -> AdminClient<Channel> {
+        AdminClient::new(channel(&self.nodes[&id].grpc))
+    }
+
+    /// Status from the first running node that answers.
+    pub async fn status(&self) -> Option<proto::StatusResponse> {
+        for node in self.running() {
+            let mut client = FleetClient::new(channel(&node.grpc));
+            if let Ok(reply) = client.status(proto::StatusRequest {}).await
+                && reply.get_ref().leader_id != 0
+            {
+                return Some(reply.into_inner());
+            }
+        }
+        None
+    }
+
+    pub async fn status_of(&self, id: u64) -> Option<proto::StatusResponse> {
+        let mut client = self.fleet(id).await;
+        client.status(proto::StatusRequest {}).await.ok().map(|r| r.into_inner())
+    }
+
+    /// Waits until a leader is known and `count` members are Live.
+    pub async fn wait_for_members(&self, count: usize) {
+        wait_until(Duration::from_secs(30), "members live", || async {
+            self.status()
+                .await
+                .is_some_and(|s| s.members.iter().filter(|m| m.state == "Live").count() == count)
+        })
+        .await;
+    }
+
+    /// Applies manifests through node `id`.
+    pub async fn apply(&self, id: u64, manifests: &str) -> Result<proto::ApplyResponse, tonic::Status> {
+        let mut client = self.fleet(id).await;
+        client
+            .apply(proto::ApplyRequest { manifests: manifests.as_bytes().to_vec(), origin: "test".into(), dry_run: false })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    /// Shards (cluster ownership) as seen by node `id`.
+    pub async fn shards(&self, id: u64) -> Option<proto::ShardsResponse> {
+        let mut client = self.admin(id).await;
+        client.shards(proto::ShardsRequest { node_id: 0 }).await.ok().map(|r| r.into_inner())
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        for node in self.nodes.values_mut() {
+            if let Some(mut child) = node.child.take() {
+                let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+fn node_process(id: u64, dir: &tempfile::TempDir) -> NodeProcess {
+    NodeProcess {
+        id,
+        grpc: format!("127.0.0.1:{}", free_port()),
+        http: format!("127.0.0.1:{}", free_port()),
+        data_dir: dir.path().join(format!("node-{id}")),
+        child: None,
+    }
+}
+
+fn peers_flag(nodes: &BTreeMap<u64, NodeProcess>) -> String {
+    nodes.values().map(|n| format!("{}={}", n.id, n.grpc)).collect::<Vec<_>>().join(",")
+}
+
+pub fn channel(address: &str) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .expect("valid address")
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(10))
+        .connect_lazy()
+}
+
+/// Polls `condition` every 50 ms until it holds; panics after `timeout`.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Manifests for a source, a group over every cluster and `count` clusters.
+pub fn fleet_manifests(count: usize) -> String {
+    let mut out = String::from(
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"https://git.example/repo.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: web}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"10%\"}\n",
+    );
+    for i in 0..count {
+        out.push_str(&format!(
+            "---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: c{i:04}, labels: {{env: prod}}}}\nspec: {{}}\n"
+        ));
+    }
+    out
+}
