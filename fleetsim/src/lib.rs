@@ -1,1 +1,54 @@
-//! fleetsim (being built).
+//! fleetsim: simulated Kubernetes API servers for thousands of virtual clusters.
+//!
+//! One HTTP server hosts many clusters at `http://HOST:PORT/clusters/NAME`, faithful
+//! enough that the unmodified `kube` client, its discovery and kube-runtime's watcher work
+//! against it: discovery, generic storage with resourceVersions, generations and managed
+//! fields, every verb including server-side apply and watch, a simulated controller that
+//! makes workloads ready, fault injection per cluster, and an audit log of every write.
+//!
+//! ```text
+//! FleetSim::start(Config) ─► server (hyper) ─► /clusters/NAME ─► faults ─► api ─► store
+//!                          │                 └► /admin ─► Shared (same as the Rust API)
+//!                          └► controller task (one delay queue for every cluster)
+//! ```
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use fleetsim::{Config, FleetSim, Fault};
+//! let sim = FleetSim::start(Config { clusters: 3, ..Config::default() }).await?;
+//! let url = sim.cluster_url("c0");
+//! sim.set_fault("c1", Fault::Down)?;
+//! println!("{url}\n{}", sim.kubeconfig("c0")?);
+//! sim.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+pub(crate) mod admin;
+pub mod audit;
+pub(crate) mod cluster;
+pub mod config;
+pub mod controller;
+pub(crate) mod crd;
+pub(crate) mod discovery;
+pub mod error;
+pub mod faults;
+pub(crate) mod ids;
+pub(crate) mod kubeconfig;
+pub(crate) mod managed;
+pub(crate) mod ops;
+pub(crate) mod patch;
+pub(crate) mod resources;
+pub(crate) mod selector;
+pub(crate) mod server;
+pub mod sim;
+pub(crate) mod store;
+
+pub use audit::{AuditFilter, AuditRecord, AuditStats, Origin};
+pub use cluster::Behaviour;
+pub use config::Config;
+pub use controller::workloads::NEVER_READY_ANNOTATION;
+pub use error::FleetSimError;
+pub use faults::{ErrorFault, Fault, FaultKind, FaultState};
+pub use server::api::{GENERATION_HEADER, WRITER_HEADER};
+pub use sim::{DRIFT_MANAGER, FleetSim, Stats};

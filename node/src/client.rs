@@ -289,6 +289,8 @@ pub fn describe_status(server: &str, timeout: Duration, status: &Status) -> Stri
         ErrorKind::InvalidArgument | ErrorKind::FailedPrecondition => {
             format!("rejected: {message}")
         }
+        // Nodes often say it already (`SyncGroup/default/web not found`): say it once.
+        ErrorKind::NotFound if message.contains("not found") => message,
         ErrorKind::NotFound => format!("not found: {message}"),
         ErrorKind::Conflict => format!("conflict: {message} (a concurrent change won; retry)"),
         ErrorKind::ResourceExhausted => format!("over a limit: {message}"),
@@ -394,6 +396,10 @@ mod tests {
         assert_eq!(
             line(ApiError::not_found("syncgroup default/web")),
             "not found: syncgroup default/web"
+        );
+        assert_eq!(
+            line(ApiError::not_found("SyncGroup/default/web not found")),
+            "SyncGroup/default/web not found"
         );
     }
 

@@ -1,7 +1,7 @@
 //! The HTTP side of a replica: `/healthz` (the process serves), `/readyz` (a leader is known
 //! and this replica has caught up with it) and `/metrics` (Prometheus text format).
 
-use std::net::SocketAddr;
+
 use std::sync::Arc;
 
 use axum::Router;
@@ -35,11 +35,3 @@ async fn metrics(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
     )
 }
 
-/// Serves until the task is dropped.
-pub async fn serve(replica: Arc<Replica>, address: SocketAddr) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|error| anyhow::anyhow!("cannot listen for http on {address}: {error}"))?;
-    axum::serve(listener, router(replica)).await?;
-    Ok(())
-}

@@ -5,10 +5,12 @@ mod api;
 mod cli;
 mod client;
 mod config;
+mod dev;
 mod http;
 mod metrics;
 mod replica;
 mod serve;
+mod worker;
 
 use std::time::Duration;
 
@@ -29,6 +31,8 @@ struct Cli {
 enum Command {
     /// Run a replica.
     Node(config::NodeArgs),
+    /// Run a whole replicated installation with a simulated fleet and a demo repository.
+    Dev(dev::DevArgs),
     /// Print the CustomResourceDefinitions of the starling.dev API as multi-document YAML.
     Crds(cli::crds::CrdsArgs),
     /// What-if placement of clusters on nodes, for capacity planning.
@@ -79,6 +83,19 @@ fn main() -> std::process::ExitCode {
         Command::Node(args) => {
             init_tracing(&cli.log_format);
             runtime().and_then(|rt| rt.block_on(serve::run(args)))
+        }
+        Command::Dev(args) => {
+            if std::env::var_os("STARLING_LOG").is_none() {
+                // SAFETY: single-threaded here; no other thread reads the environment yet.
+                unsafe { std::env::set_var("STARLING_LOG", "warn,openraft=error") };
+            }
+            init_tracing(&cli.log_format);
+            let exit_when_converged = args.exit_when_converged;
+            match runtime().and_then(|rt| rt.block_on(dev::run(args))) {
+                Ok(false) if exit_when_converged => Err(anyhow::anyhow!("some checks failed")),
+                Ok(_) => Ok(()),
+                Err(error) => Err(error),
+            }
         }
         Command::Crds(args) => cli::crds::run(args),
         Command::Placement(args) => cli::placement::run(args),

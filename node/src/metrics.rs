@@ -2,7 +2,8 @@
 //! happen; gauges about Raft and ownership are refreshed from the current state at each scrape
 //! (cheap: a few numbers per node), so nothing has to keep them in step.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use fleet::state::MemberState;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -58,6 +59,8 @@ pub struct Metrics {
     pub lease_lapses: Counter,
     in_flight: Gauge,
     in_flight_count: AtomicI64,
+    sync_micros_total: AtomicU64,
+    sync_count: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -86,6 +89,8 @@ impl Metrics {
             lease_lapses: Counter::default(),
             in_flight: Gauge::default(),
             in_flight_count: AtomicI64::new(0),
+            sync_micros_total: AtomicU64::new(0),
+            sync_count: AtomicU64::new(0),
             registry: Registry::default(),
         };
         registry.register("raft_term", "Current Raft term", metrics.raft_term.clone());
@@ -104,6 +109,21 @@ impl Metrics {
         registry.register("lease_lapses", "Heartbeat rounds that ended with the node lease lapsed", metrics.lease_lapses.clone());
         registry.register("syncs_in_flight", "Syncs running on this node", metrics.in_flight.clone());
         Metrics { registry, ..metrics }
+    }
+
+    /// Records how long one sync took (histogram, and the running mean `starling dev` uses).
+    pub fn record_sync_duration(&self, took: Duration) {
+        self.sync_duration.observe(took.as_secs_f64());
+        self.sync_micros_total.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.sync_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Total time and count of the syncs this node ran.
+    pub fn sync_totals(&self) -> (Duration, u64) {
+        (
+            Duration::from_micros(self.sync_micros_total.load(Ordering::Relaxed)),
+            self.sync_count.load(Ordering::Relaxed),
+        )
     }
 
     pub fn lease_lapsed(&self) {

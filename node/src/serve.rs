@@ -1,23 +1,37 @@
-//! `starling node`: runs one replica until SIGINT or SIGTERM. Binds the gRPC server (Raft,
-//! Fleet, Admin, Node) and the HTTP server, prints one JSON line on stdout when both listen
-//! (harnesses wait for it), then starts the replica's tasks.
+//! Running a replica. [`start`] binds the gRPC server (Raft, Fleet, Admin, Node, Artifacts)
+//! and the HTTP server and starts the replica's tasks; [`RunningNode::stop`] stops them.
+//! `starling node` ([`run`]) prints one JSON line on stdout once both servers listen
+//! (harnesses wait for it) and runs until SIGINT or SIGTERM; `starling dev` starts several
+//! replicas in one process with the same functions.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::api;
-use crate::config::NodeArgs;
+use crate::config::{NodeArgs, NodeConfig};
 use crate::replica::{self, Replica};
 
-pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
-    let config = args.validate()?;
+/// A replica running in this process.
+pub struct RunningNode {
+    pub replica: Arc<Replica>,
+    stop_grpc: Option<oneshot::Sender<()>>,
+    grpc: JoinHandle<anyhow::Result<()>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Binds both servers and starts the replica.
+pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
     let grpc_listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen for grpc on {}", config.listen))?;
-    let http_listen = config.http_listen;
+    let http_listener = TcpListener::bind(config.http_listen)
+        .await
+        .with_context(|| format!("cannot listen for http on {}", config.http_listen))?;
     let replica = Arc::new(Replica::open(config).await?);
 
     let limit = proto::limits::MAX_API_MESSAGE_BYTES;
@@ -28,41 +42,74 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
     let node = proto::node_server::NodeServer::new(api::node::NodeService::new(replica.clone()));
+    let artifacts = proto::artifacts_server::ArtifactsServer::new(api::artifacts::ArtifactService::new(replica.clone()))
+        .max_encoding_message_size(limit);
+    let (stop_grpc, stopped) = oneshot::channel::<()>();
     let grpc = tonic::transport::Server::builder()
         .add_service(replica.raft.grpc_service())
         .add_service(fleet)
         .add_service(admin)
         .add_service(node)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), shutdown_signal());
-    let http = crate::http::serve(replica.clone(), http_listen);
+        .add_service(artifacts)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async {
+            let _ = stopped.await;
+        });
+    let grpc = tokio::spawn(async move { grpc.await.context("grpc server failed") });
+    let http = {
+        let router = crate::http::router(replica.clone());
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(http_listener, router).await {
+                tracing::error!(%error, "http server failed");
+            }
+        })
+    };
+    let tasks = vec![
+        http,
+        tokio::spawn(replica::bootstrap::run(replica.clone())),
+        tokio::spawn(replica::heartbeat::run(replica.clone())),
+        tokio::spawn(replica::leader::run(replica.clone())),
+        tokio::spawn(crate::worker::sources::run(replica.clone())),
+        tokio::spawn(crate::worker::syncs::run(replica.clone())),
+    ];
+    tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %replica.config.http_listen, "starling node started");
+    Ok(RunningNode { replica, stop_grpc: Some(stop_grpc), grpc, tasks })
+}
 
+impl RunningNode {
+    /// Stops the servers and tasks and shuts Raft down (the data stays on disk).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop_grpc.take() {
+            let _ = stop.send(());
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.grpc.abort();
+        if let Err(error) = self.replica.raft.shutdown().await {
+            tracing::warn!(%error, "raft did not shut down cleanly");
+        }
+        tracing::info!(node = self.replica.id(), "starling node stopped");
+    }
+}
+
+/// `starling node`.
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let config = args.validate()?;
+    let mut node = start(config).await?;
     println!(
         "{}",
         serde_json::json!({
             "event": "listening",
-            "id": replica.id(),
-            "grpc": replica.config.advertise,
-            "http": http_listen.to_string(),
+            "id": node.replica.id(),
+            "grpc": node.replica.config.advertise,
+            "http": node.replica.config.http_listen.to_string(),
         })
     );
-    tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %http_listen, "starling node started");
-
-    let tasks = [
-        tokio::spawn(replica::bootstrap::run(replica.clone())),
-        tokio::spawn(replica::heartbeat::run(replica.clone())),
-        tokio::spawn(replica::leader::run(replica.clone())),
-    ];
     let result = tokio::select! {
-        served = grpc => served.context("grpc server failed"),
-        served = http => served,
+        _ = shutdown_signal() => Ok(()),
+        served = &mut node.grpc => served.unwrap_or_else(|error| Err(anyhow::anyhow!("grpc server task failed: {error}"))),
     };
-    for task in tasks {
-        task.abort();
-    }
-    if let Err(error) = replica.raft.shutdown().await {
-        tracing::warn!(%error, "raft did not shut down cleanly");
-    }
-    tracing::info!(node = replica.id(), "starling node stopped");
+    node.stop().await;
     result
 }
 

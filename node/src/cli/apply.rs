@@ -60,7 +60,9 @@ pub struct Input {
 pub fn parse_inputs(inputs: &[Input]) -> anyhow::Result<Vec<Resource>> {
     let mut resources = Vec::new();
     for input in inputs {
-        let parsed = parse_manifests(&input.text).with_context(|| input.origin.clone())?;
+        // The error's own text already includes its causes: display it alone, not as a chain.
+        let parsed =
+            parse_manifests(&input.text).map_err(|error| anyhow!("{}: {error}", input.origin))?;
         resources.extend(parsed);
     }
     Ok(resources)
@@ -354,7 +356,7 @@ mod tests {
         );
         // A file is taken whatever its extension.
         let notes = root.join("notes.txt");
-        assert_eq!(collect_files(&notes, false).unwrap(), [notes.clone()]);
+        assert_eq!(collect_files(&notes, false).unwrap(), std::slice::from_ref(&notes));
     }
 
     #[test]
@@ -378,11 +380,19 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_document_names_its_file() {
-        let bad = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n";
-        let error = parse_inputs(&[input("ok.yaml", SOURCE), input("bad.yaml", bad)]).unwrap_err();
-        let error = format!("{error:#}");
-        assert!(error.starts_with("bad.yaml: document "), "{error}");
+    fn a_bad_document_names_its_file_once() {
+        let bad = format!("{SOURCE}---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n");
+        let error = parse_inputs(&[input("ok.yaml", SOURCE), input("bad.yaml", &bad)]).unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            "bad.yaml: document 2: unknown kind \"Pod\" (expected Source, Cluster, Sync, SyncGroup or Secret)"
+        );
+        let cluster = "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\n";
+        let error = parse_inputs(&[input("c.yaml", cluster)]).unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            "c.yaml: document 1: Cluster \"c1\": missing field `spec`"
+        );
     }
 
     #[test]
@@ -397,7 +407,7 @@ mod tests {
 
     #[test]
     fn several_inputs_are_joined_with_json_converted() {
-        let json = r#"{"apiVersion":"starling.dev/v1alpha1","kind":"Cluster","metadata":{"name":"c1","labels":{"env":"prod"}}}"#;
+        let json = r#"{"apiVersion":"starling.dev/v1alpha1","kind":"Cluster","metadata":{"name":"c1","labels":{"env":"prod"}},"spec":{}}"#;
         let no_newline = GROUP.trim_end();
         let inputs = [
             input("a.yaml", SOURCE),

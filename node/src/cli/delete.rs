@@ -231,7 +231,8 @@ mod tests {
     async fn deleting_reports_each_object() {
         let server = testing::serve().await;
         let client = Client::connect(&server).await.unwrap();
-        let manifest = "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\n";
+        let manifest =
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\nspec: {}\n";
         let resources = fleet::manifest::parse_manifests(manifest).unwrap();
         let request = proto::ApplyRequest {
             manifests: manifest.into(),

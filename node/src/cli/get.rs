@@ -320,7 +320,7 @@ mod tests {
         let text = table(Kind::Source, &[source("app", "default"), bare], true).render();
         assert_eq!(
             text,
-            "NAMESPACE   NAME   URL                              REVISION                 READY\n\
+            "NAMESPACE   NAME   URL                               REVISION                 READY\n\
              default     app    https://git.example.com/app.git   main@sha1:0a1b2c3d4e5f   True\n\
              other       zeta   https://git.example.com/app.git   -                        -\n"
         );

@@ -2,30 +2,27 @@
 //! learner, or a voter once caught up), remove one, drain one (its clusters and sources move
 //! to the others; `--undo` gives it work again), and hand leadership to another voter.
 
+use serde_json::json;
+
 use super::output::{ReportFormat, emit, to_json};
 use super::status::{member_json, members_table};
 use crate::client::{Client, ServerArgs, block_on};
 
 #[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct MembersArgs {
     #[command(subcommand)]
     pub command: Option<MembersCommand>,
-    /// Output format of the list.
-    #[arg(short = 'o', long, value_enum, default_value_t = ReportFormat::Text)]
+    /// Output format: of the list, or of a change's result.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = ReportFormat::Text)]
     pub output: ReportFormat,
     #[command(flatten)]
     pub server: ServerArgs,
 }
 
-#[derive(clap::Subcommand, Debug)]
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
 pub enum MembersCommand {
     /// List the members with state, role and load (the default).
-    List {
-        /// Output format.
-        #[arg(short = 'o', long, value_enum, default_value_t = ReportFormat::Text)]
-        output: ReportFormat,
-    },
+    List,
     /// Add a node to the group; it becomes a voter once caught up unless --learner.
     Add {
         /// The new node's id (its --id).
@@ -50,28 +47,29 @@ pub enum MembersCommand {
 }
 
 pub fn run(args: MembersArgs) -> anyhow::Result<()> {
-    let command = args.command.unwrap_or(MembersCommand::List {
-        output: args.output,
-    });
+    let command = args.command.unwrap_or(MembersCommand::List);
     let text = block_on(async {
         let client = Client::connect(&args.server).await?;
-        execute(&client, command).await
+        execute(&client, command, args.output).await
     })?;
     emit(&text)
 }
 
-/// Runs one members command and returns what to print.
-pub async fn execute(client: &Client, command: MembersCommand) -> anyhow::Result<String> {
-    match command {
-        MembersCommand::List { output } => {
+/// Runs one members command and returns what to print: a sentence (or the table), or the
+/// node's answer as JSON.
+pub async fn execute(
+    client: &Client,
+    command: MembersCommand,
+    output: ReportFormat,
+) -> anyhow::Result<String> {
+    let (text, json) = match command {
+        MembersCommand::List => {
             let response = client.members().await?;
-            match output {
-                ReportFormat::Text => Ok(members_text(&response)),
-                ReportFormat::Json => to_json(&serde_json::json!({
-                    "leaderId": (response.leader_id != 0).then_some(response.leader_id),
-                    "members": response.members.iter().map(member_json).collect::<Vec<_>>(),
-                })),
-            }
+            let json = json!({
+                "leaderId": (response.leader_id != 0).then_some(response.leader_id),
+                "members": response.members.iter().map(member_json).collect::<Vec<_>>(),
+            });
+            (members_text(&response), json)
         }
         MembersCommand::Add {
             id,
@@ -85,18 +83,22 @@ pub async fn execute(client: &Client, command: MembersCommand) -> anyhow::Result
             };
             let response = client.add_node(request).await?;
             let role = if learner { "learner" } else { "voter" };
-            Ok(format!(
+            let text = format!(
                 "node {id} at {address} added as {role}; {}",
                 membership(&response)
-            ))
+            );
+            (text, membership_json(&response))
         }
         MembersCommand::Remove { id } => {
             let response = client.remove_node(proto::RemoveNodeRequest { id }).await?;
-            Ok(format!("node {id} removed; {}", membership(&response)))
+            (
+                format!("node {id} removed; {}", membership(&response)),
+                membership_json(&response),
+            )
         }
         MembersCommand::Drain { id, undo } => {
             let response = client.drain(proto::DrainRequest { id, undo }).await?;
-            Ok(match undo {
+            let text = match undo {
                 true => format!(
                     "node {id} takes work again (revision {})\n",
                     response.revision
@@ -105,19 +107,35 @@ pub async fn execute(client: &Client, command: MembersCommand) -> anyhow::Result
                     "node {id} draining: {} clusters and sources moved away (revision {})\n",
                     response.moved, response.revision
                 ),
-            })
+            };
+            (
+                text,
+                json!({"revision": response.revision, "moved": response.moved}),
+            )
         }
         MembersCommand::TransferLeader { id } => {
             let target = id.unwrap_or(0);
             let response = client
                 .transfer_leadership(proto::TransferLeadershipRequest { target })
                 .await?;
-            Ok(format!(
+            let text = format!(
                 "leader is node {} (term {})\n",
                 response.leader_id, response.term
-            ))
+            );
+            (
+                text,
+                json!({"leaderId": response.leader_id, "term": response.term}),
+            )
         }
+    };
+    match output {
+        ReportFormat::Text => Ok(text),
+        ReportFormat::Json => to_json(&json),
     }
+}
+
+fn membership_json(response: &proto::MembershipResponse) -> serde_json::Value {
+    json!({"logIndex": response.log_index, "voters": response.voters, "learners": response.learners})
 }
 
 fn members_text(response: &proto::MembersResponse) -> String {
@@ -192,7 +210,13 @@ mod tests {
             parse("members transfer-leader").command,
             Some(MembersCommand::TransferLeader { id: None })
         ));
-        let args = parse("members remove 3 --server 10.0.0.1:7400 --timeout 2s");
+        let args = parse("members --server 10.0.0.1:7400 remove 3 --timeout 2s -o json");
+        assert_eq!(args.output, ReportFormat::Json);
+        assert_eq!(
+            parse("members list -o json").command,
+            Some(MembersCommand::List)
+        );
+        assert_eq!(parse("members -o json").output, ReportFormat::Json);
         assert_eq!(args.server.server, "10.0.0.1:7400");
         assert_eq!(args.server.timeout, std::time::Duration::from_secs(2));
         assert!(Line::try_parse_from(["starling", "members", "add", "four", "x:1"]).is_err());
@@ -208,36 +232,52 @@ mod tests {
             learner: false,
         };
         assert_eq!(
-            execute(&client, add).await.unwrap(),
+            execute(&client, add, ReportFormat::Text).await.unwrap(),
             "node 4 at 127.0.0.1:7404 added as voter; voters 1,2,3,4; learners none (log index 130)\n"
         );
         assert_eq!(
-            execute(&client, MembersCommand::Drain { id: 2, undo: false })
-                .await
-                .unwrap(),
+            execute(
+                &client,
+                MembersCommand::Drain { id: 2, undo: false },
+                ReportFormat::Text
+            )
+            .await
+            .unwrap(),
             "node 2 draining: 33 clusters and sources moved away (revision 132)\n"
         );
         assert_eq!(
-            execute(&client, MembersCommand::TransferLeader { id: None })
-                .await
-                .unwrap(),
+            execute(
+                &client,
+                MembersCommand::TransferLeader { id: None },
+                ReportFormat::Text
+            )
+            .await
+            .unwrap(),
             "leader is node 2 (term 5)\n"
         );
-        let error = execute(&client, MembersCommand::Remove { id: 9 })
-            .await
-            .unwrap_err();
-        assert_eq!(format!("{error:#}"), "rejected: node 9 is not a member");
-        let listed = execute(
+        let error = execute(
             &client,
-            MembersCommand::List {
-                output: ReportFormat::Text,
-            },
+            MembersCommand::Remove { id: 9 },
+            ReportFormat::Text,
         )
         .await
-        .unwrap();
+        .unwrap_err();
+        assert_eq!(format!("{error:#}"), "rejected: node 9 is not a member");
+        let listed = execute(&client, MembersCommand::List, ReportFormat::Text)
+            .await
+            .unwrap();
         assert!(
             listed.starts_with("leader: node 1\n\nID   ADDRESS"),
             "{listed}"
         );
+        let json = execute(
+            &client,
+            MembersCommand::Drain { id: 2, undo: true },
+            ReportFormat::Json,
+        )
+        .await
+        .unwrap();
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(json, json!({"revision": 132, "moved": 0}));
     }
 }

@@ -308,9 +308,11 @@ async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
     let terminal = stdout_is_terminal();
     let mut last_line = String::new();
     let mut ticker = tokio::time::interval(WATCH_PERIOD);
+    let newline = if terminal { "\n" } else { "" };
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            // The redrawn line has no end of line yet: end it, so the prompt starts afresh.
+            _ = tokio::signal::ctrl_c() => return emit(newline),
             _ = ticker.tick() => {}
         }
         let view = fetch(client, target).await?;
@@ -324,7 +326,6 @@ async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
             })?;
             last_line = line;
         }
-        let newline = if terminal { "\n" } else { "" };
         match verdict(&view) {
             Verdict::Waiting => {}
             Verdict::Complete => {

@@ -259,7 +259,7 @@ mod tests {
              2    127.0.0.1:7402   Draining   follower   yes     120       0 (0%)     1         2         250ms\n\
              3    127.0.0.1:7403   Live       learner    no      120       40 (40%)   1         2         250ms\n\
              \n\
-             ROLLOUT       REVISION                 PHASE         UPDATED      IN PROGRESS   PENDING   FAILED\n\
+             ROLLOUT       REVISION                 PHASE         UPDATED        IN PROGRESS   PENDING   FAILED\n\
              default/web   main@sha1:0a1b2c3d4e5f   Progressing   40/100 (40%)   10            50        0\n"
         );
     }

@@ -41,6 +41,8 @@ pub async fn serve() -> ServerArgs {
 
 /// A stored SyncGroup with a status, as the real node would return it.
 pub fn syncgroup_json(name: &str, phase: &str, updated: u32) -> serde_json::Value {
+    let in_progress = 10u32.saturating_sub(updated).min(2);
+    let pending = 10u32.saturating_sub(updated + in_progress);
     serde_json::json!({
         "apiVersion": "starling.dev/v1alpha1",
         "kind": "SyncGroup",
@@ -49,7 +51,7 @@ pub fn syncgroup_json(name: &str, phase: &str, updated: u32) -> serde_json::Valu
         "status": {
             "targetRevision": "main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567",
             "phase": phase,
-            "summary": {"total": 10, "updated": updated, "inProgress": 2, "pending": 10 - updated - 2, "failed": 0}
+            "summary": {"total": 10, "updated": updated, "inProgress": in_progress, "pending": pending, "failed": 0}
         }
     })
 }

@@ -82,6 +82,11 @@ impl FailureDetector {
         })
     }
 
+    /// The nodes heard from.
+    pub fn known(&self) -> Vec<NodeId> {
+        self.last_heard.keys().copied().collect()
+    }
+
     /// Forgets a node that left the membership.
     pub fn forget(&mut self, node: NodeId) {
         self.last_heard.remove(&node);

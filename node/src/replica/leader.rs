@@ -47,7 +47,7 @@ pub async fn run(replica: Arc<Replica>) {
 }
 
 /// The commands the leader should commit now.
-fn duties(replica: &Replica, detector: &FailureDetector) -> Vec<Command> {
+fn duties(replica: &Replica, detector: &mut FailureDetector) -> Vec<Command> {
     let now = Instant::now();
     let at = Replica::now_rfc3339();
     let membership = replica.raft.membership();
@@ -62,6 +62,9 @@ fn duties(replica: &Replica, detector: &FailureDetector) -> Vec<Command> {
                     at: at.clone(),
                 });
             }
+        }
+        for gone in detector.known().into_iter().filter(|id| !state.members.contains_key(id)) {
+            detector.forget(gone);
         }
         let members: Vec<(u64, MemberState)> = state
             .members

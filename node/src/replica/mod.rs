@@ -23,7 +23,7 @@ pub mod leader;
 pub mod lease;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,12 @@ pub struct Replica {
     /// The leader's commit index from the last acknowledged heartbeat (for `/readyz`).
     pub leader_commit: AtomicU64,
     pub started: Instant,
+    /// Content-addressed artifacts (`<data-dir>/artifacts`).
+    pub store: Arc<source::ArtifactStore>,
+    /// Bare git mirrors, one per URL (`<data-dir>/mirrors`).
+    pub mirrors: Arc<source::MirrorSet>,
+    /// Applies Syncs to target clusters; shared by all sync workers.
+    pub engine: Arc<starling_sync::SyncEngine>,
 }
 
 impl Replica {
@@ -60,7 +66,16 @@ impl Replica {
         let raft = RaftNode::open(raft_config)
             .await
             .with_context(|| format!("cannot open raft state in {}", config.data_dir.display()))?;
+        let store = source::ArtifactStore::open(config.data_dir.join("artifacts"))
+            .context("cannot open the artifact store")?;
+        let mirrors = source::MirrorSet::open(config.data_dir.join("mirrors"))
+            .context("cannot open the git mirrors")?;
+        let engine = starling_sync::SyncEngine::new(starling_sync::EngineConfig::default())
+            .map_err(|error| anyhow::anyhow!("cannot start the sync engine: {error}"))?;
         Ok(Replica {
+            store: Arc::new(store),
+            mirrors: Arc::new(mirrors),
+            engine: Arc::new(engine),
             lease: Lease::new(config.lease),
             metrics: Metrics::new(),
             detector: Mutex::new(None),

@@ -1,0 +1,274 @@
+//! Object writes as one audited operation, shared by the HTTP API, the admin and Rust
+//! APIs and the simulated controllers:
+//!
+//! ```text
+//! lock(cluster) ─► verb (store::write / store::delete) ─► audit record ─► unlock
+//!               ─► wake watchers ─► controller.after_write (readiness, CRDs, namespaces)
+//! ```
+//!
+//! Appending the audit record under the cluster lock makes a cluster's audit order equal
+//! to its commit order.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::audit::{self, AuditRecord, Origin};
+use crate::cluster::Cluster;
+use crate::error::ApiError;
+use crate::ids;
+use crate::managed::Scope;
+use crate::resources::ResourceInfo;
+use crate::sim::Shared;
+use crate::store::StoredObject;
+use crate::store::delete::DeleteOptions;
+use crate::store::list::ListQuery;
+use crate::store::write::{Outcome, PatchKind, WriteOptions};
+
+/// Who is writing, for the audit log.
+#[derive(Debug, Clone)]
+pub(crate) struct Actor {
+    pub origin: Origin,
+    pub writer: Option<String>,
+    pub generation: Option<i64>,
+}
+
+impl Actor {
+    pub fn of(origin: Origin) -> Actor {
+        Actor {
+            origin,
+            writer: None,
+            generation: None,
+        }
+    }
+}
+
+/// One write verb with its arguments.
+#[derive(Debug, Clone)]
+pub(crate) enum Write {
+    Create {
+        body: Value,
+    },
+    Update {
+        name: String,
+        body: Value,
+        scope: Scope,
+    },
+    Patch {
+        name: String,
+        kind: PatchKind,
+        body: Value,
+        scope: Scope,
+    },
+    Apply {
+        name: String,
+        body: Value,
+        scope: Scope,
+        force: bool,
+    },
+    Delete {
+        name: String,
+        options: DeleteOptions,
+    },
+}
+
+impl Write {
+    fn verb(&self) -> &'static str {
+        match self {
+            Write::Create { .. } => "create",
+            Write::Update { .. } => "update",
+            Write::Patch { .. } => "patch",
+            Write::Apply { .. } => "apply",
+            Write::Delete { .. } => "delete",
+        }
+    }
+
+    fn scope(&self) -> Option<Scope> {
+        match self {
+            Write::Update { scope, .. }
+            | Write::Patch { scope, .. }
+            | Write::Apply { scope, .. } => Some(*scope),
+            _ => None,
+        }
+    }
+
+    fn name(&self) -> Option<&str> {
+        match self {
+            Write::Create { body } => body.pointer("/metadata/name").and_then(Value::as_str),
+            Write::Update { name, .. }
+            | Write::Patch { name, .. }
+            | Write::Apply { name, .. }
+            | Write::Delete { name, .. } => Some(name),
+        }
+    }
+}
+
+/// A write request against one cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteRequest {
+    pub info: Arc<ResourceInfo>,
+    pub namespace: String,
+    pub write: Write,
+    /// The field manager; None for deletes.
+    pub manager: Option<String>,
+    pub dry_run: bool,
+    pub actor: Actor,
+}
+
+fn base_record(
+    cluster: &Cluster,
+    info: &ResourceInfo,
+    namespace: &str,
+    verb: &str,
+    actor: &Actor,
+) -> AuditRecord {
+    let mut record = audit::blank(&cluster.name, verb, actor.origin);
+    record.api_version = info.api_version();
+    record.kind = info.kind.clone();
+    record.resource = info.resource.clone();
+    record.namespace = (info.namespaced && !namespace.is_empty()).then(|| namespace.to_string());
+    record.writer = actor.writer.clone();
+    record.generation = actor.generation;
+    record
+}
+
+/// Runs one write, audits it, and lets the controllers react.
+pub(crate) fn write(
+    shared: &Shared,
+    cluster: &Arc<Cluster>,
+    request: WriteRequest,
+) -> Result<Outcome, ApiError> {
+    let WriteRequest {
+        info,
+        namespace,
+        write,
+        manager,
+        dry_run,
+        actor,
+    } = request;
+    let now = ids::now_rfc3339();
+    let options = WriteOptions {
+        manager: manager.clone().unwrap_or_default(),
+        dry_run,
+        now: now.clone(),
+    };
+    let mut record = base_record(cluster, &info, &namespace, write.verb(), &actor);
+    record.field_manager = manager;
+    record.dry_run = dry_run;
+    record.subresource = write
+        .scope()
+        .and_then(Scope::subresource)
+        .map(str::to_string);
+    record.name = write.name().map(str::to_string);
+    let scope = write.scope();
+    let result = cluster.with_state(|state| {
+        let result = match write {
+            Write::Create { body } => state.create(&info, &namespace, body, &options),
+            Write::Update { name, body, scope } => {
+                state.update(&info, &namespace, &name, body, scope, &options)
+            }
+            Write::Patch {
+                name,
+                kind,
+                body,
+                scope,
+            } => state.patch(&info, &namespace, &name, kind, &body, scope, &options),
+            Write::Apply {
+                name,
+                body,
+                scope,
+                force,
+            } => state.apply(&info, &namespace, &name, &body, scope, force, &options),
+            Write::Delete {
+                name,
+                options: delete,
+            } => {
+                let delete = DeleteOptions { dry_run, ..delete };
+                state.delete(&info, &namespace, &name, &delete, &now)
+            }
+        };
+        match &result {
+            Ok(outcome) => {
+                record.status = outcome.code;
+                record.name = Some(outcome.object.name.to_string());
+                record.resource_version = Some(outcome.object.rv.to_string());
+            }
+            Err(error) => record.status = error.code,
+        }
+        shared.audit.record(record);
+        result
+    });
+    if let Ok(outcome) = &result {
+        shared.controller.after_write(
+            shared,
+            cluster,
+            &info,
+            outcome,
+            scope.unwrap_or(Scope::Whole),
+        );
+    }
+    result
+}
+
+/// DELETE on a collection, audited as one record.
+pub(crate) fn delete_collection(
+    shared: &Shared,
+    cluster: &Arc<Cluster>,
+    info: &Arc<ResourceInfo>,
+    query: &ListQuery,
+    options: &DeleteOptions,
+    actor: &Actor,
+) -> Result<Vec<Arc<StoredObject>>, ApiError> {
+    let namespace = query.namespace.clone().unwrap_or_default();
+    let mut record = base_record(cluster, info, &namespace, "deletecollection", actor);
+    record.dry_run = options.dry_run;
+    let now = ids::now_rfc3339();
+    let result = cluster.with_state(|state| {
+        let result = if options.dry_run {
+            state.list(info, query).map(|page| page.items)
+        } else {
+            state.delete_collection(info, query, options, &now)
+        };
+        record.status = match &result {
+            Ok(_) => 200,
+            Err(error) => error.code,
+        };
+        shared.audit.record(record);
+        result
+    });
+    if let Ok(deleted) = &result {
+        for object in deleted {
+            let outcome = Outcome {
+                object: object.clone(),
+                code: 200,
+                changed: true,
+                removed: !object.deleting,
+            };
+            shared
+                .controller
+                .after_write(shared, cluster, info, &outcome, Scope::Whole);
+        }
+    }
+    result
+}
+
+/// Records a write that got an injected fault instead of reaching storage.
+pub(crate) fn audit_injected(
+    shared: &Shared,
+    cluster: &Cluster,
+    verb: &str,
+    resource: Option<(&ResourceInfo, &str, Option<&str>)>,
+    actor: &Actor,
+    status: u16,
+) {
+    let mut record = audit::blank(&cluster.name, verb, actor.origin);
+    if let Some((info, namespace, name)) = resource {
+        record = base_record(cluster, info, namespace, verb, actor);
+        record.name = name.map(str::to_string);
+    }
+    record.writer = actor.writer.clone();
+    record.generation = actor.generation;
+    record.status = status;
+    record.injected = true;
+    shared.audit.record(record);
+}

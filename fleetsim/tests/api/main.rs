@@ -1,0 +1,13 @@
+//! Integration tests of fleetsim with the real `kube` and `kube-runtime` clients, one
+//! module per area, in one test binary to keep link time low.
+
+mod admin;
+mod apply;
+mod audit;
+mod bad_requests;
+mod common;
+mod controller;
+mod discovery;
+mod faults;
+mod verbs;
+mod watch;

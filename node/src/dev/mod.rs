@@ -1,0 +1,420 @@
+//! `starling dev`: a whole replicated installation on one machine, in one process, with no
+//! set-up. It starts fleetsim with `--clusters` simulated clusters, a demo git repository, and
+//! `--replicas` Starling replicas on loopback (data in a temporary directory); applies a Source,
+//! the clusters with their kubeconfig Secrets and a SyncGroup over all of them
+//! (`maxUnavailable: 10%`); shows the first rollout converging, commits a second revision and
+//! shows the rolling update (optionally stopping a replica in the middle); then prints a
+//! summary with the physical bound and invariant checks from fleetsim's audit log.
+
+mod repo;
+mod report;
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use fleet::Command;
+use fleet::manifest::{Resource, parse_manifests};
+use fleet::resources::RolloutPhase;
+use fleet::state::{FleetState, MemberState};
+use fleetsim::{AuditFilter, FleetSim};
+
+use crate::config::NodeConfig;
+use crate::replica::Replica;
+use crate::serve::{self, RunningNode};
+use repo::DemoRepo;
+use report::{Check, RolloutTiming, Summary};
+
+const GROUP: &str = "default/demo";
+
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    /// Simulated clusters.
+    #[arg(long, default_value_t = 100)]
+    pub clusters: usize,
+    /// Starling replicas.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u64,
+    /// Syncs each replica runs at once.
+    #[arg(long, default_value_t = 16)]
+    pub max_concurrent_syncs: usize,
+    /// The SyncGroup's budget.
+    #[arg(long, default_value = "10%")]
+    pub max_unavailable: String,
+    /// Delay before fleetsim makes a workload ready.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub ready_delay: Duration,
+    /// Latency fleetsim adds to every request.
+    #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
+    pub latency: Duration,
+    /// Print the summary and exit (0 only when every check holds) instead of running on.
+    #[arg(long)]
+    pub exit_when_converged: bool,
+    /// Stop one replica in the middle of the second rollout, to show failover.
+    #[arg(long)]
+    pub kill_node_mid_rollout: bool,
+    /// Summary format: text or json.
+    #[arg(short = 'o', long, default_value = "text")]
+    pub output: String,
+    /// gRPC port of the first replica (the others follow); free ports when 0.
+    #[arg(long, default_value_t = 7400)]
+    pub port: u16,
+    /// Upper bound on each wait (replicas forming, each rollout).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Two ports per replica (gRPC, HTTP): from `base` when all are free, else any free ones.
+fn ports(base: u16, replicas: u64) -> anyhow::Result<Vec<(u16, u16)>> {
+    let wanted: Vec<(u16, u16)> = (0..replicas as u16).map(|i| (base + 2 * i, base + 2 * i + 1)).collect();
+    let all_free = base != 0 && wanted.iter().all(|(a, b)| [a, b].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", **p)).is_ok()));
+    if all_free {
+        return Ok(wanted);
+    }
+    (0..replicas).map(|_| Ok((free_port()?, free_port()?))).collect()
+}
+
+struct Dev {
+    args: DevArgs,
+    sim: FleetSim,
+    nodes: BTreeMap<u64, RunningNode>,
+    /// Replicas stopped on purpose (their metrics still count).
+    stopped: Vec<Arc<Replica>>,
+    progress: Progress,
+}
+
+pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
+    if !["text", "json"].contains(&args.output.as_str()) {
+        anyhow::bail!("unknown output format {:?}: expected text or json", args.output);
+    }
+    if args.clusters == 0 || args.replicas == 0 {
+        anyhow::bail!("--clusters and --replicas must be at least 1");
+    }
+    let dir = tempfile::Builder::new().prefix("starling-dev-").tempdir().context("cannot create a temporary directory")?;
+    let quiet = args.output == "json";
+    let progress = Progress::new(quiet);
+    progress.say(&format!("starling dev: data in {}", dir.path().display()));
+
+    let sim = FleetSim::start(fleetsim::Config {
+        clusters: args.clusters,
+        ready_delay: args.ready_delay,
+        latency: args.latency,
+        ..fleetsim::Config::default()
+    })
+    .await
+    .context("cannot start fleetsim")?;
+    progress.say(&format!("fleetsim: {} simulated clusters at {}", args.clusters, sim.base_url()));
+    let repo = DemoRepo::create(&dir.path().join("repo"))?;
+    progress.say(&format!("demo repository: {}", repo.url()));
+
+    let mut dev = Dev { args, sim, nodes: BTreeMap::new(), stopped: Vec::new(), progress };
+    dev.start_replicas(dir.path().to_path_buf()).await?;
+    dev.apply_specs(&repo).await?;
+
+    let budget = dev.read(|state| state.group_budget(GROUP).map_or(1, |(_, b)| b));
+    let first = dev.wait_rollout(None, false).await?;
+    repo.commit("v2", "nginx:1.28", "second version of the demo app")?;
+    dev.progress.say("committed a second revision: rolling it out");
+    let second = dev.wait_rollout(Some(first.revision.clone()), dev.args.kill_node_mid_rollout).await?;
+    let summary = dev.summary(budget, vec![first, second]);
+    match dev.args.output.as_str() {
+        "json" => println!("{}", serde_json::to_string_pretty(&summary)?),
+        _ => summary.print_text(),
+    }
+    let ok = summary.ok();
+    if !dev.args.exit_when_converged {
+        println!();
+        println!("starling dev keeps running; in another terminal:");
+        println!("  export STARLING_SERVER={}", summary.server);
+        println!("  starling status        # members, leader, load, rollouts");
+        println!("  starling get syncgroups   /   starling get clusters   /   starling get syncs");
+        println!("fleetsim serves the clusters at {} (admin API at {}).", dev.sim.base_url(), dev.sim.admin_url());
+        println!("Ctrl-C stops everything.");
+        serve::shutdown_signal().await;
+    }
+    for (_, node) in std::mem::take(&mut dev.nodes) {
+        node.stop().await;
+    }
+    Ok(ok)
+}
+
+impl Dev {
+    fn read<R>(&self, f: impl FnOnce(&FleetState) -> R) -> R {
+        let node = self.nodes.values().next().expect("at least one replica runs");
+        node.replica.raft.reader().read(f)
+    }
+
+    async fn start_replicas(&mut self, dir: PathBuf) -> anyhow::Result<()> {
+        let ports = ports(self.args.port, self.args.replicas)?;
+        let peers: BTreeMap<u64, String> = ports.iter().enumerate().map(|(i, (grpc, _))| (i as u64 + 1, format!("127.0.0.1:{grpc}"))).collect();
+        let down_after = Duration::from_secs(3);
+        for (index, (grpc, http)) in ports.iter().enumerate() {
+            let id = index as u64 + 1;
+            let config = NodeConfig {
+                id,
+                listen: SocketAddr::from(([127, 0, 0, 1], *grpc)),
+                advertise: format!("127.0.0.1:{grpc}"),
+                http_listen: SocketAddr::from(([127, 0, 0, 1], *http)),
+                data_dir: dir.join(format!("node-{id}")),
+                peers: peers.clone(),
+                max_voters: 5,
+                down_after,
+                lease: down_after * 2 / 3,
+                heartbeat_interval: down_after / 6,
+                max_concurrent_syncs: self.args.max_concurrent_syncs,
+            };
+            self.nodes.insert(id, serve::start(config).await?);
+        }
+        let expected = self.args.replicas as usize;
+        self.wait("the replicas to form a group", |state| {
+            state.members.values().filter(|m| m.state == MemberState::Live).count() == expected
+        })
+        .await?;
+        let leader = self.nodes.values().next().and_then(|n| n.replica.raft.current_leader()).map_or(0, |(id, _)| id);
+        self.progress.say(&format!("{} replicas on loopback, leader: node {leader}", self.args.replicas));
+        Ok(())
+    }
+
+    async fn apply_specs(&self, repo: &DemoRepo) -> anyhow::Result<()> {
+        let mut manifests = format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"{}\"\n",
+            repo.url(),
+            self.args.max_unavailable
+        );
+        let regions = ["eu-west", "us-east", "ap-south"];
+        for (index, name) in self.sim.cluster_names().iter().enumerate() {
+            let region = regions[index % regions.len()];
+            let kubeconfig = self.sim.kubeconfig(name).context("fleetsim has no kubeconfig for a cluster")?;
+            let secret = serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+                "stringData": {"value": kubeconfig},
+            });
+            manifests.push_str(&format!(
+                "---\n{}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n",
+                serde_json::to_string(&secret)?
+            ));
+        }
+        let resources: Vec<Resource> = parse_manifests(&manifests).context("the demo manifests are invalid")?;
+        let node = self.nodes.values().next().expect("a replica");
+        let at = Replica::now_rfc3339();
+        for batch in resources.chunks(500) {
+            let commands = batch.iter().map(|r| Command::UpsertSpec { resource: Box::new(r.clone()), at: at.clone() }).collect();
+            node.replica.raft.propose_many(commands).await.context("cannot apply the demo specs")?;
+        }
+        self.progress.say(&format!("applied a Source, {} Clusters with kubeconfig Secrets, and SyncGroup demo (maxUnavailable {})", self.args.clusters, self.args.max_unavailable));
+        Ok(())
+    }
+
+    async fn wait(&self, what: &str, condition: impl Fn(&FleetState) -> bool) -> anyhow::Result<()> {
+        let deadline = Instant::now() + self.args.timeout;
+        while !self.read(&condition) {
+            if Instant::now() > deadline {
+                anyhow::bail!("timed out after {:?} waiting for {what}", self.args.timeout);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits for a rollout of a revision other than `previous` to start and complete.
+    async fn wait_rollout(&mut self, previous: Option<String>, kill_midway: bool) -> anyhow::Result<RolloutTiming> {
+        let previous_clone = previous.clone();
+        self.wait("the source to resolve a new revision", move |state| {
+            state.group_status(GROUP).and_then(|s| s.target_revision).is_some_and(|r| Some(r) != previous_clone)
+        })
+        .await?;
+        let started = Instant::now();
+        let since_micros = unix_micros();
+        let deadline = started + self.args.timeout;
+        let mut max_unavailable_seen = 0;
+        let mut killed = false;
+        let total = self.args.clusters as u64;
+        let bar = self.progress.bar(total);
+        let revision = loop {
+            let status = self.read(|state| state.group_status(GROUP)).context("the demo syncgroup is gone")?;
+            let summary = &status.summary;
+            max_unavailable_seen = max_unavailable_seen.max(summary.in_progress + summary.failed);
+            let revision = status.target_revision.clone().unwrap_or_default();
+            self.progress.update(&bar, summary.updated as u64, &format!(
+                "{}  updated {}/{}  in progress {}  failed {}",
+                short(&revision), summary.updated, summary.total, summary.in_progress, summary.failed
+            ));
+            if status.phase == Some(RolloutPhase::Complete) && summary.updated as usize == self.args.clusters {
+                break revision;
+            }
+            if kill_midway && !killed && summary.updated as u64 * 10 >= total * 3 {
+                killed = true;
+                self.kill_one().await;
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("timed out after {:?}: rollout of {revision} stuck at {}/{} updated", self.args.timeout, summary.updated, summary.total);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        self.progress.finish(bar, &format!("rolled out {} to {} clusters in {:.1}s", short(&revision), self.args.clusters, started.elapsed().as_secs_f64()));
+        Ok(RolloutTiming {
+            revision,
+            seconds: started.elapsed().as_secs_f64(),
+            bound_seconds: 0.0,
+            efficiency: 0.0,
+            max_unavailable_seen,
+            max_concurrent_writes: 0,
+            window_micros: (since_micros, unix_micros()),
+        })
+    }
+
+    /// Stops the replica (not the leader) that owns the most clusters.
+    async fn kill_one(&mut self) {
+        let leader = self.nodes.values().next().and_then(|n| n.replica.raft.current_leader()).map(|(id, _)| id);
+        let victim = self.read(|state| {
+            state
+                .live_members()
+                .filter(|m| Some(m.id) != leader)
+                .max_by_key(|m| state.clusters_of(m.id).len())
+                .map(|m| m.id)
+        });
+        let Some(victim) = victim.filter(|v| self.nodes.len() > 1 && self.nodes.contains_key(v)) else {
+            return;
+        };
+        if let Some(node) = self.nodes.remove(&victim) {
+            self.progress.say(&format!("stopping node {victim} mid-rollout: its clusters move to the survivors after down_after"));
+            self.stopped.push(node.replica.clone());
+            node.stop().await;
+        }
+    }
+
+    fn summary(&self, budget: u32, mut rollouts: Vec<RolloutTiming>) -> Summary {
+        let (total, count) = self
+            .nodes
+            .values()
+            .map(|n| n.replica.clone())
+            .chain(self.stopped.iter().cloned())
+            .map(|r| r.metrics.sync_totals())
+            .fold((Duration::ZERO, 0u64), |(t, c), (t2, c2)| (t + t2, c + c2));
+        let mean = if count == 0 { Duration::ZERO } else { total / count as u32 };
+        let replicas = self.args.replicas as usize;
+        for rollout in &mut rollouts {
+            let bound = report::physical_bound(self.args.clusters, replicas, self.args.max_concurrent_syncs, budget, mean);
+            rollout.bound_seconds = bound.as_secs_f64();
+            rollout.efficiency = if rollout.seconds > 0.0 { rollout.bound_seconds / rollout.seconds } else { 0.0 };
+        }
+        let records = self.sim.audit(&AuditFilter::default());
+        for rollout in &mut rollouts {
+            rollout.max_concurrent_writes = report::concurrent_writes(&records, rollout.window_micros);
+        }
+        let mut checks = report::writer_checks(&records);
+        let over_budget: Vec<String> = rollouts
+            .iter()
+            .filter(|r| r.max_unavailable_seen > budget)
+            .map(|r| format!("{} had {} unavailable", short(&r.revision), r.max_unavailable_seen))
+            .collect();
+        checks.push(report::check("maxUnavailable never exceeded", &over_budget, &format!("at most {budget} clusters unavailable at once (rollout ledger, sampled)")));
+        let too_many: Vec<String> = rollouts
+            .iter()
+            .filter(|r| r.max_concurrent_writes > budget)
+            .map(|r| format!("{}: {} clusters written at once", short(&r.revision), r.max_concurrent_writes))
+            .collect();
+        checks.push(report::check("writes within the budget", &too_many, &format!("never more than {budget} clusters written at once (audit log)")));
+        checks.push(self.converged_check());
+        let server = self.nodes.values().next().map(|n| n.replica.config.advertise.clone()).unwrap_or_default();
+        Summary {
+            clusters: self.args.clusters,
+            replicas,
+            max_concurrent_syncs: self.args.max_concurrent_syncs,
+            budget,
+            mean_sync_seconds: mean.as_secs_f64(),
+            rollouts,
+            killed_node: self.stopped.first().map(|r| r.id()),
+            checks,
+            server,
+        }
+    }
+
+    /// Every cluster has the second version's config map, rendered for that cluster.
+    fn converged_check(&self) -> Check {
+        let mut wrong = Vec::new();
+        for name in self.sim.cluster_names() {
+            let object = self.sim.get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config").ok().flatten();
+            let data = object.as_ref().map(|o| &o["data"]);
+            let good = data.is_some_and(|d| d["version"] == "v2" && d["cluster"] == name.as_str() && d["region"].as_str().is_some_and(|r| !r.is_empty()));
+            if !good {
+                wrong.push(format!("{name}: {}", data.map_or("missing".to_string(), |d| d.to_string())));
+            }
+        }
+        report::check("every cluster converged", &wrong, "every cluster holds version v2 of the app, rendered with its own name and region")
+    }
+}
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+fn short(revision: &str) -> String {
+    match revision.split_once("@sha1:") {
+        Some((name, sha)) => format!("{name}@{}", &sha[..sha.len().min(7)]),
+        None => revision.to_string(),
+    }
+}
+
+/// Live progress on a terminal (a bar on stderr), plain lines otherwise.
+struct Progress {
+    quiet: bool,
+    terminal: bool,
+    last_line: std::sync::Mutex<Instant>,
+}
+
+impl Progress {
+    fn new(quiet: bool) -> Progress {
+        Progress { quiet, terminal: std::io::stderr().is_terminal(), last_line: std::sync::Mutex::new(Instant::now()) }
+    }
+
+    fn say(&self, line: &str) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+
+    fn bar(&self, total: u64) -> Option<indicatif::ProgressBar> {
+        if self.quiet || !self.terminal {
+            return None;
+        }
+        let bar = indicatif::ProgressBar::new(total);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40.cyan/blue} {pos:>5}/{len} {elapsed:>4} {msg}") {
+            bar.set_style(style);
+        }
+        Some(bar)
+    }
+
+    fn update(&self, bar: &Option<indicatif::ProgressBar>, position: u64, message: &str) {
+        match bar {
+            Some(bar) => {
+                bar.set_position(position);
+                bar.set_message(message.to_string());
+            }
+            None if !self.quiet => {
+                let mut last = crate::replica::lock(&self.last_line);
+                if last.elapsed() >= Duration::from_secs(2) {
+                    *last = Instant::now();
+                    eprintln!("  {message}");
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&self, bar: Option<indicatif::ProgressBar>, line: &str) {
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        self.say(line);
+    }
+}

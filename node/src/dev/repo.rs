@@ -1,0 +1,70 @@
+//! The demo git repository of `starling dev`: a sample app (a namespace, a config map and a
+//! deployment, with per-cluster variables) committed to a local repository read over `file://`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+pub struct DemoRepo {
+    pub path: PathBuf,
+    repo: git2::Repository,
+}
+
+/// The app at a version: the config map's `version` and the deployment's image tag change.
+fn files(version: &str, image: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "app/namespace.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n".to_string(),
+        ),
+        (
+            "app/config.yaml",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo-config\n  namespace: demo\ndata:\n  cluster: ${{cluster.name}}\n  region: ${{REGION}}\n  greeting: ${{GREETING:=hello}}\n  version: \"{version}\"\n"
+            ),
+        ),
+        (
+            "app/deployment.yaml",
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: demo-web\n  namespace: demo\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {{app: demo-web}}\n  template:\n    metadata:\n      labels: {{app: demo-web}}\n    spec:\n      containers:\n        - name: web\n          image: {image}\n          env:\n            - name: REGION\n              value: ${{REGION}}\n"
+            ),
+        ),
+    ]
+}
+
+impl DemoRepo {
+    /// Creates the repository with the first version of the app on `main`.
+    pub fn create(path: &Path) -> anyhow::Result<DemoRepo> {
+        let mut options = git2::RepositoryInitOptions::new();
+        options.initial_head("main");
+        let repo = git2::Repository::init_opts(path, &options)
+            .with_context(|| format!("cannot create the demo repository in {}", path.display()))?;
+        let demo = DemoRepo { path: path.to_path_buf(), repo };
+        demo.commit("v1", "nginx:1.27", "first version of the demo app")?;
+        Ok(demo)
+    }
+
+    pub fn url(&self) -> String {
+        format!("file://{}", self.path.display())
+    }
+
+    /// Writes the app at `version` and commits it on `main`.
+    pub fn commit(&self, version: &str, image: &str, message: &str) -> anyhow::Result<String> {
+        for (name, content) in files(version, image) {
+            let file = self.path.join(name);
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(&file, content).with_context(|| format!("cannot write {}", file.display()))?;
+        }
+        let mut index = self.repo.index()?;
+        index.add_all(["app"], git2::IndexAddOption::DEFAULT, None)?;
+        index.write()?;
+        let tree = self.repo.find_tree(index.write_tree()?)?;
+        let signature = git2::Signature::now("starling dev", "dev@starling.invalid")?;
+        let parent = self.repo.head().ok().and_then(|head| head.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        let oid = self.repo.commit(Some("HEAD"), &signature, &signature, message, &tree, &parents)?;
+        Ok(oid.to_string())
+    }
+}

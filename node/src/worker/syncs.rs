@@ -1,0 +1,352 @@
+//! The shard worker: runs the syncs of the clusters this node owns, at most
+//! `--max-concurrent-syncs` at a time.
+//!
+//! ```text
+//!  applied entry / tick ─► plan: admitted or failed Syncs on owned clusters (not backing off),
+//!                                drift re-applies that are due
+//!        ─► BeginSync (committed) ─► Granted{ticket} ─► artifact ─► sync engine ─► FinishSync
+//!                                 └► Denied ─► try again later
+//! ```
+//!
+//! Nothing starts without a valid node lease, and a running sync is cancelled at its next step
+//! when the lease lapses. Failures back off per error class; drift correction re-applies each
+//! Sync at its `interval` with ±10% jitter. With `maxUnavailable: 100%` and a `jitter`, starts
+//! are spread over the jitter window instead of happening at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleet::resources::{ObjectRef, Sync};
+use fleet::state::{FleetState, Key, SyncOutcome, SyncState};
+use fleet::{Command, Outcome};
+use starling_sync::{ArtifactSource, ClusterTarget, Connection, ErrorClass, RetryPolicy, SyncRequest};
+use tokio::sync::{Semaphore, mpsc};
+
+use super::artifacts::{self, ArtifactNeed};
+use super::secret_data;
+use crate::replica::{Replica, lock};
+
+/// How often the worker plans when nothing was applied.
+const TICK: Duration = Duration::from_millis(200);
+/// How often owned Syncs are scanned for due drift corrections.
+const DRIFT_SCAN: Duration = Duration::from_secs(1);
+/// Retry delay of a failure whose class is not retried automatically (invalid manifests…):
+/// the next spec or revision change usually fixes it; until then, try rarely.
+const PERMANENT_FAILURE_RETRY: Duration = Duration::from_secs(300);
+
+/// One piece of work.
+#[derive(Clone, Debug)]
+struct Work {
+    sync: Key,
+    drift: bool,
+}
+
+/// What a finished task reports to the planner.
+enum Done {
+    /// Not granted; try again after the delay.
+    Denied { sync: Key, retry_in: Duration },
+    Finished { sync: Key, failure: Option<ErrorClass>, drift_interval: Duration },
+}
+
+/// Everything a sync needs from the state, read under one lock.
+struct Prepared {
+    cluster: String,
+    generation: u64,
+    revision: String,
+    object: Sync,
+    target: Result<ClusterTarget, String>,
+    artifact: Result<ArtifactNeed, String>,
+}
+
+struct Planner {
+    retry_at: BTreeMap<Key, (Instant, u32)>,
+    drift_at: BTreeMap<Key, Instant>,
+    first_seen: BTreeMap<(Key, String), Instant>,
+    last_drift_scan: Instant,
+}
+
+pub async fn run(replica: Arc<Replica>) {
+    let slots = Arc::new(Semaphore::new(replica.config.max_concurrent_syncs));
+    let running = Arc::new(std::sync::Mutex::new(BTreeSet::<Key>::new()));
+    let (done_sender, mut done) = mpsc::channel::<Done>(1024);
+    let mut events = replica.raft.subscribe();
+    let mut planner = Planner {
+        retry_at: BTreeMap::new(),
+        drift_at: BTreeMap::new(),
+        first_seen: BTreeMap::new(),
+        last_drift_scan: Instant::now(),
+    };
+    loop {
+        tokio::select! {
+            _ = events.recv() => {}
+            Some(report) = done.recv() => planner.record(report),
+            _ = tokio::time::sleep(TICK) => {}
+        }
+        if !replica.lease.is_valid() || slots.available_permits() == 0 {
+            continue;
+        }
+        let busy = lock(&running).clone();
+        let plan = replica.raft.reader().read(|state| planner.plan(state, replica.id(), &busy));
+        for work in plan {
+            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                break;
+            };
+            lock(&running).insert(work.sync.clone());
+            let replica = replica.clone();
+            let running = running.clone();
+            let done_sender = done_sender.clone();
+            tokio::spawn(async move {
+                replica.metrics.sync_started();
+                let report = run_one(&replica, &work).await;
+                replica.metrics.sync_ended();
+                lock(&running).remove(&work.sync);
+                drop(permit);
+                let _ = done_sender.send(report).await;
+            });
+        }
+    }
+}
+
+impl Planner {
+    fn record(&mut self, report: Done) {
+        let now = Instant::now();
+        match report {
+            Done::Denied { sync, retry_in } => {
+                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a)| *a);
+                self.retry_at.insert(sync, (now + retry_in, attempts));
+            }
+            Done::Finished { sync, failure: None, drift_interval } => {
+                self.retry_at.remove(&sync);
+                let seed = starling_sync::retry::jitter_key(&sync) ^ now.elapsed().as_nanos() as u64;
+                self.drift_at.insert(sync, now + source::jittered_interval(drift_interval, seed));
+            }
+            Done::Finished { sync, failure: Some(class), .. } => {
+                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a)| *a) + 1;
+                let key = starling_sync::retry::jitter_key(&sync);
+                let delay = RetryPolicy::sync_default().delay(class, attempts, key).unwrap_or(PERMANENT_FAILURE_RETRY);
+                self.retry_at.insert(sync, (now + delay, attempts));
+            }
+        }
+    }
+
+    fn plan(&mut self, state: &FleetState, node: u64, busy: &BTreeSet<Key>) -> Vec<Work> {
+        let now = Instant::now();
+        let mut plan = Vec::new();
+        for sync in state.actionable_for(node) {
+            if busy.contains(&sync) || self.retry_at.get(&sync).is_some_and(|(at, _)| *at > now) {
+                continue;
+            }
+            if let Some(delay) = start_jitter(state, &sync) {
+                let revision = state.target_of(&sync).map(|t| t.revision).unwrap_or_default();
+                let seen = *self.first_seen.entry((sync.clone(), revision.clone())).or_insert(now);
+                let offset = delay.mul_f64((starling_sync::retry::jitter_key(&format!("{sync}@{revision}")) % 10_000) as f64 / 10_000.0);
+                if seen + offset > now {
+                    continue;
+                }
+            }
+            plan.push(Work { sync, drift: false });
+        }
+        if self.first_seen.len() > 100_000 {
+            self.first_seen.clear();
+        }
+        if now.duration_since(self.last_drift_scan) >= DRIFT_SCAN {
+            self.last_drift_scan = now;
+            plan.extend(self.due_drift(state, node, busy, now));
+        }
+        plan
+    }
+
+    /// Updated Syncs on owned clusters whose drift correction is due.
+    fn due_drift(&mut self, state: &FleetState, node: u64, busy: &BTreeSet<Key>, now: Instant) -> Vec<Work> {
+        let mut due = Vec::new();
+        let mut owned = BTreeSet::new();
+        for cluster in state.clusters_of(node) {
+            for sync in state.cluster_syncs.get(&cluster).into_iter().flatten() {
+                owned.insert(sync.clone());
+                let Some(entry) = state.syncs.get(sync) else { continue };
+                if !matches!(entry.rollout.state, SyncState::Updated | SyncState::Unready) || busy.contains(sync) {
+                    continue;
+                }
+                let interval = fleet::validate::sync_interval(&entry.object.spec.template);
+                let at = *self.drift_at.entry(sync.clone()).or_insert_with(|| {
+                    now + source::jittered_interval(interval, starling_sync::retry::jitter_key(sync))
+                });
+                if at <= now {
+                    due.push(Work { sync: sync.clone(), drift: true });
+                }
+            }
+        }
+        self.drift_at.retain(|sync, _| owned.contains(sync));
+        self.retry_at.retain(|sync, _| owned.contains(sync) || state.actionable.contains(sync));
+        due
+    }
+}
+
+/// The start delay window of a Sync whose group has no budget (`maxUnavailable: 100%`) and
+/// a `jitter`.
+fn start_jitter(state: &FleetState, sync: &str) -> Option<Duration> {
+    let group = state.syncs.get(sync)?.group.as_ref()?;
+    let entry = state.groups.get(group)?;
+    let policy = &entry.object.spec.rollout;
+    let total = entry.members.len() as u32;
+    let jitter = fleet::validate::rollout_jitter(policy);
+    (!jitter.is_zero() && fleet::validate::max_unavailable(policy, total) >= total).then_some(jitter)
+}
+
+async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
+    let Some(prepared) = replica.raft.reader().read(|state| prepare(state, replica.id(), &work.sync)) else {
+        return Done::Denied { sync: work.sync.clone(), retry_in: TICK };
+    };
+    let begin = Command::BeginSync {
+        sync: work.sync.clone(),
+        node: replica.id(),
+        generation: prepared.generation,
+        revision: prepared.revision.clone(),
+    };
+    let ticket = match replica.raft.propose(begin).await {
+        Ok((_, Outcome::Granted { ticket })) => ticket,
+        Ok((_, Outcome::Denied { reason })) => {
+            let label = format!("{reason:?}").split([' ', '{', '(']).next().unwrap_or("Unknown").to_string();
+            replica.metrics.denials.get_or_create(&crate::metrics::ReasonLabel { reason: label }).inc();
+            tracing::debug!(sync = %work.sync, ?reason, "sync not granted");
+            return Done::Denied { sync: work.sync.clone(), retry_in: Duration::from_secs(1) };
+        }
+        Ok((_, other)) => {
+            tracing::warn!(sync = %work.sync, ?other, "unexpected answer to BeginSync");
+            return Done::Denied { sync: work.sync.clone(), retry_in: Duration::from_secs(1) };
+        }
+        Err(error) => {
+            tracing::debug!(sync = %work.sync, %error, "cannot propose BeginSync");
+            return Done::Denied { sync: work.sync.clone(), retry_in: Duration::from_secs(1) };
+        }
+    };
+    replica.metrics.grants.inc();
+    let span = tracing::info_span!("sync", sync = %work.sync, cluster = %prepared.cluster, revision = %prepared.revision, generation = prepared.generation, drift = work.drift);
+    let _guard = span.enter();
+    let started = Instant::now();
+    let drift_interval = fleet::validate::sync_interval(&prepared.object.spec.template);
+    let (outcome, failure) = apply(replica, &work.sync, prepared).await;
+    let result = if failure.is_some() { "failed" } else { "succeeded" };
+    replica.metrics.syncs.get_or_create(&crate::metrics::ResultLabel { result: result.into() }).inc();
+    replica.metrics.record_sync_duration(started.elapsed());
+    let finish = Command::FinishSync { ticket: ticket.id, outcome, at: Replica::now_rfc3339() };
+    match replica.raft.propose(finish).await {
+        Ok((_, Outcome::StaleTicket)) => tracing::info!("result discarded: the cluster changed owner meanwhile"),
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "cannot commit the sync's result; it will be retried"),
+    }
+    Done::Finished { sync: work.sync.clone(), failure, drift_interval }
+}
+
+/// Fetches the artifact and runs the sync engine, with the lease watched throughout.
+async fn apply(replica: &Arc<Replica>, sync: &str, prepared: Prepared) -> (SyncOutcome, Option<ErrorClass>) {
+    let fail = |class: ErrorClass, message: String| {
+        (SyncOutcome::Failed { class: class.as_str().into(), message, inventory: None }, Some(class))
+    };
+    let target = match prepared.target {
+        Ok(target) => target,
+        Err(message) => return fail(ErrorClass::Invalid, message),
+    };
+    let need = match prepared.artifact {
+        Ok(need) => need,
+        Err(message) => return fail(ErrorClass::Unreachable, message),
+    };
+    let stored = match artifacts::ensure(replica, &need).await {
+        Ok(stored) => stored,
+        Err(message) => return fail(ErrorClass::Unreachable, message),
+    };
+    let mut request = SyncRequest::new(
+        sync,
+        target,
+        format!("node-{}", replica.id()),
+        prepared.generation,
+        ArtifactSource::Archive(replica.store.path_of(&stored.digest)),
+        prepared.object.spec.template.clone(),
+    );
+    request.revision = Some(prepared.revision);
+    request.previous_inventory = prepared.object.status.as_ref().map(|s| s.inventory.clone()).unwrap_or_default();
+    let cancel = request.cancel.clone();
+    let watcher = {
+        let replica = replica.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            while !cancel.is_cancelled() {
+                if !replica.lease.is_valid() {
+                    tracing::warn!("node lease lapsed: stopping the sync at its next step");
+                    cancel.cancel();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let result = replica.engine.sync(request).await;
+    cancel.cancel();
+    let _ = watcher.await;
+    match result {
+        Ok(report) => (SyncOutcome::Succeeded { inventory: report.inventory, health: report.health }, None),
+        Err(failure) => {
+            let class = failure.class();
+            tracing::warn!(class = class.as_str(), error = %failure.error, "sync failed");
+            let inventory: Option<Vec<ObjectRef>> = failure.inventory.clone();
+            (SyncOutcome::Failed { class: class.as_str().into(), message: failure.error.to_string(), inventory }, Some(class))
+        }
+    }
+}
+
+fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
+    let entry = state.syncs.get(sync)?;
+    let object = entry.object.clone();
+    let namespace = object.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let cluster_key = fleet::state::key_of(&namespace, &object.spec.cluster_ref.name);
+    let (owner, generation) = state.cluster_owner(&cluster_key)?;
+    if owner != node {
+        return None;
+    }
+    let target = state.target_of(sync)?;
+    let cluster = &state.clusters.get(&cluster_key)?.object;
+    let cluster_target = connection(state, &namespace, cluster).map(|connection| ClusterTarget {
+        name: object.spec.cluster_ref.name.clone(),
+        namespace: namespace.clone(),
+        labels: cluster.metadata.labels.clone().unwrap_or_default(),
+        connection,
+    });
+    let source_key = fleet::state::key_of(&namespace, &object.spec.source_ref.name);
+    let artifact = match state.sources.get(&source_key) {
+        None => Err(format!("source {source_key} not found")),
+        Some(source) => {
+            let digest = source.object.status.as_ref().and_then(|s| s.artifact.as_ref()).map(|a| a.digest.clone());
+            match digest.map(|d| d.parse::<source::Digest>()) {
+                Some(Ok(digest)) => Ok(ArtifactNeed {
+                    digest,
+                    url: source.object.spec.git.url.clone(),
+                    revision: target.revision.clone(),
+                    secret: source.object.spec.secret_ref.as_ref().and_then(|r| state.secret(&namespace, &r.name)).map(secret_data),
+                }),
+                Some(Err(_)) => Err(format!("source {source_key} has a malformed artifact digest")),
+                None => Err(format!("source {source_key} has no artifact for {}", target.revision)),
+            }
+        }
+    };
+    Some(Prepared {
+        cluster: cluster_key,
+        generation,
+        revision: target.revision,
+        object,
+        target: cluster_target,
+        artifact,
+    })
+}
+
+/// The connection of a push cluster: its kubeconfig Secret (`<name>-kubeconfig`, key `value`
+/// unless the Cluster says otherwise).
+fn connection(state: &FleetState, namespace: &str, cluster: &fleet::resources::Cluster) -> Result<Connection, String> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let reference = cluster.spec.kubeconfig_secret_ref.clone();
+    let secret_name = reference.as_ref().map_or_else(|| format!("{name}-kubeconfig"), |r| r.name.clone());
+    let key = reference.and_then(|r| r.key);
+    let secret = state
+        .secret(namespace, &secret_name)
+        .ok_or_else(|| format!("kubeconfig secret {namespace}/{secret_name} of cluster {name} not found"))?;
+    Ok(Connection::Secret { data: secret_data(secret), key })
+}

@@ -1,0 +1,449 @@
+//! The durable Raft log: entries, vote, committed and purged markers in one redb database,
+//! mirrored in memory so that openraft's tasks never wait on the disk.
+//!
+//! ```text
+//!   table "log"  : index (u64) -> versioned Entry
+//!   table "meta" : "store_version" -> [STORE_VERSION]
+//!                  "vote"          -> versioned Vote
+//!                  "committed"     -> versioned Option<LogId>
+//!                  "purged"        -> versioned LogId (last purged, kept after the entries go)
+//!
+//!   memory: vote, committed, purged, and the newest entries (a contiguous tail of the log)
+//! ```
+//!
+//! Every change updates the mirror at once (so an appended entry is readable immediately, as
+//! openraft requires) and is queued to the writer thread ([`crate::log_writer`]), which commits
+//! it with `Durability::Immediate` (fsync). openraft hears an append is done only through its
+//! `LogFlushed` callback, after that commit; `save_vote` and `truncate` return only after theirs.
+//! The committed marker only lets a restarted replica re-apply its committed entries before
+//! hearing from a leader, so it is not fsynced on its own: it becomes durable with the next
+//! append, and an older value is always safe. Reads of entries older than the in-memory tail go
+//! to redb on the blocking pool.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader, StorageIOError};
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::codec;
+use crate::error::StoreError;
+use crate::log_writer::{self, CommitResult, WriteOp};
+use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+
+pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+const KEY_STORE_VERSION: &str = "store_version";
+const KEY_VOTE: &str = "vote";
+const KEY_COMMITTED: &str = "committed";
+pub(crate) const KEY_PURGED: &str = "purged";
+
+/// Version of the table layout above (each record also carries its own format version).
+pub const STORE_VERSION: u8 = 1;
+
+/// Entries kept in memory by default.
+pub const DEFAULT_TAIL_ENTRIES: usize = 4096;
+
+/// The in-memory view of the log, always at least as new as the database.
+struct Mirror {
+    /// The newest entries, contiguous; older ones are only in redb.
+    tail: VecDeque<Entry>,
+    last_purged: Option<LogId>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+}
+
+impl Mirror {
+    fn last_log_id(&self) -> Option<LogId> {
+        self.tail.back().map(|entry| entry.log_id).or(self.last_purged)
+    }
+
+    /// Index of the first entry held in memory (everything from here on is in the tail).
+    fn tail_start(&self) -> u64 {
+        match self.tail.front() {
+            Some(entry) => entry.log_id.index,
+            None => self.last_log_id().map_or(0, |log_id| log_id.index + 1),
+        }
+    }
+
+    fn truncate_tail(&mut self, from: u64) {
+        while self.tail.back().is_some_and(|entry| entry.log_id.index >= from) {
+            self.tail.pop_back();
+        }
+    }
+}
+
+struct Inner {
+    db: Arc<Database>,
+    mirror: RwLock<Mirror>,
+    writer: mpsc::UnboundedSender<WriteOp>,
+    /// One past the highest index the writer has made durable; entries below it may leave the
+    /// in-memory tail.
+    durable_upto: Arc<AtomicU64>,
+    tail_capacity: usize,
+    closed: watch::Receiver<bool>,
+}
+
+/// The log store handed to openraft. Cheap to clone: all clones share one database and mirror.
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Inner>,
+}
+
+impl LogStore {
+    /// Opens (or creates) the log database at `path`, checking its store version.
+    pub fn open(path: &Path) -> Result<LogStore, StoreError> {
+        LogStore::open_with_tail(path, DEFAULT_TAIL_ENTRIES)
+    }
+
+    /// Like [`LogStore::open`], keeping at most `tail_capacity` entries in memory.
+    pub fn open_with_tail(path: &Path, tail_capacity: usize) -> Result<LogStore, StoreError> {
+        let db = Database::create(path)
+            .map_err(|source| StoreError::Open { path: path.to_owned(), source: Box::new(source) })?;
+        check_store_version(&db, path)?;
+        let tail_capacity = tail_capacity.max(1);
+        let mirror = load_mirror(&db, tail_capacity)?;
+        let durable_upto = Arc::new(AtomicU64::new(mirror.last_log_id().map_or(0, |log_id| log_id.index + 1)));
+        let db = Arc::new(db);
+        let (writer, closed) = log_writer::spawn(db.clone(), durable_upto.clone())?;
+        let inner = Inner { db, mirror: RwLock::new(mirror), writer, durable_upto, tail_capacity, closed };
+        Ok(LogStore { inner: Arc::new(inner) })
+    }
+
+    /// A signal that turns `true` once every handle on this store is gone and the database is
+    /// closed, so the same directory can be opened again.
+    pub fn closed(&self) -> StoreClosed {
+        StoreClosed { closed: self.inner.closed.clone() }
+    }
+
+    /// Number of entries in the database (after purges), for tests and metrics.
+    pub async fn stored_entry_count(&self) -> Result<u64, StoreError> {
+        let db = self.inner.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(StoreError::db)?;
+            let table = txn.open_table(LOG).map_err(StoreError::db)?;
+            table.len().map_err(StoreError::db)
+        })
+        .await
+        .map_err(StoreError::task)?
+    }
+
+    // The mirror is only held for in-memory work, so a panic while holding it leaves no torn
+    // disk state; later users go on with whatever it holds.
+    fn mirror(&self) -> RwLockReadGuard<'_, Mirror> {
+        self.inner.mirror.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn mirror_mut(&self) -> RwLockWriteGuard<'_, Mirror> {
+        self.inner.mirror.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn queue(&self, op: WriteOp) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .send(op)
+            .map_err(|_| StoreError::Task("the raft log writer thread has stopped".into()))
+    }
+
+    async fn queue_and_wait(&self, op: WriteOp, done: oneshot::Receiver<CommitResult>) -> Result<(), StoreError> {
+        self.queue(op)?;
+        match done.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(StoreError::Task(error.to_string())),
+            Err(_) => Err(StoreError::Task("the raft log writer thread has stopped".into())),
+        }
+    }
+
+    async fn read_entries(&self, start: u64, end: u64) -> Result<Vec<Entry>, StoreError> {
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let (from_disk, cached) = {
+            let mirror = self.mirror();
+            let tail_start = mirror.tail_start();
+            let cached: Vec<Entry> = mirror
+                .tail
+                .iter()
+                .skip_while(|entry| entry.log_id.index < start)
+                .take_while(|entry| entry.log_id.index < end)
+                .cloned()
+                .collect();
+            ((start < tail_start).then(|| (start, end.min(tail_start))), cached)
+        };
+        let Some((disk_start, disk_end)) = from_disk else {
+            return Ok(cached);
+        };
+        let db = self.inner.db.clone();
+        let mut entries = tokio::task::spawn_blocking(move || read_range(&db, disk_start, disk_end))
+            .await
+            .map_err(StoreError::task)??;
+        entries.extend(cached);
+        Ok(entries)
+    }
+
+    /// Reloads the in-memory tail from the database after a truncation below it.
+    async fn reload_tail(&self) -> Result<(), StoreError> {
+        let db = self.inner.db.clone();
+        let capacity = self.inner.tail_capacity;
+        let tail = tokio::task::spawn_blocking(move || read_last(&db, capacity))
+            .await
+            .map_err(StoreError::task)??;
+        self.mirror_mut().tail = tail;
+        Ok(())
+    }
+}
+
+/// Waits for a [`LogStore`]'s database to be closed (see [`LogStore::closed`]).
+#[derive(Clone, Debug)]
+pub struct StoreClosed {
+    closed: watch::Receiver<bool>,
+}
+
+impl StoreClosed {
+    /// Whether the database is closed; waits at most `timeout`.
+    pub async fn wait(mut self, timeout: std::time::Duration) -> bool {
+        matches!(tokio::time::timeout(timeout, self.closed.wait_for(|closed| *closed)).await, Ok(Ok(_)))
+    }
+}
+
+fn check_store_version(db: &Database, path: &Path) -> Result<(), StoreError> {
+    let txn = db.begin_write().map_err(StoreError::db)?;
+    {
+        let mut meta = txn.open_table(META).map_err(StoreError::db)?;
+        let existing = meta.get(KEY_STORE_VERSION).map_err(StoreError::db)?.map(|v| v.value().to_vec());
+        match existing.as_deref() {
+            None => {
+                meta.insert(KEY_STORE_VERSION, [STORE_VERSION].as_slice()).map_err(StoreError::db)?;
+            }
+            Some([STORE_VERSION]) => {}
+            Some(other) => {
+                return Err(StoreError::UnsupportedStoreVersion {
+                    path: path.to_owned(),
+                    found: other.first().copied().unwrap_or(0),
+                    supported: STORE_VERSION,
+                });
+            }
+        }
+        txn.open_table(LOG).map_err(StoreError::db)?;
+    }
+    txn.commit().map_err(StoreError::db)
+}
+
+fn read_meta<T: DeserializeOwned>(db: &Database, key: &str, what: &'static str) -> Result<Option<T>, StoreError> {
+    let txn = db.begin_read().map_err(StoreError::db)?;
+    let table = txn.open_table(META).map_err(StoreError::db)?;
+    let Some(value) = table.get(key).map_err(StoreError::db)? else {
+        return Ok(None);
+    };
+    Ok(Some(codec::decode(what, value.value())?))
+}
+
+fn load_mirror(db: &Database, tail_capacity: usize) -> Result<Mirror, StoreError> {
+    let committed: Option<Option<LogId>> = read_meta(db, KEY_COMMITTED, "committed log id")?;
+    Ok(Mirror {
+        tail: read_last(db, tail_capacity)?,
+        last_purged: read_meta(db, KEY_PURGED, "purged log id")?,
+        vote: read_meta(db, KEY_VOTE, "vote")?,
+        committed: committed.flatten(),
+    })
+}
+
+fn read_range(db: &Database, start: u64, end: u64) -> Result<Vec<Entry>, StoreError> {
+    let txn = db.begin_read().map_err(StoreError::db)?;
+    let table = txn.open_table(LOG).map_err(StoreError::db)?;
+    let mut entries = Vec::new();
+    for item in table.range(start..end).map_err(StoreError::db)? {
+        let (_, value) = item.map_err(StoreError::db)?;
+        entries.push(codec::decode("log entry", value.value())?);
+    }
+    Ok(entries)
+}
+
+fn read_last(db: &Database, count: usize) -> Result<VecDeque<Entry>, StoreError> {
+    let txn = db.begin_read().map_err(StoreError::db)?;
+    let table = txn.open_table(LOG).map_err(StoreError::db)?;
+    let mut tail = VecDeque::with_capacity(count.min(1024));
+    for item in table.iter().map_err(StoreError::db)?.rev().take(count) {
+        let (_, value) = item.map_err(StoreError::db)?;
+        tail.push_front(codec::decode("log entry", value.value())?);
+    }
+    Ok(tail)
+}
+
+fn read_error(error: StoreError) -> StorageError {
+    StorageIOError::read_logs(&error).into()
+}
+
+fn write_error(error: StoreError) -> StorageError {
+    StorageIOError::write_logs(&error).into()
+}
+
+/// `[start, end)` of a range over log indexes.
+fn index_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(start) => *start,
+        Bound::Excluded(start) => start.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(end) => end.saturating_add(1),
+        Bound::Excluded(end) => *end,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let (start, end) = index_bounds(&range);
+        self.read_entries(start, end).await.map_err(read_error)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let mirror = self.mirror();
+        Ok(LogState { last_purged_log_id: mirror.last_purged, last_log_id: mirror.last_log_id() })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let to_storage = |error: StoreError| -> StorageError { StorageIOError::write_vote(&error).into() };
+        let bytes = codec::encode("vote", vote).map_err(|error| to_storage(error.into()))?;
+        self.mirror_mut().vote = Some(*vote);
+        let (done, wait) = oneshot::channel();
+        let op = WriteOp::Meta { key: KEY_VOTE, bytes, durable: true, done: Some(done) };
+        self.queue_and_wait(op, wait).await.map_err(to_storage)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        Ok(self.mirror().vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        let bytes = codec::encode("committed log id", &committed).map_err(|error| write_error(error.into()))?;
+        self.mirror_mut().committed = committed;
+        self.queue(WriteOp::Meta { key: KEY_COMMITTED, bytes, durable: false, done: None })
+            .map_err(write_error)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.mirror().committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let encoded = entries
+            .iter()
+            .map(|entry| Ok((entry.log_id.index, codec::encode("log entry", entry)?)))
+            .collect::<Result<Vec<(u64, Vec<u8>)>, StoreError>>();
+        let records = match encoded {
+            Ok(records) => records,
+            Err(error) => {
+                callback.log_io_completed(Err(std::io::Error::other(error.to_string())));
+                return Err(write_error(error));
+            }
+        };
+        {
+            let mut mirror = self.mirror_mut();
+            for entry in entries {
+                // openraft truncates before overwriting; this keeps the tail contiguous if not.
+                mirror.truncate_tail(entry.log_id.index);
+                debug_assert!(
+                    mirror.tail.back().is_none_or(|last| last.log_id.index + 1 == entry.log_id.index),
+                    "appended entries must follow the log"
+                );
+                mirror.tail.push_back(entry);
+            }
+            let durable_upto = self.inner.durable_upto.load(Ordering::Acquire);
+            while mirror.tail.len() > self.inner.tail_capacity
+                && mirror.tail.front().is_some_and(|entry| entry.log_id.index < durable_upto)
+            {
+                mirror.tail.pop_front();
+            }
+        }
+        self.queue(WriteOp::Append { records, callback }).map_err(write_error)
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        tracing::debug!(since = %log_id, "truncating raft log");
+        let below_tail = {
+            let mut mirror = self.mirror_mut();
+            let below_tail = log_id.index < mirror.tail_start();
+            mirror.truncate_tail(log_id.index);
+            below_tail
+        };
+        let (done, wait) = oneshot::channel();
+        self.queue_and_wait(WriteOp::Truncate { from: log_id.index, done }, wait)
+            .await
+            .map_err(write_error)?;
+        if below_tail {
+            self.reload_tail().await.map_err(write_error)?;
+        }
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        tracing::debug!(upto = %log_id, "purging raft log");
+        let marker = codec::encode("purged log id", &log_id).map_err(|error| write_error(error.into()))?;
+        {
+            let mut mirror = self.mirror_mut();
+            while mirror.tail.front().is_some_and(|entry| entry.log_id.index <= log_id.index) {
+                mirror.tail.pop_front();
+            }
+            mirror.last_purged = Some(log_id);
+        }
+        self.queue(WriteOp::Purge { upto: log_id.index, marker }).map_err(write_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_with_an_unknown_layout_version_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("raft.redb");
+        {
+            let db = Database::create(&path).expect("create");
+            check_store_version(&db, &path).expect("fresh store");
+            let txn = db.begin_write().expect("begin");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert(KEY_STORE_VERSION, [7u8].as_slice()).expect("insert");
+            }
+            txn.commit().expect("commit");
+        }
+        let error = LogStore::open(&path).err().expect("version 7 must be refused");
+        assert!(matches!(error, StoreError::UnsupportedStoreVersion { found: 7, .. }), "{error}");
+    }
+
+    #[test]
+    fn range_bounds_become_half_open_index_ranges() {
+        assert_eq!(index_bounds(&(3..7)), (3, 7));
+        assert_eq!(index_bounds(&(3..=7)), (3, 8));
+        assert_eq!(index_bounds(&(..)), (0, u64::MAX));
+        assert_eq!(index_bounds(&(5..)), (5, u64::MAX));
+    }
+}

@@ -1,0 +1,279 @@
+//! The sending side of the Raft network: one lazily connected tonic channel per peer.
+//!
+//! Failures are classified the way openraft's replication expects, so a dead peer costs only its
+//! own replication stream a back-off and never stalls the others (each peer has its own
+//! replication task and its own client):
+//!
+//! | what happened | openraft error | openraft's reaction |
+//! |---|---|---|
+//! | cannot connect, connection reset, peer shutting down (`UNAVAILABLE`) | `Unreachable` | back off (see [`PeerClient::backoff`]), then retry |
+//! | no answer within the RPC's time-to-live (`DEADLINE_EXCEEDED`, tonic's `CANCELLED`) | `Timeout` | retry on the next heartbeat |
+//! | the peer answered with an openraft error | `RemoteError` | handled by openraft |
+//! | anything else (bad reply, server error) | `Network` | retry on the next heartbeat |
+//!
+//! After any transport failure the channel is dropped and rebuilt on the next call, so a peer
+//! that restarted (perhaps on a new address after a membership change) is reconnected.
+
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{Backoff, RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use proto::RaftPayload;
+use proto::raft_client::RaftClient;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::codec;
+use crate::types::{NodeId, Peer, TypeConfig};
+
+/// Transport settings for connections to peers.
+#[derive(Clone, Debug)]
+pub struct NetworkConfig {
+    /// Time allowed to establish a TCP + HTTP/2 connection.
+    pub connect_timeout: Duration,
+    /// Interval of HTTP/2 keep-alive pings, which detect a dead connection between RPCs.
+    pub keepalive_interval: Duration,
+    /// Largest message sent or accepted.
+    pub max_message_bytes: usize,
+    /// First back-off after a peer was found unreachable; doubles up to `max_backoff`.
+    pub min_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> NetworkConfig {
+        NetworkConfig {
+            connect_timeout: Duration::from_millis(500),
+            keepalive_interval: Duration::from_secs(2),
+            max_message_bytes: proto::limits::MAX_RAFT_MESSAGE_BYTES,
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Builds a [`Channel`] to `addr` (`host:port`) that connects on first use.
+pub(crate) fn lazy_channel(addr: &str, config: &NetworkConfig) -> Result<Channel, tonic::transport::Error> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(config.keepalive_interval)
+        .keep_alive_timeout(config.keepalive_interval)
+        .keep_alive_while_idle(true);
+    Ok(endpoint.connect_lazy())
+}
+
+/// Creates a [`PeerClient`] for every replication or vote target.
+#[derive(Clone, Debug)]
+pub struct NetworkFactory {
+    id: NodeId,
+    config: NetworkConfig,
+}
+
+impl NetworkFactory {
+    /// `id` is this replica's id (reported in timeout errors).
+    pub fn new(id: NodeId, config: NetworkConfig) -> NetworkFactory {
+        NetworkFactory { id, config }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Peer) -> PeerClient {
+        PeerClient { id: self.id, target, addr: node.addr.clone(), config: self.config.clone(), client: None }
+    }
+}
+
+/// The connection to one peer.
+pub struct PeerClient {
+    id: NodeId,
+    target: NodeId,
+    addr: String,
+    config: NetworkConfig,
+    client: Option<RaftClient<Channel>>,
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    AppendEntries,
+    InstallSnapshot,
+    Vote,
+}
+
+impl Rpc {
+    fn openraft_type(self) -> RPCTypes {
+        match self {
+            Rpc::AppendEntries => RPCTypes::AppendEntries,
+            Rpc::InstallSnapshot => RPCTypes::InstallSnapshot,
+            Rpc::Vote => RPCTypes::Vote,
+        }
+    }
+
+    fn request_name(self) -> &'static str {
+        match self {
+            Rpc::AppendEntries => "append-entries request",
+            Rpc::InstallSnapshot => "install-snapshot request",
+            Rpc::Vote => "vote request",
+        }
+    }
+
+    fn result_name(self) -> &'static str {
+        match self {
+            Rpc::AppendEntries => "append-entries result",
+            Rpc::InstallSnapshot => "install-snapshot result",
+            Rpc::Vote => "vote result",
+        }
+    }
+}
+
+/// Transport-level failure of one call, before classification.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error("invalid peer address {addr}: {source}")]
+    Address {
+        addr: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("rpc to {addr} failed: {status}")]
+    Status { addr: String, status: tonic::Status },
+    #[error("rpc to {addr} timed out")]
+    Elapsed { addr: String },
+    #[error(transparent)]
+    Codec(#[from] codec::CodecError),
+}
+
+impl PeerClient {
+    fn client(&mut self) -> Result<RaftClient<Channel>, CallError> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let channel = lazy_channel(&self.addr, &self.config)
+            .map_err(|source| CallError::Address { addr: self.addr.clone(), source })?;
+        let client = RaftClient::new(channel)
+            .max_decoding_message_size(self.config.max_message_bytes)
+            .max_encoding_message_size(self.config.max_message_bytes);
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn call<Req, Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        request: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, Peer, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let ttl = option.hard_ttl();
+        let outcome = self.send(rpc, request, ttl).await;
+        let bytes = match outcome {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                self.client = None;
+                return Err(self.classify(rpc, ttl, error));
+            }
+        };
+        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(rpc.result_name(), &bytes)
+            .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        result.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
+    }
+
+    async fn send<Req: Serialize>(&mut self, rpc: Rpc, request: &Req, ttl: Duration) -> Result<Vec<u8>, CallError> {
+        let data = codec::encode(rpc.request_name(), request)?;
+        let mut client = self.client()?;
+        let mut request = tonic::Request::new(RaftPayload { data });
+        request.set_timeout(ttl);
+        let call = async {
+            match rpc {
+                Rpc::AppendEntries => client.append_entries(request).await,
+                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+                Rpc::Vote => client.vote(request).await,
+            }
+        };
+        match tokio::time::timeout(ttl, call).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner().data),
+            Ok(Err(status)) => Err(CallError::Status { addr: self.addr.clone(), status }),
+            Err(_) => Err(CallError::Elapsed { addr: self.addr.clone() }),
+        }
+    }
+
+    fn classify<E: std::error::Error>(
+        &self,
+        rpc: Rpc,
+        ttl: Duration,
+        error: CallError,
+    ) -> RPCError<NodeId, Peer, RaftError<NodeId, E>> {
+        tracing::debug!(target_node = self.target, addr = %self.addr, error = %error, "raft rpc failed");
+        match &error {
+            CallError::Address { .. } => RPCError::Unreachable(Unreachable::new(&error)),
+            CallError::Elapsed { .. } => RPCError::Timeout(Timeout {
+                action: rpc.openraft_type(),
+                id: self.id,
+                target: self.target,
+                timeout: ttl,
+            }),
+            CallError::Status { status, .. } => match status.code() {
+                Code::Unavailable => RPCError::Unreachable(Unreachable::new(&error)),
+                // tonic reports its own request deadline as CANCELLED ("Timeout expired").
+                Code::DeadlineExceeded | Code::Cancelled => RPCError::Timeout(Timeout {
+                    action: rpc.openraft_type(),
+                    id: self.id,
+                    target: self.target,
+                    timeout: ttl,
+                }),
+                _ => RPCError::Network(NetworkError::new(&error)),
+            },
+            CallError::Codec(_) => RPCError::Network(NetworkError::new(&error)),
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Peer, RaftError<NodeId>>> {
+        self.call(Rpc::AppendEntries, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, Peer, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Peer, RaftError<NodeId>>> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+
+    /// Exponential back-off after `Unreachable`: a restarted peer is found again quickly, a
+    /// dead one costs little.
+    fn backoff(&self) -> Backoff {
+        let min = self.config.min_backoff;
+        let max = self.config.max_backoff.max(min);
+        Backoff::new(std::iter::successors(Some(min), move |previous| Some((*previous * 2).min(max))))
+    }
+}

@@ -1,0 +1,105 @@
+//! The receiving side of the Raft network: the `starling.v1.Raft` gRPC service, which decodes
+//! each payload and hands it to the local openraft instance.
+//!
+//! The reply to AppendEntries, InstallSnapshot and Vote is the versioned encoding of the whole
+//! `Result` openraft returned, so the sender can tell a remote Raft error from a transport
+//! failure. A payload that cannot be decoded is answered with `INVALID_ARGUMENT` and nothing
+//! reaches openraft. Propose commits forwarded writes when this replica leads and redirects
+//! (`UNAVAILABLE` plus the leader hint) when it does not; it never forwards again itself, so a
+//! write cannot loop between replicas.
+
+use fleet::Command;
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use proto::{ApiError, ElectReply, ElectRequest, ProposeReply, ProposeRequest, RaftPayload};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::{Request, Response, Status};
+
+use crate::codec;
+use crate::types::{NodeId, Raft, TypeConfig};
+use crate::write;
+
+/// Serves `starling.v1.Raft` for one local openraft instance.
+#[derive(Clone)]
+pub struct RaftService {
+    raft: Raft,
+}
+
+impl RaftService {
+    pub fn new(raft: Raft) -> RaftService {
+        RaftService { raft }
+    }
+
+    /// The tonic server for this service, with Raft's message size limits.
+    pub fn into_server(self) -> proto::raft_server::RaftServer<RaftService> {
+        let limit = proto::limits::MAX_RAFT_MESSAGE_BYTES;
+        proto::raft_server::RaftServer::new(self)
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit)
+    }
+}
+
+fn decode_request<T: DeserializeOwned>(what: &'static str, payload: RaftPayload) -> Result<T, Status> {
+    codec::decode(what, &payload.data)
+        .map_err(|error| Status::from(ApiError::invalid_argument(error.to_string())))
+}
+
+fn encode_reply<T: Serialize>(what: &'static str, result: &T) -> Result<Response<RaftPayload>, Status> {
+    codec::encode(what, result)
+        .map(|data| Response::new(RaftPayload { data }))
+        .map_err(|error| Status::from(ApiError::internal(error.to_string())))
+}
+
+#[tonic::async_trait]
+impl proto::raft_server::Raft for RaftService {
+    async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> =
+            decode_request("append-entries request", request.into_inner())?;
+        let result = self.raft.append_entries(rpc).await;
+        encode_reply("append-entries result", &result)
+    }
+
+    async fn install_snapshot(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc: InstallSnapshotRequest<TypeConfig> =
+            decode_request("install-snapshot request", request.into_inner())?;
+        let result: Result<_, RaftError<NodeId, InstallSnapshotError>> = self.raft.install_snapshot(rpc).await;
+        encode_reply("install-snapshot result", &result)
+    }
+
+    async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc: VoteRequest<NodeId> = decode_request("vote request", request.into_inner())?;
+        let result = self.raft.vote(rpc).await;
+        encode_reply("vote result", &result)
+    }
+
+    async fn propose(&self, request: Request<ProposeRequest>) -> Result<Response<ProposeReply>, Status> {
+        let commands = request
+            .into_inner()
+            .commands
+            .iter()
+            .map(|bytes| codec::decode::<Command>("command", bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| Status::from(ApiError::invalid_argument(error.to_string())))?;
+        let committed = write::write_local(&self.raft, commands)
+            .await
+            .map_err(|error| proto::status_from(&error))?;
+        let outcomes = committed
+            .outcomes
+            .iter()
+            .map(|outcome| codec::encode("outcome", outcome))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| Status::from(ApiError::internal(error.to_string())))?;
+        Ok(Response::new(ProposeReply { log_index: committed.log_index, outcomes }))
+    }
+
+    async fn elect(&self, _request: Request<ElectRequest>) -> Result<Response<ElectReply>, Status> {
+        self.raft
+            .trigger()
+            .elect()
+            .await
+            .map_err(|error| Status::from(ApiError::unavailable(format!("raft stopped: {error}"))))?;
+        let term = self.raft.metrics().borrow().current_term;
+        Ok(Response::new(ElectReply { term }))
+    }
+}

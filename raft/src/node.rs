@@ -1,0 +1,244 @@
+//! [`RaftNode`]: one replica's Raft instance with its durable stores, read handle, write path
+//! and gRPC service: the API the `node` crate builds on.
+//!
+//! ```text
+//!   RaftNode::open(config)
+//!     ├─ LogStore            <data_dir>/raft/log.redb
+//!     ├─ StateMachineStore   <data_dir>/raft/snapshots/ (+ FleetState in memory)
+//!     ├─ NetworkFactory      tonic clients to peers
+//!     └─ openraft::Raft      ◄── RaftService (serve it with `grpc_service()`)
+//! ```
+//!
+//! Membership administration lives in [`crate::admin`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::{Command, Outcome};
+use openraft::error::{CheckIsLeaderError, RaftError};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use crate::codec;
+use crate::config::{RaftConfig, ensure_dir};
+use crate::error::{OpenError, WriteError};
+use crate::log_store::{LogStore, StoreClosed};
+use crate::network::client::NetworkFactory;
+use crate::network::server::RaftService;
+use crate::reader::{StateEvent, StateReader};
+use crate::state_machine::StateMachineStore;
+use crate::types::{NodeId, Peer, Raft, RaftMetrics};
+use crate::write::{Committed, Forwarder, write_local};
+
+/// How long `shutdown` waits for openraft's tasks to release the log database.
+const STORE_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause between attempts while a forwarded write waits for a leader.
+const FORWARD_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// One replica's Raft instance. Cheap to clone; every clone drives the same instance.
+#[derive(Clone)]
+pub struct RaftNode {
+    pub(crate) config: Arc<RaftConfig>,
+    pub(crate) raft: Raft,
+    reader: StateReader,
+    pub(crate) forwarder: Arc<Forwarder>,
+    store_closed: StoreClosed,
+}
+
+impl RaftNode {
+    /// Opens the stores under `config.data_dir` (recovering the state from the latest snapshot
+    /// and the log) and starts openraft. A fresh replica starts uninitialised: call
+    /// [`RaftNode::initialize`] on one replica, or add it from the leader with
+    /// [`RaftNode::add_learner`].
+    pub async fn open(config: RaftConfig) -> Result<RaftNode, OpenError> {
+        config.validate()?;
+        let openraft_config = config.openraft_config()?;
+        ensure_dir(&config.raft_dir())?;
+        let log_store = LogStore::open(&config.log_path())?;
+        let store_closed = log_store.closed();
+        let state_machine = StateMachineStore::open(&config.snapshot_dir(), config.event_capacity)?;
+        let reader = state_machine.reader();
+        let network = NetworkFactory::new(config.id, config.network.clone());
+        let raft = openraft::Raft::new(config.id, Arc::new(openraft_config), network, log_store, state_machine)
+            .await
+            .map_err(|error| OpenError::Raft(error.to_string()))?;
+        tracing::info!(
+            node = config.id,
+            advertise = %config.advertise_addr,
+            applied = reader.applied_index(),
+            "raft node opened"
+        );
+        let forwarder = Arc::new(Forwarder::new(config.network.clone()));
+        Ok(RaftNode { config: Arc::new(config), raft, reader, forwarder, store_closed })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.config.id
+    }
+
+    pub fn config(&self) -> &RaftConfig {
+        &self.config
+    }
+
+    /// This replica's membership entry (its advertised address).
+    pub fn peer(&self) -> Peer {
+        Peer::new(self.config.advertise_addr.clone())
+    }
+
+    /// The underlying openraft handle, for anything this API does not cover.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// A cheap read handle on the applied fleet state.
+    pub fn reader(&self) -> StateReader {
+        self.reader.clone()
+    }
+
+    /// Events for every entry applied from now on (bounded; see [`StateReader::subscribe`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<StateEvent> {
+        self.reader.subscribe()
+    }
+
+    /// Openraft's metrics: term, leader, log and applied indexes, membership, replication.
+    pub fn metrics(&self) -> watch::Receiver<RaftMetrics> {
+        self.raft.metrics()
+    }
+
+    /// The `starling.v1.Raft` gRPC service to add to this replica's tonic server.
+    pub fn grpc_service(&self) -> proto::raft_server::RaftServer<RaftService> {
+        RaftService::new(self.raft.clone()).into_server()
+    }
+
+    /// The current leader and its address, when known.
+    pub fn current_leader(&self) -> Option<(NodeId, Peer)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        let peer = metrics.membership_config.membership().get_node(&leader).cloned()?;
+        Some((leader, peer))
+    }
+
+    /// Whether this replica currently believes it leads.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.config.id)
+    }
+
+    /// Commits one command through the local instance; fails with [`WriteError::NotLeader`]
+    /// (carrying the leader when known) on a follower.
+    pub async fn client_write(&self, command: Command) -> Result<(u64, Outcome), WriteError> {
+        let committed = write_local(&self.raft, vec![command]).await?;
+        single(committed)
+    }
+
+    /// Commits `commands` as one log entry through the local instance (one fsync, applied in
+    /// order), returning one outcome per command.
+    pub async fn client_write_many(&self, commands: Vec<Command>) -> Result<Committed, WriteError> {
+        write_local(&self.raft, commands).await
+    }
+
+    /// Commits one command from any replica: locally on the leader, forwarded to it otherwise.
+    pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), WriteError> {
+        single(self.propose_many(vec![command]).await?)
+    }
+
+    /// Commits `commands` as one log entry from any replica. Waits for a leader to be elected
+    /// and follows leadership changes until `forward_timeout` has passed.
+    pub async fn propose_many(&self, commands: Vec<Command>) -> Result<Committed, WriteError> {
+        if commands.is_empty() {
+            return Err(WriteError::Empty);
+        }
+        if self.is_leader() {
+            return write_local(&self.raft, commands).await;
+        }
+        let encoded = commands
+            .iter()
+            .map(|command| codec::encode("command", command))
+            .collect::<Result<Vec<_>, _>>()?;
+        drop(commands);
+        let deadline = Instant::now() + self.config.forward_timeout;
+        let mut hinted: Option<String> = None;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(WriteError::Unavailable(format!(
+                    "no leader accepted the write within {:?}",
+                    self.config.forward_timeout
+                )));
+            }
+            let target = match (self.current_leader(), hinted.take()) {
+                (Some((leader, _)), _) if leader == self.config.id => {
+                    // Leadership came here while we were forwarding.
+                    let commands = encoded
+                        .iter()
+                        .map(|bytes| codec::decode::<Command>("command", bytes))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    return write_local(&self.raft, commands).await;
+                }
+                (_, Some(addr)) => Some(addr),
+                (Some((_, peer)), None) => Some(peer.addr),
+                (None, None) => None,
+            };
+            let Some(addr) = target else {
+                self.wait_for_leader(remaining.min(FORWARD_RETRY_PAUSE * 4)).await;
+                continue;
+            };
+            match self.forwarder.forward(&addr, encoded.clone(), remaining).await {
+                Ok(committed) => return Ok(committed),
+                Err(WriteError::NotLeader { leader_addr: Some(next), .. }) if next != addr => {
+                    tracing::debug!(from = %addr, to = %next, "leader moved while forwarding");
+                    hinted = Some(next);
+                }
+                Err(WriteError::NotLeader { .. } | WriteError::Unavailable(_)) => {
+                    tokio::time::sleep(FORWARD_RETRY_PAUSE.min(remaining)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    async fn wait_for_leader(&self, timeout: Duration) {
+        let mut metrics = self.raft.metrics();
+        let _ = tokio::time::timeout(timeout, metrics.wait_for(|m| m.current_leader.is_some())).await;
+    }
+
+    /// Confirms with a quorum that this replica still leads and waits until everything committed
+    /// before the call is applied here: after it returns, reads from [`RaftNode::reader`] are
+    /// linearizable. Returns the applied index the read is at least as new as.
+    pub async fn ensure_linearizable(&self) -> Result<u64, WriteError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(read_log_id) => Ok(read_log_id.map_or(0, |log_id| log_id.index)),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
+                Err(WriteError::not_leader(forward.leader_id, forward.leader_node.as_ref()))
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(error))) => {
+                Err(WriteError::Unavailable(error.to_string()))
+            }
+            Err(RaftError::Fatal(fatal)) => Err(WriteError::Fatal(fatal.to_string())),
+        }
+    }
+
+    /// Asks openraft to build a snapshot now (it also builds them by policy).
+    pub async fn trigger_snapshot(&self) -> Result<(), WriteError> {
+        self.raft.trigger().snapshot().await.map_err(|fatal| WriteError::Fatal(fatal.to_string()))
+    }
+
+    /// Stops openraft and waits (up to `STORE_CLOSE_TIMEOUT`) until its tasks have let go of
+    /// the log database, so the data directory can be reopened in the same process.
+    pub async fn shutdown(&self) -> Result<(), WriteError> {
+        self.raft.shutdown().await.map_err(|error| WriteError::Fatal(error.to_string()))?;
+        if !self.store_closed.clone().wait(STORE_CLOSE_TIMEOUT).await {
+            tracing::warn!(node = self.config.id, "raft log store still open after shutdown");
+        }
+        Ok(())
+    }
+}
+
+fn single(committed: Committed) -> Result<(u64, Outcome), WriteError> {
+    let count = committed.outcomes.len();
+    match committed.outcomes.into_iter().next() {
+        Some(outcome) if count == 1 => Ok((committed.log_index, outcome)),
+        _ => Err(WriteError::InvalidReply(format!("{count} outcomes for one command"))),
+    }
+}

@@ -1,0 +1,162 @@
+//! Committing commands: through the local openraft when this replica leads, through the
+//! leader's `Propose` RPC otherwise.
+//!
+//! ```text
+//!   propose_many(cmds) ── leader here? ──yes──► write_local ─► openraft client_write ─► outcomes
+//!                              │no
+//!                              ▼
+//!                    Forwarder::forward(leader addr) ──Propose──► leader: write_local
+//!                              │ UNAVAILABLE + leader hint (leadership moved)
+//!                              └──► retry at the hinted leader until the forward deadline
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fleet::{Command, Outcome};
+use openraft::error::{ClientWriteError, RaftError};
+use proto::raft_client::RaftClient;
+use proto::{ApiError, ErrorKind, ProposeRequest};
+use tonic::transport::Channel;
+
+use crate::codec;
+use crate::error::WriteError;
+use crate::network::client::{NetworkConfig, lazy_channel};
+use crate::types::{Proposal, Raft};
+
+/// What a committed proposal produced.
+#[derive(Clone, Debug)]
+pub struct Committed {
+    /// Log index of the entry holding the commands (also the state revision it created).
+    pub log_index: u64,
+    /// One outcome per command, in order.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Commits `commands` as one log entry through the local openraft instance.
+pub(crate) async fn write_local(raft: &Raft, commands: Vec<Command>) -> Result<Committed, WriteError> {
+    if commands.is_empty() {
+        return Err(WriteError::Empty);
+    }
+    let count = commands.len();
+    match raft.client_write(Proposal { commands }).await {
+        Ok(response) => {
+            if response.data.outcomes.len() != count {
+                return Err(WriteError::InvalidReply(format!(
+                    "{} outcomes for {count} commands",
+                    response.data.outcomes.len()
+                )));
+            }
+            Ok(Committed { log_index: response.log_id.index, outcomes: response.data.outcomes })
+        }
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+            Err(WriteError::not_leader(forward.leader_id, forward.leader_node.as_ref()))
+        }
+        Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(error))) => {
+            Err(WriteError::InvalidReply(error.to_string()))
+        }
+        Err(RaftError::Fatal(fatal)) => Err(WriteError::Fatal(fatal.to_string())),
+    }
+}
+
+/// Sends proposals to the leader over `Propose`, keeping one channel per leader address.
+pub(crate) struct Forwarder {
+    config: NetworkConfig,
+    clients: Mutex<HashMap<String, RaftClient<Channel>>>,
+}
+
+impl Forwarder {
+    pub fn new(config: NetworkConfig) -> Forwarder {
+        Forwarder { config, clients: Mutex::new(HashMap::new()) }
+    }
+
+    fn client(&self, addr: &str) -> Result<RaftClient<Channel>, WriteError> {
+        let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(client) = clients.get(addr) {
+            return Ok(client.clone());
+        }
+        let channel = lazy_channel(addr, &self.config)
+            .map_err(|error| WriteError::Unavailable(format!("invalid leader address {addr}: {error}")))?;
+        let client = RaftClient::new(channel)
+            .max_decoding_message_size(self.config.max_message_bytes)
+            .max_encoding_message_size(self.config.max_message_bytes);
+        clients.insert(addr.to_owned(), client.clone());
+        Ok(client)
+    }
+
+    fn forget(&self, addr: &str) {
+        self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(addr);
+    }
+
+    /// Sends already encoded commands to the replica at `addr`, which must be the leader.
+    pub async fn forward(&self, addr: &str, commands: Vec<Vec<u8>>, timeout: Duration) -> Result<Committed, WriteError> {
+        let count = commands.len();
+        let mut client = self.client(addr)?;
+        let mut request = tonic::Request::new(ProposeRequest { commands });
+        request.set_timeout(timeout);
+        let reply = match tokio::time::timeout(timeout, client.propose(request)).await {
+            Ok(Ok(reply)) => reply.into_inner(),
+            Ok(Err(status)) => {
+                if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown) {
+                    self.forget(addr);
+                }
+                return Err(write_error_from_status(addr, &status));
+            }
+            Err(_) => {
+                self.forget(addr);
+                return Err(WriteError::Unavailable(format!("leader at {addr} did not answer within {timeout:?}")));
+            }
+        };
+        if reply.outcomes.len() != count {
+            return Err(WriteError::InvalidReply(format!(
+                "leader at {addr} returned {} outcomes for {count} commands",
+                reply.outcomes.len()
+            )));
+        }
+        let outcomes = reply
+            .outcomes
+            .iter()
+            .map(|bytes| codec::decode::<Outcome>("outcome", bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| WriteError::InvalidReply(error.to_string()))?;
+        Ok(Committed { log_index: reply.log_index, outcomes })
+    }
+}
+
+/// Turns the leader's refusal back into the error the caller would have got locally.
+fn write_error_from_status(addr: &str, status: &tonic::Status) -> WriteError {
+    let error = ApiError::from_status(status);
+    match error.kind {
+        ErrorKind::Unavailable => match error.leader {
+            Some(leader) => WriteError::NotLeader { leader_id: Some(leader.id), leader_addr: leader.addr },
+            None => WriteError::Unavailable(format!("{addr}: {}", error.message)),
+        },
+        ErrorKind::InvalidArgument => WriteError::Rejected(error.message),
+        _ => WriteError::Unavailable(format!("{addr}: {}", error.describe())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redirect_from_the_remote_becomes_not_leader_with_its_hint() {
+        let remote = WriteError::not_leader(Some(3), Some(&crate::types::Peer::new("127.0.0.1:9")));
+        let status = proto::status_from(&remote);
+        match write_error_from_status("127.0.0.1:8", &status) {
+            WriteError::NotLeader { leader_id, leader_addr } => {
+                assert_eq!(leader_id, Some(3));
+                assert_eq!(leader_addr.as_deref(), Some("127.0.0.1:9"));
+            }
+            other => panic!("expected NotLeader, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_transport_failure_is_unavailable() {
+        let status = tonic::Status::unavailable("tcp connect error");
+        assert!(matches!(write_error_from_status("127.0.0.1:8", &status), WriteError::Unavailable(_)));
+    }
+}

@@ -1,0 +1,288 @@
+//! One client per cluster, in a bounded cache: least recently used out first when full, and
+//! any client unused for the idle time-out dropped.
+//!
+//! An entry is keyed by cluster name and remembers a fingerprint of what built it (the
+//! connection, the writer and the generation); a request with a different fingerprint (a
+//! rotated kubeconfig, a new owner generation) replaces the entry. The lock is never held
+//! across an await: a client is built outside it, so a slow cluster never blocks another.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::discovery::DiscoveryCache;
+use super::{ClientSettings, ClusterTarget, Connection, build_client};
+use crate::error::SyncError;
+
+/// A cluster's client and what goes with it.
+pub struct ClusterClient {
+    pub cluster: String,
+    pub client: kube::Client,
+    /// The namespace of objects that name none (the kubeconfig context's, or `default`).
+    pub default_namespace: String,
+    pub discovery: DiscoveryCache,
+    pub writer: String,
+    pub generation: u64,
+}
+
+impl std::fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClient")
+            .field("cluster", &self.cluster)
+            .field("default_namespace", &self.default_namespace)
+            .field("writer", &self.writer)
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Entry {
+    fingerprint: u64,
+    client: Arc<ClusterClient>,
+    last_used: Instant,
+}
+
+struct State {
+    entries: HashMap<String, Entry>,
+    last_sweep: Instant,
+}
+
+/// Counters of the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub clients: usize,
+    pub hits: u64,
+    pub builds: u64,
+    pub evicted_full: u64,
+    pub evicted_idle: u64,
+}
+
+/// The bounded client cache.
+pub struct ClientCache {
+    settings: ClientSettings,
+    state: Mutex<State>,
+    stats: Mutex<CacheStats>,
+}
+
+fn fingerprint(target: &ClusterTarget, writer: &str, generation: u64) -> u64 {
+    let mut hasher = Xxh3::new();
+    let mut field = |bytes: &[u8]| {
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    field(writer.as_bytes());
+    field(&generation.to_le_bytes());
+    match &target.connection {
+        Connection::Url(url) => {
+            field(b"url");
+            field(url.as_bytes());
+        }
+        Connection::Kubeconfig(text) => {
+            field(b"kubeconfig");
+            field(text.as_bytes());
+        }
+        Connection::Secret { data, key } => {
+            field(b"secret");
+            field(key.as_deref().unwrap_or_default().as_bytes());
+            for (name, value) in data {
+                field(name.as_bytes());
+                field(value);
+            }
+        }
+    }
+    hasher.digest()
+}
+
+impl ClientCache {
+    pub fn new(settings: ClientSettings) -> ClientCache {
+        ClientCache {
+            settings,
+            state: Mutex::new(State {
+                entries: HashMap::new(),
+                last_sweep: Instant::now(),
+            }),
+            stats: Mutex::new(CacheStats::default()),
+        }
+    }
+
+    pub fn settings(&self) -> &ClientSettings {
+        &self.settings
+    }
+
+    fn count(&self, update: impl FnOnce(&mut CacheStats)) {
+        update(&mut self.stats.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The client of a target for a writer at a generation, built if needed.
+    pub async fn get(
+        &self,
+        target: &ClusterTarget,
+        writer: &str,
+        generation: u64,
+    ) -> Result<Arc<ClusterClient>, SyncError> {
+        let wanted = fingerprint(target, writer, generation);
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            self.sweep_locked(&mut state, false);
+            if let Some(entry) = state.entries.get_mut(&target.name)
+                && entry.fingerprint == wanted
+            {
+                entry.last_used = Instant::now();
+                let client = entry.client.clone();
+                drop(state);
+                self.count(|stats| stats.hits += 1);
+                return Ok(client);
+            }
+        }
+        let (client, default_namespace) =
+            build_client(target, writer, generation, &self.settings).await?;
+        let built = Arc::new(ClusterClient {
+            cluster: target.name.clone(),
+            client,
+            default_namespace,
+            discovery: DiscoveryCache::new(self.settings.discovery_ttl),
+            writer: writer.to_owned(),
+            generation,
+        });
+        let mut evicted = 0;
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.entries.insert(
+                target.name.clone(),
+                Entry {
+                    fingerprint: wanted,
+                    client: built.clone(),
+                    last_used: Instant::now(),
+                },
+            );
+            while state.entries.len() > self.settings.max_clients.max(1) {
+                let oldest = state
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, entry)| entry.last_used)
+                    .map(|(name, _)| name.clone());
+                let Some(oldest) = oldest else { break };
+                state.entries.remove(&oldest);
+                evicted += 1;
+            }
+        }
+        self.count(|stats| {
+            stats.builds += 1;
+            stats.evicted_full += evicted;
+        });
+        Ok(built)
+    }
+
+    /// Drops clients idle for longer than the idle time-out. Runs by itself on access at
+    /// most every quarter of the time-out; call it from a timer to free memory sooner.
+    pub fn sweep(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.sweep_locked(&mut state, true);
+    }
+
+    fn sweep_locked(&self, state: &mut State, always: bool) {
+        let idle = self.settings.idle_timeout;
+        if !always && state.last_sweep.elapsed() < idle / 4 {
+            return;
+        }
+        state.last_sweep = Instant::now();
+        let before = state.entries.len();
+        state
+            .entries
+            .retain(|_, entry| entry.last_used.elapsed() < idle);
+        let evicted = (before - state.entries.len()) as u64;
+        if evicted > 0 {
+            self.count(|stats| stats.evicted_idle += evicted);
+        }
+    }
+
+    /// Forgets one cluster's client (its kubeconfig changed, or the cluster left).
+    pub fn remove(&self, cluster: &str) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.entries.remove(cluster);
+    }
+
+    /// Clients held.
+    pub fn len(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let mut stats = *self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        stats.clients = self.len();
+        stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn target(name: &str) -> ClusterTarget {
+        ClusterTarget::at_url(name, format!("http://127.0.0.1:9/clusters/{name}"))
+    }
+
+    fn cache(max_clients: usize, idle_timeout: Duration) -> ClientCache {
+        ClientCache::new(ClientSettings {
+            max_clients,
+            idle_timeout,
+            ..ClientSettings::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn one_client_per_cluster_and_generation() {
+        let cache = cache(8, Duration::from_secs(60));
+        let first = cache.get(&target("a"), "n1", 1).await.expect("client");
+        let again = cache.get(&target("a"), "n1", 1).await.expect("client");
+        assert!(Arc::ptr_eq(&first, &again));
+        let newer = cache.get(&target("a"), "n1", 2).await.expect("client");
+        assert!(
+            !Arc::ptr_eq(&first, &newer),
+            "a new generation gets new headers"
+        );
+        assert_eq!(newer.generation, 2);
+        assert_eq!(cache.len(), 1);
+        let stats = cache.stats();
+        assert_eq!((stats.hits, stats.builds), (1, 2));
+    }
+
+    #[tokio::test]
+    async fn the_least_recently_used_goes_when_full() {
+        let cache = cache(2, Duration::from_secs(60));
+        cache.get(&target("a"), "n", 1).await.expect("a");
+        cache.get(&target("b"), "n", 1).await.expect("b");
+        cache.get(&target("a"), "n", 1).await.expect("a again");
+        cache.get(&target("c"), "n", 1).await.expect("c");
+        assert_eq!(cache.len(), 2);
+        let stats = cache.stats();
+        cache.get(&target("a"), "n", 1).await.expect("a kept");
+        assert_eq!(cache.stats().hits, stats.hits + 1, "a was kept, b evicted");
+        assert_eq!(stats.evicted_full, 1);
+    }
+
+    #[tokio::test]
+    async fn idle_clients_are_dropped() {
+        let cache = cache(8, Duration::from_millis(50));
+        cache.get(&target("a"), "n", 1).await.expect("a");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !cache.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            cache.sweep();
+        }
+        assert!(cache.is_empty());
+        assert_eq!(cache.stats().evicted_idle, 1);
+    }
+}

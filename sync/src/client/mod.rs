@@ -1,0 +1,204 @@
+//! Clients for target clusters: how a cluster is reached ([`ClusterTarget`]), how its kube
+//! client is built (time-outs, the writer headers), and the bounded cache that keeps one client
+//! per cluster ([`ClientCache`]).
+//!
+//! ```text
+//! ClusterTarget { connection: Url | Kubeconfig | Secret data }
+//!   --kubeconfig::config_from_kubeconfig (inline credentials only)--> kube::Config
+//!   --connect/read/write time-outs, no kube retries, x-starling-writer/generation headers
+//!   --> kube::Client, kept in ClientCache (LRU bound, idle eviction) with its DiscoveryCache
+//! ```
+//!
+//! The writer identity and generation travel as default headers of the client, so a client
+//! belongs to one (cluster, writer, generation): a new owner generation builds a new client
+//! and the old one is dropped from the cache.
+
+mod cache;
+mod discovery;
+mod kubeconfig;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleet::vars::ClusterContext;
+use http::{HeaderName, HeaderValue};
+
+use crate::error::SyncError;
+
+pub use cache::{CacheStats, ClientCache, ClusterClient};
+pub use discovery::{DiscoveryCache, Resolved};
+pub use kubeconfig::{
+    DEFAULT_SECRET_KEY, config_from_kubeconfig, kubeconfig_from_secret, secret_name,
+};
+
+/// The header naming the node that writes.
+pub const WRITER_HEADER: &str = "x-starling-writer";
+/// The header carrying the writer's owner generation for the cluster.
+pub const GENERATION_HEADER: &str = "x-starling-generation";
+
+/// How to reach a cluster's API server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Connection {
+    /// A plain URL without credentials (fleetsim, `kubectl proxy`).
+    Url(String),
+    /// Kubeconfig text.
+    Kubeconfig(String),
+    /// The data of a kubeconfig Secret and the key holding it (`value` when `None`).
+    Secret {
+        data: BTreeMap<String, Vec<u8>>,
+        key: Option<String>,
+    },
+}
+
+/// A target cluster: its identity (for `${cluster.*}` variables and errors) and connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterTarget {
+    /// The `Cluster` object's name.
+    pub name: String,
+    /// The `Cluster` object's namespace (in the management cluster).
+    pub namespace: String,
+    /// The `Cluster` object's labels.
+    pub labels: BTreeMap<String, String>,
+    pub connection: Connection,
+}
+
+impl ClusterTarget {
+    /// A cluster reached at a URL, in namespace `default`, without labels.
+    pub fn at_url(name: impl Into<String>, url: impl Into<String>) -> ClusterTarget {
+        ClusterTarget {
+            name: name.into(),
+            namespace: "default".to_owned(),
+            labels: BTreeMap::new(),
+            connection: Connection::Url(url.into()),
+        }
+    }
+
+    /// What `${cluster.name}`, `${cluster.namespace}` and `${cluster.labels.KEY}` see.
+    pub fn context(&self) -> ClusterContext {
+        ClusterContext {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            labels: self.labels.clone(),
+        }
+    }
+}
+
+/// Time-outs and cache settings of cluster clients.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    /// Limit on opening a connection.
+    pub connect_timeout: Duration,
+    /// Limit on each request (read and write time-outs of the connection, and a bound on
+    /// each call).
+    pub request_timeout: Duration,
+    /// How long discovery answers are kept.
+    pub discovery_ttl: Duration,
+    /// Most clients kept; the least recently used goes first.
+    pub max_clients: usize,
+    /// A client unused for this long is dropped.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        ClientSettings {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(15),
+            discovery_ttl: Duration::from_secs(300),
+            max_clients: 4096,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The client configuration of a target, with time-outs and writer headers set.
+pub async fn client_config(
+    target: &ClusterTarget,
+    writer: &str,
+    generation: u64,
+    settings: &ClientSettings,
+) -> Result<kube::Config, SyncError> {
+    let invalid = |message: String| SyncError::Kubeconfig {
+        cluster: target.name.clone(),
+        message,
+    };
+    let mut config = match &target.connection {
+        Connection::Url(url) => {
+            let uri = url
+                .parse::<http::Uri>()
+                .map_err(|error| invalid(format!("invalid url {url:?}: {error}")))?;
+            kube::Config::new(uri)
+        }
+        Connection::Kubeconfig(text) => config_from_kubeconfig(&target.name, text).await?,
+        Connection::Secret { data, key } => {
+            let text = kubeconfig_from_secret(&target.name, data, key.as_deref())?;
+            config_from_kubeconfig(&target.name, &text).await?
+        }
+    };
+    config.connect_timeout = Some(settings.connect_timeout);
+    config.read_timeout = Some(settings.request_timeout);
+    config.write_timeout = Some(settings.request_timeout);
+    config.reset_reader_on_write = true;
+    // Retries are ours: classified, bounded by the sync's deadline, and visible in results.
+    config.default_retry = false;
+    let writer_value = HeaderValue::from_str(writer)
+        .map_err(|_| invalid(format!("writer {writer:?} is not a valid header value")))?;
+    config.headers.extend([
+        (HeaderName::from_static(WRITER_HEADER), writer_value),
+        (
+            HeaderName::from_static(GENERATION_HEADER),
+            HeaderValue::from(generation),
+        ),
+    ]);
+    Ok(config)
+}
+
+/// Builds the client of a target.
+pub async fn build_client(
+    target: &ClusterTarget,
+    writer: &str,
+    generation: u64,
+    settings: &ClientSettings,
+) -> Result<(kube::Client, String), SyncError> {
+    let config = client_config(target, writer, generation, settings).await?;
+    let namespace = config.default_namespace.clone();
+    let client = kube::Client::try_from(config)
+        .map_err(|error| SyncError::from_kube(&target.name, "building its client", error))?;
+    Ok((client, namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn configs_carry_time_outs_and_writer_headers() {
+        let target = ClusterTarget::at_url("c1", "http://127.0.0.1:1/clusters/c1");
+        let settings = ClientSettings::default();
+        let config = client_config(&target, "node-a", 7, &settings)
+            .await
+            .expect("config");
+        assert_eq!(config.read_timeout, Some(settings.request_timeout));
+        assert!(!config.default_retry);
+        let headers: Vec<(String, String)> = config
+            .headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("").to_owned()))
+            .collect();
+        assert!(headers.contains(&(WRITER_HEADER.to_owned(), "node-a".to_owned())));
+        assert!(headers.contains(&(GENERATION_HEADER.to_owned(), "7".to_owned())));
+        let bad = client_config(&target, "bad\nwriter", 1, &settings)
+            .await
+            .unwrap_err();
+        assert!(
+            bad.to_string().contains("not a valid header value"),
+            "{bad}"
+        );
+        let context = ClusterTarget {
+            labels: [("tier".to_owned(), "gold".to_owned())].into(),
+            ..target
+        }
+        .context();
+        assert_eq!(context.labels["tier"], "gold");
+    }
+}

@@ -1,0 +1,592 @@
+//! The whole sync of one Sync to one cluster, and the health re-check, as the node calls them.
+//!
+//! ```text
+//! render (blocking pool) ─► client (cache) ─► fence: CAS our generation ─► read mirrored inventory
+//!   ─► plan (discovery; unknown kinds fail before any write) ─► mirror previous ∪ new
+//!   ─► apply CRDs ─► wait Established + discovered ─► apply Namespaces, cluster-scoped, namespaced
+//!   ─► wait for readiness (optional) ─► fence check ─► prune ─► mirror new ─► SyncReport
+//! ```
+//!
+//! Every request is bounded (request time-out, the sync's deadline); the whole sync is bounded
+//! by the Sync's `timeout` (5m when unset). Cancelling the request's token stops the sync before
+//! its next write. A failure says what failed and carries the inventory to record when the
+//! cluster may hold objects the previous inventory lacks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::resources::{ObjectRef, ResourceStatus, SyncTemplate};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::apply::{apply_one, plan, wait_for_crds};
+use crate::client::{ClientCache, ClientSettings, ClusterTarget};
+use crate::error::SyncError;
+use crate::fence::{self, FENCE_NAME, FenceState};
+use crate::health::{observe_all, wait_ready};
+use crate::inventory::{self, normalized, removed, same};
+use crate::order::Phase;
+use crate::prune::{PruneOutcome, prune};
+use crate::readiness::{ObjectHealth, least_status, status_of};
+use crate::render::{ArtifactSource, ReadLimits, RenderOptions, RenderedObject, render};
+use crate::retry::RetryPolicy;
+use crate::session::Session;
+
+/// The namespace of Starling's bookkeeping objects on targets.
+pub const SYSTEM_NAMESPACE: &str = "starling-system";
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "starling";
+
+/// Settings of a [`SyncEngine`]; every default is here.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub clients: ClientSettings,
+    pub field_manager: String,
+    pub system_namespace: String,
+    /// Limit on a whole sync when its template sets no `timeout`.
+    pub default_timeout: Duration,
+    /// Limit on waiting for new CRDs to be established and discovered.
+    pub crd_timeout: Duration,
+    /// Retries of single requests inside a sync.
+    pub request_retry: RetryPolicy,
+    pub render_limits: ReadLimits,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            clients: ClientSettings::default(),
+            field_manager: FIELD_MANAGER.to_owned(),
+            system_namespace: SYSTEM_NAMESPACE.to_owned(),
+            default_timeout: Duration::from_secs(300),
+            crd_timeout: Duration::from_secs(60),
+            request_retry: RetryPolicy::request_default(),
+            render_limits: ReadLimits::default(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Rejects settings that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("connect timeout", self.clients.connect_timeout),
+            ("request timeout", self.clients.request_timeout),
+            ("default sync timeout", self.default_timeout),
+            ("crd timeout", self.crd_timeout),
+            ("client idle timeout", self.clients.idle_timeout),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, value)| value.is_zero()) {
+            return Err(format!("{name} must be positive"));
+        }
+        if self.clients.max_clients == 0 {
+            return Err("the client cache must hold at least one client".to_owned());
+        }
+        if self.field_manager.is_empty() {
+            return Err("the field manager must not be empty".to_owned());
+        }
+        let valid_namespace = !self.system_namespace.is_empty()
+            && self.system_namespace.len() <= 63
+            && self
+                .system_namespace
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid_namespace {
+            return Err(format!(
+                "system namespace {:?} is not a valid namespace name",
+                self.system_namespace
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One sync: what to apply where, as whom.
+#[derive(Clone, Debug)]
+pub struct SyncRequest {
+    /// Identifies the Sync (`<namespace>/<name>` in the management cluster); names its
+    /// inventory mirror on the target.
+    pub sync: String,
+    pub cluster: ClusterTarget,
+    /// The node's identity (`x-starling-writer`).
+    pub writer: String,
+    /// The owner generation of the cluster (`x-starling-generation`, the fence).
+    pub generation: u64,
+    /// The revision applied, for logs.
+    pub revision: Option<String>,
+    pub artifact: ArtifactSource,
+    pub template: SyncTemplate,
+    /// The inventory from the Sync's status.
+    pub previous_inventory: Vec<ObjectRef>,
+    /// Wait for readiness before pruning and returning.
+    pub wait: bool,
+    /// Cancelled when the node must stop (its lease lapsed): no write starts after that.
+    pub cancel: CancellationToken,
+}
+
+impl SyncRequest {
+    /// A request with an empty previous inventory, waiting for readiness, never cancelled.
+    pub fn new(
+        sync: impl Into<String>,
+        cluster: ClusterTarget,
+        writer: impl Into<String>,
+        generation: u64,
+        artifact: ArtifactSource,
+        template: SyncTemplate,
+    ) -> SyncRequest {
+        SyncRequest {
+            sync: sync.into(),
+            cluster,
+            writer: writer.into(),
+            generation,
+            revision: None,
+            artifact,
+            template,
+            previous_inventory: Vec::new(),
+            wait: true,
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
+/// What a successful sync did.
+#[derive(Clone, Debug)]
+pub struct SyncReport {
+    /// The objects the cluster now holds for this Sync (record in status).
+    pub inventory: Vec<ObjectRef>,
+    /// The least status of the applied objects (`resourcesLeastStatus`).
+    pub health: ResourceStatus,
+    pub objects: Vec<ObjectHealth>,
+    pub applied: usize,
+    pub pruned: Vec<ObjectRef>,
+    /// Left in place by `starling.dev/prune: disabled`.
+    pub kept: Vec<ObjectRef>,
+    pub duration: Duration,
+    pub requests: u64,
+    pub retries: u64,
+}
+
+/// A failed sync: the error, and the inventory to record if it changed.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct SyncFailure {
+    pub error: SyncError,
+    /// `Some` when objects may have been applied: the previous inventory plus the new render,
+    /// so that nothing applied is ever forgotten by the next prune. `None`: keep the previous.
+    pub inventory: Option<Vec<ObjectRef>>,
+    pub applied: usize,
+    pub duration: Duration,
+    pub requests: u64,
+    pub retries: u64,
+}
+
+impl SyncFailure {
+    pub fn class(&self) -> crate::error::ErrorClass {
+        self.error.class()
+    }
+}
+
+/// A health re-check of what a Sync applied.
+#[derive(Clone, Debug)]
+pub struct HealthRequest {
+    pub cluster: ClusterTarget,
+    pub writer: String,
+    pub generation: u64,
+    pub inventory: Vec<ObjectRef>,
+    pub cancel: CancellationToken,
+}
+
+/// The readiness of a Sync's objects.
+#[derive(Clone, Debug)]
+pub struct HealthReport {
+    pub health: ResourceStatus,
+    pub objects: Vec<ObjectHealth>,
+}
+
+/// What a sync has done so far, kept outside its future so a time-out can still report it.
+#[derive(Default)]
+struct Progress {
+    session: Option<Arc<Session>>,
+    inventory: Option<Vec<ObjectRef>>,
+    applied: usize,
+}
+
+/// Applies Syncs to clusters; one per node, shared by all its sync workers.
+pub struct SyncEngine {
+    config: EngineConfig,
+    clients: ClientCache,
+}
+
+impl SyncEngine {
+    pub fn new(config: EngineConfig) -> Result<SyncEngine, SyncError> {
+        config.validate().map_err(|message| SyncError::Invalid {
+            operation: "configure the sync engine".to_owned(),
+            message,
+        })?;
+        Ok(SyncEngine {
+            clients: ClientCache::new(config.clients.clone()),
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// The client cache (for stats, or to drop a cluster's client).
+    pub fn clients(&self) -> &ClientCache {
+        &self.clients
+    }
+
+    /// The time limit of a sync: the template's `timeout`, or the default.
+    pub fn timeout_of(&self, template: &SyncTemplate) -> Result<Duration, SyncError> {
+        match &template.timeout {
+            None => Ok(self.config.default_timeout),
+            Some(text) => fleet::duration::parse_duration(text)
+                .ok()
+                .filter(|timeout| !timeout.is_zero())
+                .ok_or_else(|| SyncError::Invalid {
+                    operation: "read the sync's timeout".to_owned(),
+                    message: format!("{text:?} is not a positive duration"),
+                }),
+        }
+    }
+
+    /// Runs one sync to completion, failure, time-out or cancellation.
+    pub async fn sync(&self, request: SyncRequest) -> Result<SyncReport, SyncFailure> {
+        let started = Instant::now();
+        let span = tracing::info_span!(
+            "sync",
+            cluster = %request.cluster.name,
+            sync = %request.sync,
+            revision = request.revision.as_deref().unwrap_or(""),
+            generation = request.generation,
+        );
+        let mut progress = Progress::default();
+        let outcome = match self.timeout_of(&request.template) {
+            Err(error) => Err(error),
+            Ok(timeout) => {
+                let deadline = started + timeout;
+                // Requests stop at the deadline by themselves; the outer bound is a safety net.
+                let bound = timeout + self.config.clients.request_timeout;
+                match tokio::time::timeout(bound, self.run(&request, deadline, &mut progress))
+                    .instrument(span.clone())
+                    .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(SyncError::Timeout {
+                        operation: "syncing".to_owned(),
+                        after: timeout,
+                    }),
+                }
+            }
+        };
+        let (requests, retries) = progress
+            .session
+            .as_ref()
+            .map_or((0, 0), |session| (session.requests(), session.retries()));
+        let duration = started.elapsed();
+        match outcome {
+            Ok(mut report) => {
+                report.duration = duration;
+                report.requests = requests;
+                report.retries = retries;
+                span.in_scope(|| {
+                    tracing::info!(applied = report.applied, pruned = report.pruned.len(), health = ?report.health, duration_ms = duration.as_millis() as u64, "sync succeeded");
+                });
+                Ok(report)
+            }
+            Err(error) => {
+                span.in_scope(|| {
+                    tracing::warn!(class = %error.class(), error = %error, duration_ms = duration.as_millis() as u64, "sync failed");
+                });
+                Err(SyncFailure {
+                    error,
+                    inventory: progress.inventory,
+                    applied: progress.applied,
+                    duration,
+                    requests,
+                    retries,
+                })
+            }
+        }
+    }
+
+    async fn session(
+        &self,
+        cluster: &ClusterTarget,
+        writer: &str,
+        generation: u64,
+        cancel: CancellationToken,
+        deadline: Instant,
+    ) -> Result<Arc<Session>, SyncError> {
+        let client = self.clients.get(cluster, writer, generation).await?;
+        Ok(Arc::new(Session::new(
+            client,
+            self.config.field_manager.clone(),
+            self.config.clients.request_timeout,
+            self.config.request_retry.clone(),
+            cancel,
+            deadline,
+        )))
+    }
+
+    async fn render(&self, request: &SyncRequest) -> Result<Vec<RenderedObject>, SyncError> {
+        let source = request.artifact.clone();
+        let options = RenderOptions {
+            path: request.template.path.clone(),
+            variables: request.template.substitute.clone(),
+            cluster: request.cluster.context(),
+            limits: self.config.render_limits,
+        };
+        let rendered = tokio::task::spawn_blocking(move || render(&source, &options))
+            .await
+            .map_err(|error| SyncError::Invalid {
+                operation: "render".to_owned(),
+                message: format!("the render task failed: {error}"),
+            })?;
+        Ok(rendered?)
+    }
+
+    async fn run(
+        &self,
+        request: &SyncRequest,
+        deadline: Instant,
+        progress: &mut Progress,
+    ) -> Result<SyncReport, SyncError> {
+        let objects = self.render(request).await?;
+        let session = self
+            .session(
+                &request.cluster,
+                &request.writer,
+                request.generation,
+                request.cancel.clone(),
+                deadline,
+            )
+            .await?;
+        progress.session = Some(session.clone());
+        let system = self.config.system_namespace.as_str();
+        let ours = FenceState {
+            generation: request.generation,
+            writer: request.writer.clone(),
+        };
+        fence::acquire(&session, system, &ours).await?;
+
+        let stored = inventory::read(&session, system, &request.sync).await?;
+        let previous = normalized(
+            request
+                .previous_inventory
+                .iter()
+                .chain(stored.iter().flatten())
+                .cloned(),
+        );
+        let mut planned = plan(&session, &objects).await?;
+        let current = normalized(planned.iter().map(|p| p.reference.clone()));
+        let pending = normalized(previous.iter().chain(current.iter()).cloned());
+        progress.inventory = Some(pending.clone());
+        if stored.as_ref().is_none_or(|stored| !same(stored, &pending)) {
+            inventory::write(&session, system, &request.sync, &pending).await?;
+        }
+
+        let force = request.template.force;
+        let mut health = Vec::with_capacity(planned.len());
+        let crds = planned
+            .iter()
+            .take_while(|p| p.phase == Phase::Crds)
+            .count();
+        for index in 0..planned.len() {
+            if index == crds && planned.iter().any(|p| p.resolved.is_none()) {
+                wait_for_crds(&session, &mut planned, self.config.crd_timeout).await?;
+            }
+            let live = apply_one(&session, &planned[index], force).await?;
+            progress.applied += 1;
+            let (status, message) = status_of(&live);
+            health.push(ObjectHealth {
+                object: planned[index].reference.clone(),
+                status,
+                message,
+            });
+        }
+        if request.wait {
+            let resolved: Vec<_> = planned.iter().map(|p| p.resolved.clone()).collect();
+            health = wait_ready(&session, health, &resolved, deadline).await?;
+        }
+
+        let mut outcome = PruneOutcome::default();
+        let prune_enabled = request.template.prune.unwrap_or(true);
+        let candidates = removed(&previous, &current);
+        if prune_enabled && !candidates.is_empty() {
+            fence::check(&session, system, &ours).await?;
+            outcome = prune(&session, candidates, |object| protected(object, system)).await?;
+        }
+        if !same(&current, &pending) {
+            inventory::write(&session, system, &request.sync, &current).await?;
+        }
+        progress.inventory = Some(current.clone());
+        Ok(SyncReport {
+            inventory: current,
+            health: least_status(&health),
+            objects: health,
+            applied: planned.len(),
+            pruned: outcome.deleted,
+            kept: outcome.kept,
+            duration: Duration::ZERO,
+            requests: 0,
+            retries: 0,
+        })
+    }
+
+    /// Re-reads the readiness of a Sync's objects (drift and readiness re-checks). Reads only.
+    pub async fn check_health(&self, request: HealthRequest) -> Result<HealthReport, SyncError> {
+        let deadline = Instant::now() + self.config.default_timeout;
+        let session = self
+            .session(
+                &request.cluster,
+                &request.writer,
+                request.generation,
+                request.cancel,
+                deadline,
+            )
+            .await?;
+        let objects: Vec<(ObjectRef, Option<crate::client::Resolved>)> = request
+            .inventory
+            .into_iter()
+            .map(|object| (object, None))
+            .collect();
+        let health = observe_all(&session, &objects).await?;
+        Ok(HealthReport {
+            health: least_status(&health),
+            objects: health,
+        })
+    }
+
+    /// The inventory a Sync's mirror on the target holds (recovery of a lost management state).
+    pub async fn recover_inventory(
+        &self,
+        cluster: &ClusterTarget,
+        writer: &str,
+        generation: u64,
+        sync: &str,
+    ) -> Result<Option<Vec<ObjectRef>>, SyncError> {
+        let deadline = Instant::now() + self.config.clients.request_timeout * 4;
+        let session = self
+            .session(
+                cluster,
+                writer,
+                generation,
+                CancellationToken::new(),
+                deadline,
+            )
+            .await?;
+        inventory::read(&session, &self.config.system_namespace, sync).await
+    }
+}
+
+/// Starling's own objects, never pruned.
+fn protected(object: &ObjectRef, system: &str) -> bool {
+    let in_system = object.namespace.as_deref() == Some(system);
+    (object.kind == "Namespace" && object.api_version == "v1" && object.name == system)
+        || (in_system
+            && object.kind == "ConfigMap"
+            && (object.name == FENCE_NAME || object.name.starts_with("starling-inventory-")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configuration_is_validated() {
+        assert!(EngineConfig::default().validate().is_ok());
+        let mut config = EngineConfig::default();
+        config.clients.request_timeout = Duration::ZERO;
+        assert_eq!(
+            config.validate().unwrap_err(),
+            "request timeout must be positive"
+        );
+        let config = EngineConfig {
+            system_namespace: "Starling_System".into(),
+            ..EngineConfig::default()
+        };
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .contains("not a valid namespace")
+        );
+        assert!(SyncEngine::new(config).is_err());
+    }
+
+    #[test]
+    fn bookkeeping_objects_are_protected() {
+        let object =
+            |api_version: &str, kind: &str, namespace: Option<&str>, name: &str| ObjectRef {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                namespace: namespace.map(str::to_owned),
+                name: name.into(),
+            };
+        assert!(protected(
+            &object("v1", "Namespace", None, "starling-system"),
+            "starling-system"
+        ));
+        assert!(protected(
+            &object("v1", "ConfigMap", Some("starling-system"), "starling-fence"),
+            "starling-system"
+        ));
+        assert!(protected(
+            &object(
+                "v1",
+                "ConfigMap",
+                Some("starling-system"),
+                "starling-inventory-x"
+            ),
+            "starling-system"
+        ));
+        assert!(!protected(
+            &object("v1", "ConfigMap", Some("apps"), "starling-fence"),
+            "starling-system"
+        ));
+        assert!(!protected(
+            &object("v1", "Namespace", None, "apps"),
+            "starling-system"
+        ));
+    }
+
+    /// The node spawns syncs: their futures must be `Send + 'static` once the engine is shared.
+    #[allow(dead_code)]
+    fn syncs_can_be_spawned(engine: Arc<SyncEngine>, request: SyncRequest, health: HealthRequest) {
+        drop(tokio::spawn(async move {
+            let _ = engine.sync(request).await;
+            let _ = engine.check_health(health).await;
+        }));
+    }
+
+    #[tokio::test]
+    async fn timeouts_come_from_the_template() {
+        let engine = SyncEngine::new(EngineConfig::default()).expect("engine");
+        let template = SyncTemplate {
+            timeout: Some("90s".into()),
+            ..SyncTemplate::default()
+        };
+        assert_eq!(
+            engine.timeout_of(&template).expect("timeout"),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            engine
+                .timeout_of(&SyncTemplate::default())
+                .expect("default"),
+            Duration::from_secs(300)
+        );
+        let bad = SyncTemplate {
+            timeout: Some("soon".into()),
+            ..SyncTemplate::default()
+        };
+        assert_eq!(
+            engine.timeout_of(&bad).unwrap_err().class(),
+            crate::error::ErrorClass::Invalid
+        );
+    }
+}

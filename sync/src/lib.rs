@@ -1,0 +1,41 @@
+//! Everything Starling does to ONE target cluster (design section 8): render the manifests of a
+//! Sync, apply them with server-side apply in dependency order, wait for readiness, prune what
+//! left the render, and fence out stale writers.
+//!
+//! ```text
+//! artifact ─render─► objects ─plan/order─► SSA (field manager `starling`) ─► readiness (kstatus)
+//!                                   ▲                                          │
+//!                 fence (owner generation CAS)                 prune by inventory ─► SyncReport
+//! ```
+//!
+//! The node calls [`SyncEngine::sync`] with a [`SyncRequest`] and records the outcome: a
+//! [`SyncReport`] (inventory, least status) or a [`SyncFailure`] whose error has a class
+//! ([`ErrorClass`]) and a retry policy ([`RetryPolicy`]). `dependsOn` is decided by the fleet
+//! state machine from the `ResourceStatus` this crate reports. [`render::render`] alone backs
+//! `starling render`.
+
+mod apply;
+pub mod client;
+pub mod engine;
+pub mod error;
+pub mod fence;
+mod health;
+pub mod inventory;
+pub mod object;
+pub mod order;
+pub mod prune;
+pub mod readiness;
+pub mod render;
+pub mod retry;
+mod session;
+
+pub use client::{ClientCache, ClientSettings, ClusterTarget, Connection};
+pub use engine::{
+    EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, SYSTEM_NAMESPACE, SyncEngine,
+    SyncFailure, SyncReport, SyncRequest,
+};
+pub use error::{ErrorClass, SyncError};
+pub use readiness::ObjectHealth;
+pub use render::{ArtifactSource, RenderError, RenderOptions, RenderedObject};
+pub use retry::RetryPolicy;
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,198 @@
+//! One sync's conversation with its target cluster: every request goes through
+//! [`Session::read`] or [`Session::write`], which bound it in time (the request time-out, and
+//! never past the sync's deadline), retry transient failures with backoff, classify what is
+//! left, and stop as soon as the sync is cancelled. A write is never started once the
+//! cancellation token fires: that is how a node whose lease lapsed stops at its next step.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fleet::resources::ObjectRef;
+use kube::api::{Api, DynamicObject};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{ClusterClient, Resolved};
+use crate::error::SyncError;
+use crate::object::gvk_of;
+use crate::retry::{RetryPolicy, jitter_key};
+
+/// One sync's handle on its cluster.
+pub(crate) struct Session {
+    pub client: Arc<ClusterClient>,
+    pub field_manager: String,
+    request_timeout: Duration,
+    retry: RetryPolicy,
+    cancel: CancellationToken,
+    deadline: Instant,
+    key: u64,
+    pub requests: AtomicU64,
+    pub retries: AtomicU64,
+}
+
+impl Session {
+    pub fn new(
+        client: Arc<ClusterClient>,
+        field_manager: String,
+        request_timeout: Duration,
+        retry: RetryPolicy,
+        cancel: CancellationToken,
+        deadline: Instant,
+    ) -> Session {
+        let key = jitter_key(&client.cluster);
+        Session {
+            client,
+            field_manager,
+            request_timeout,
+            retry,
+            cancel,
+            deadline,
+            key,
+            requests: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+        }
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.client.cluster
+    }
+
+    pub fn kube(&self) -> kube::Client {
+        self.client.client.clone()
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Fails with `Cancelled` when the sync must stop.
+    pub fn keep_going(&self, operation: &str) -> Result<(), SyncError> {
+        if self.cancel.is_cancelled() {
+            return Err(SyncError::Cancelled {
+                operation: operation.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sleeps, unless cancelled first; never past the deadline.
+    pub async fn pause(&self, delay: Duration, operation: &str) -> Result<(), SyncError> {
+        let until = (Instant::now() + delay).min(self.deadline);
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => Err(SyncError::Cancelled { operation: operation.to_owned() }),
+            () = tokio::time::sleep_until(until) => Ok(()),
+        }
+    }
+
+    /// A read: retried and bounded, stopped by cancellation.
+    pub async fn read<T, F, Fut>(&self, operation: &str, call: F) -> Result<T, SyncError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        self.run(operation, call).await
+    }
+
+    /// A write: like a read, and never started after cancellation.
+    pub async fn write<T, F, Fut>(&self, operation: &str, call: F) -> Result<T, SyncError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        self.keep_going(operation)?;
+        self.run(operation, call).await
+    }
+
+    async fn run<T, F, Fut>(&self, operation: &str, mut call: F) -> Result<T, SyncError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            self.keep_going(operation)?;
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(SyncError::Timeout {
+                    operation: operation.to_owned(),
+                    after: self.request_timeout,
+                });
+            }
+            let limit = self.request_timeout.min(self.deadline - now);
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let outcome = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => {
+                    return Err(SyncError::Cancelled { operation: operation.to_owned() });
+                }
+                outcome = tokio::time::timeout(limit, call()) => outcome,
+            };
+            let error = match outcome {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(error)) => SyncError::from_kube(self.cluster(), operation, error),
+                Err(_) => SyncError::Timeout {
+                    operation: operation.to_owned(),
+                    after: limit,
+                },
+            };
+            let error = match error {
+                SyncError::Timeout { operation, after } if after.is_zero() => SyncError::Timeout {
+                    operation,
+                    after: limit,
+                },
+                other => other,
+            };
+            attempt += 1;
+            let Some(delay) =
+                self.retry
+                    .delay_at_least(error.class(), attempt, self.key, error.retry_after())
+            else {
+                return Err(error);
+            };
+            if Instant::now() + delay >= self.deadline {
+                return Err(error);
+            }
+            tracing::debug!(
+                cluster = %self.cluster(),
+                operation,
+                attempt,
+                delay_ms = delay.as_millis() as u64,
+                error = %error,
+                "retrying request"
+            );
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            self.pause(delay, operation).await?;
+        }
+    }
+
+    /// Discovery of an object's kind through the cluster's cache.
+    pub async fn resolve(&self, object: &ObjectRef) -> Result<Option<Resolved>, SyncError> {
+        let gvk = gvk_of(object);
+        let operation = format!("discovering {}", object.api_version);
+        self.read(&operation, || {
+            self.client.discovery.resolve(&self.client.client, &gvk)
+        })
+        .await
+    }
+
+    /// The dynamic API of a resolved kind, in a namespace for namespaced kinds.
+    pub fn api(&self, resolved: &Resolved, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(namespace) if resolved.namespaced => {
+                Api::namespaced_with(self.kube(), namespace, &resolved.resource)
+            }
+            _ => Api::all_with(self.kube(), &resolved.resource),
+        }
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,9 @@
+//! The sync crate against fleetsim: real kube clients, real HTTP, simulated clusters.
+//! Grouped by area; every test starts its own fleetsim.
+
+mod common;
+
+mod apply;
+mod faults;
+mod fencing;
+mod readiness;

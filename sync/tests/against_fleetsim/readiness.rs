@@ -1,0 +1,109 @@
+//! Readiness: waiting for fleetsim's ready delay, the health the state machine's `dependsOn`
+//! reads, and objects that never become ready.
+
+use std::time::Duration;
+
+use fleet::resources::ResourceStatus;
+use fleetsim::NEVER_READY_ANNOTATION;
+use starling_sync::{CancellationToken, ErrorClass, HealthRequest};
+
+use crate::common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_waits_for_the_ready_delay() {
+    let delay = Duration::from_millis(600);
+    let sim = fleet(1, delay).await;
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/web.yaml", &*deployment("web", 2, "")),
+    ];
+    let report = engine()
+        .sync(request(&sim, "c0", "node-a", 1, &files))
+        .await
+        .expect("sync");
+    assert_eq!(report.health, ResourceStatus::Current);
+    assert!(
+        report.duration >= delay,
+        "returned after {:?}, before the workload was ready",
+        report.duration
+    );
+    let web = object(&sim, "c0", "apps/v1", "Deployment", Some("shop"), "web").expect("applied");
+    assert_eq!(web["status"]["readyReplicas"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependency_waiting_reads_the_least_status() {
+    let sim = fleet(1, Duration::from_millis(500)).await;
+    let engine = engine();
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/db.yaml", &*deployment("db", 1, "")),
+    ];
+    let mut sync = request(&sim, "c0", "node-a", 1, &files);
+    sync.wait = false;
+    let report = engine.sync(sync).await.expect("sync without waiting");
+    assert_eq!(
+        report.health,
+        ResourceStatus::InProgress,
+        "a dependant must not start yet"
+    );
+    let check = || HealthRequest {
+        cluster: target(&sim, "c0"),
+        writer: "node-a".into(),
+        generation: 1,
+        inventory: report.inventory.clone(),
+        cancel: CancellationToken::new(),
+    };
+    let least = engine.check_health(check()).await.expect("health").health;
+    assert!(least < ResourceStatus::Current, "{least:?}");
+    eventually(
+        Duration::from_secs(10),
+        "the dependency to become current",
+        || async {
+            engine
+                .check_health(check())
+                .await
+                .is_ok_and(|h| h.health == ResourceStatus::Current)
+        },
+    )
+    .await;
+    // Gone objects read as Missing, the least status but Unknown.
+    sim.delete_object("c0", "apps/v1", "Deployment", Some("shop"), "db")
+        .expect("delete");
+    let health = engine.check_health(check()).await.expect("health");
+    assert_eq!(health.health, ResourceStatus::Missing);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_never_ready_object_times_out_naming_it() {
+    let sim = fleet(1, Duration::from_millis(50)).await;
+    let annotation = format!("{NEVER_READY_ANNOTATION}: \"true\"");
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/good.yaml", &*deployment("good", 1, "")),
+        ("app/stuck.yaml", &*deployment("stuck", 1, &annotation)),
+    ];
+    let mut sync = request(&sim, "c0", "node-a", 1, &files);
+    sync.template.timeout = Some("1500ms".into());
+    let failure = engine().sync(sync).await.expect_err("never ready");
+    assert_eq!(failure.class(), ErrorClass::NotReady);
+    let message = failure.to_string();
+    assert!(
+        message.contains("apps/v1 Deployment shop/stuck not ready"),
+        "{message}"
+    );
+    assert!(message.contains("replicas 0/1"), "says why: {message}");
+    assert!(
+        failure.duration >= Duration::from_millis(1400),
+        "{:?}",
+        failure.duration
+    );
+    assert!(
+        failure.duration < Duration::from_secs(5),
+        "bounded by the timeout: {:?}",
+        failure.duration
+    );
+    let inventory = failure.inventory.expect("objects were applied");
+    assert_eq!(inventory.len(), 3);
+    assert_eq!(failure.applied, 3);
+}
