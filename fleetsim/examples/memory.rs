@@ -9,12 +9,39 @@
 //! cargo run -p fleetsim --release --example memory -- [CLUSTERS] [CONCURRENCY]
 //! ```
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fleetsim::{AuditFilter, Config, FleetSim};
 use futures::StreamExt;
 use http::Request;
 use serde_json::{Value, json};
+
+/// The system allocator, counting live heap bytes so the figure separates live data from
+/// allocator overhead.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -137,6 +164,8 @@ async fn main() -> anyhow::Result<()> {
             "clusters": stats.clusters,
             "objects": stats.objects,
             "objects_per_cluster": stats.objects as f64 / stats.clusters.max(1) as f64,
+            "object_json_mib": stats.object_bytes / (1024 * 1024),
+            "history_events": stats.history_events,
             "apply_requests": total,
             "apply_failures": failures,
             "apply_requests_per_second": (total as f64 / populate_secs).round(),
@@ -145,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
             "rss_before_start_mib": baseline_kib / 1024,
             "rss_empty_clusters_mib": empty_kib / 1024,
             "rss_mib": rss_kib / 1024,
+            "live_heap_mib": LIVE.load(Ordering::Relaxed) / (1024 * 1024),
             "peak_rss_mib": hwm_kib / 1024,
             "rss_bytes_per_object": (rss_kib.saturating_sub(baseline_kib) * 1024) / stats.objects.max(1) as u64,
         })

@@ -11,10 +11,12 @@
 use std::collections::VecDeque;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
+
+use crate::resources::ResourceInfo;
 
 const SHARDS: usize = 16;
 
@@ -91,20 +93,90 @@ impl AuditFilter {
         }
     }
 
-    fn matches(&self, record: &AuditRecord) -> bool {
-        let eq = |want: &Option<String>, have: Option<&str>| {
-            want.as_deref().is_none_or(|w| Some(w) == have)
-        };
-        eq(&self.cluster, Some(&record.cluster))
-            && eq(&self.verb, Some(&record.verb))
-            && eq(&self.kind, Some(&record.kind))
-            && eq(&self.namespace, record.namespace.as_deref())
-            && eq(&self.name, record.name.as_deref())
-            && eq(&self.writer, record.writer.as_deref())
-            && eq(&self.field_manager, record.field_manager.as_deref())
-            && self.origin.is_none_or(|o| o == record.origin)
-            && self.since.is_none_or(|s| record.seq > s)
-            && (!self.success_only || (200..300).contains(&record.status))
+    fn matches(&self, entry: &Entry) -> bool {
+        let eq = |want: &Option<String>, have: Option<&str>| want.as_deref().is_none_or(|w| Some(w) == have);
+        let kind = entry.resource.as_ref().map(|r| r.kind.as_str());
+        eq(&self.cluster, Some(&entry.cluster))
+            && eq(&self.verb, Some(entry.verb))
+            && eq(&self.kind, kind)
+            && eq(&self.namespace, entry.namespace.as_deref())
+            && eq(&self.name, entry.name.as_deref())
+            && eq(&self.writer, entry.writer.as_deref())
+            && eq(&self.field_manager, entry.field_manager.as_deref())
+            && self.origin.is_none_or(|o| o == entry.origin)
+            && self.since.is_none_or(|s| entry.seq > s)
+            && (!self.success_only || (200..300).contains(&entry.status))
+    }
+}
+
+/// One audited write as kept in memory: shared and boxed strings instead of a dozen
+/// `String`s, because 10,000 clusters write hundreds of thousands of these.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub seq: u64,
+    pub micros: u64,
+    pub cluster: Arc<str>,
+    pub verb: &'static str,
+    pub status_subresource: bool,
+    pub resource: Option<Arc<ResourceInfo>>,
+    pub namespace: Option<Box<str>>,
+    pub name: Option<Box<str>>,
+    pub field_manager: Option<Box<str>>,
+    pub status: u16,
+    pub writer: Option<Box<str>>,
+    pub generation: Option<i64>,
+    pub dry_run: bool,
+    pub resource_version: Option<u64>,
+    pub origin: Origin,
+    pub injected: bool,
+}
+
+impl Entry {
+    /// An entry with the fields every write shares; `seq` and time are set on append.
+    pub fn new(cluster: Arc<str>, verb: &'static str, origin: Origin) -> Entry {
+        Entry {
+            seq: 0,
+            micros: 0,
+            cluster,
+            verb,
+            status_subresource: false,
+            resource: None,
+            namespace: None,
+            name: None,
+            field_manager: None,
+            status: 0,
+            writer: None,
+            generation: None,
+            dry_run: false,
+            resource_version: None,
+            origin,
+            injected: false,
+        }
+    }
+
+    fn record(&self) -> AuditRecord {
+        let text = |v: &Option<Box<str>>| v.as_deref().map(str::to_string);
+        AuditRecord {
+            seq: self.seq,
+            time: crate::ids::rfc3339_micros(self.micros),
+            time_unix_micros: self.micros,
+            cluster: self.cluster.to_string(),
+            verb: self.verb.to_string(),
+            subresource: self.status_subresource.then(|| "status".to_string()),
+            api_version: self.resource.as_ref().map(|r| r.api_version()).unwrap_or_default(),
+            kind: self.resource.as_ref().map(|r| r.kind.clone()).unwrap_or_default(),
+            resource: self.resource.as_ref().map(|r| r.resource.clone()).unwrap_or_default(),
+            namespace: text(&self.namespace),
+            name: text(&self.name),
+            field_manager: text(&self.field_manager),
+            status: self.status,
+            writer: text(&self.writer),
+            generation: self.generation,
+            dry_run: self.dry_run,
+            resource_version: self.resource_version.map(|rv| rv.to_string()),
+            origin: self.origin,
+            injected: self.injected,
+        }
     }
 }
 
@@ -119,7 +191,7 @@ pub struct AuditStats {
 /// The bounded, sharded audit log.
 #[derive(Debug)]
 pub(crate) struct AuditLog {
-    shards: Vec<Mutex<VecDeque<AuditRecord>>>,
+    shards: Vec<Mutex<VecDeque<Entry>>>,
     shard_capacity: usize,
     seq: AtomicU64,
     dropped: AtomicU64,
@@ -141,14 +213,13 @@ impl AuditLog {
         }
     }
 
-    /// Appends a record, assigning its sequence number and time.
-    pub fn record(&self, mut record: AuditRecord) {
-        let index = shard_of(&record.cluster);
+    /// Appends an entry, assigning its sequence number and time.
+    pub fn record(&self, mut entry: Entry) {
+        let index = shard_of(&entry.cluster);
         let mut shard = self.shards[index].lock().unwrap_or_else(|e| e.into_inner());
-        record.seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        record.time_unix_micros = crate::ids::unix_micros();
-        record.time = crate::ids::rfc3339_micros(record.time_unix_micros);
-        shard.push_back(record);
+        entry.seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        entry.micros = crate::ids::unix_micros();
+        shard.push_back(entry);
         if shard.len() > self.shard_capacity {
             shard.pop_front();
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -163,7 +234,7 @@ impl AuditLog {
         let mut out: Vec<AuditRecord> = Vec::new();
         for index in shards {
             let shard = self.shards[index].lock().unwrap_or_else(|e| e.into_inner());
-            out.extend(shard.iter().filter(|r| filter.matches(r)).cloned());
+            out.extend(shard.iter().filter(|e| filter.matches(e)).map(Entry::record));
         }
         out.sort_by_key(|r| r.seq);
         if let Some(limit) = filter.limit {
@@ -186,32 +257,6 @@ impl AuditLog {
     }
 }
 
-/// A record template with the fields every write shares; `seq` and `time` are set when
-/// it is appended.
-pub(crate) fn blank(cluster: &str, verb: &str, origin: Origin) -> AuditRecord {
-    AuditRecord {
-        seq: 0,
-        time: String::new(),
-        time_unix_micros: 0,
-        cluster: cluster.to_string(),
-        verb: verb.to_string(),
-        subresource: None,
-        api_version: String::new(),
-        kind: String::new(),
-        resource: String::new(),
-        namespace: None,
-        name: None,
-        field_manager: None,
-        status: 0,
-        writer: None,
-        generation: None,
-        dry_run: false,
-        resource_version: None,
-        origin,
-        injected: false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,10 +265,10 @@ mod tests {
     fn bounded_with_a_dropped_counter_and_filters() {
         let log = AuditLog::new(SHARDS * 2);
         for i in 0..5 {
-            let mut record = blank("c1", "create", Origin::Api);
-            record.status = 201;
-            record.writer = Some(format!("node-{}", i % 2));
-            log.record(record);
+            let mut entry = Entry::new(Arc::from("c1"), "create", Origin::Api);
+            entry.status = 201;
+            entry.writer = Some(format!("node-{}", i % 2).into());
+            log.record(entry);
         }
         let records = log.query(&AuditFilter::cluster("c1"));
         assert_eq!(records.len(), 2);

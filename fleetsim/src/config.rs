@@ -43,7 +43,7 @@ impl Default for Config {
             name_prefix: "c".to_string(),
             ready_delay: Duration::from_secs(2),
             latency: Duration::ZERO,
-            watch_history: 1000,
+            watch_history: 100,
             audit_capacity: 1_000_000,
             bookmark_interval: Duration::from_secs(30),
             hang_limit: Duration::from_secs(300),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::audit::{self, AuditRecord, Origin};
+use crate::audit::{Entry, Origin};
 use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::ids;
@@ -115,21 +115,19 @@ pub(crate) struct WriteRequest {
     pub actor: Actor,
 }
 
-fn base_record(
+fn base_entry(
     cluster: &Cluster,
-    info: &ResourceInfo,
+    info: &Arc<ResourceInfo>,
     namespace: &str,
-    verb: &str,
+    verb: &'static str,
     actor: &Actor,
-) -> AuditRecord {
-    let mut record = audit::blank(&cluster.name, verb, actor.origin);
-    record.api_version = info.api_version();
-    record.kind = info.kind.clone();
-    record.resource = info.resource.clone();
-    record.namespace = (info.namespaced && !namespace.is_empty()).then(|| namespace.to_string());
-    record.writer = actor.writer.clone();
-    record.generation = actor.generation;
-    record
+) -> Entry {
+    let mut entry = Entry::new(cluster.name.clone(), verb, actor.origin);
+    entry.resource = Some(info.clone());
+    entry.namespace = (info.namespaced && !namespace.is_empty()).then(|| Box::from(namespace));
+    entry.writer = actor.writer.as_deref().map(Box::from);
+    entry.generation = actor.generation;
+    entry
 }
 
 /// Runs one write, audits it, and lets the controllers react.
@@ -152,14 +150,11 @@ pub(crate) fn write(
         dry_run,
         now: now.clone(),
     };
-    let mut record = base_record(cluster, &info, &namespace, write.verb(), &actor);
-    record.field_manager = manager;
+    let mut record = base_entry(cluster, &info, &namespace, write.verb(), &actor);
+    record.field_manager = manager.as_deref().map(Box::from);
     record.dry_run = dry_run;
-    record.subresource = write
-        .scope()
-        .and_then(Scope::subresource)
-        .map(str::to_string);
-    record.name = write.name().map(str::to_string);
+    record.status_subresource = write.scope() == Some(Scope::Status);
+    record.name = write.name().map(Box::from);
     let scope = write.scope();
     let result = cluster.with_state(|state| {
         let result = match write {
@@ -190,8 +185,8 @@ pub(crate) fn write(
         match &result {
             Ok(outcome) => {
                 record.status = outcome.code;
-                record.name = Some(outcome.object.name.to_string());
-                record.resource_version = Some(outcome.object.rv.to_string());
+                record.name = Some(outcome.object.name.clone());
+                record.resource_version = Some(outcome.object.rv);
             }
             Err(error) => record.status = error.code,
         }
@@ -220,7 +215,7 @@ pub(crate) fn delete_collection(
     actor: &Actor,
 ) -> Result<Vec<Arc<StoredObject>>, ApiError> {
     let namespace = query.namespace.clone().unwrap_or_default();
-    let mut record = base_record(cluster, info, &namespace, "deletecollection", actor);
+    let mut record = base_entry(cluster, info, &namespace, "deletecollection", actor);
     record.dry_run = options.dry_run;
     let now = ids::now_rfc3339();
     let result = cluster.with_state(|state| {
@@ -256,18 +251,24 @@ pub(crate) fn delete_collection(
 pub(crate) fn audit_injected(
     shared: &Shared,
     cluster: &Cluster,
-    verb: &str,
-    resource: Option<(&ResourceInfo, &str, Option<&str>)>,
+    verb: &'static str,
+    resource: Option<(Arc<ResourceInfo>, &str, Option<&str>)>,
     actor: &Actor,
     status: u16,
 ) {
-    let mut record = audit::blank(&cluster.name, verb, actor.origin);
-    if let Some((info, namespace, name)) = resource {
-        record = base_record(cluster, info, namespace, verb, actor);
-        record.name = name.map(str::to_string);
-    }
-    record.writer = actor.writer.clone();
-    record.generation = actor.generation;
+    let mut record = match resource {
+        Some((info, namespace, name)) => {
+            let mut record = base_entry(cluster, &info, namespace, verb, actor);
+            record.name = name.map(Box::from);
+            record
+        }
+        None => {
+            let mut record = Entry::new(cluster.name.clone(), verb, actor.origin);
+            record.writer = actor.writer.as_deref().map(Box::from);
+            record.generation = actor.generation;
+            record
+        }
+    };
     record.status = status;
     record.injected = true;
     shared.audit.record(record);

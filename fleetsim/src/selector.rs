@@ -6,8 +6,6 @@
 //! `metadata.name` and `metadata.namespace` with `=`, `==` and `!=`; any other field is
 //! rejected as the apiserver rejects field labels a resource does not support.
 
-use std::collections::BTreeMap;
-
 /// One parsed requirement.
 #[derive(Debug, Clone, PartialEq)]
 enum Requirement {
@@ -58,20 +56,20 @@ impl LabelSelector {
         self.requirements.is_empty()
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    /// Whether labels given as (key, value) pairs match.
+    pub fn matches(&self, labels: &[(Box<str>, Box<str>)]) -> bool {
+        let get = |key: &str| labels.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v);
         self.requirements.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-            Requirement::GreaterThan(k, n) => labels
-                .get(k)
+            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|w| w == v)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.iter().any(|w| w == v)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::DoesNotExist(k) => get(k).is_none(),
+            Requirement::GreaterThan(k, n) => get(k)
                 .and_then(|v| v.parse::<i64>().ok())
                 .is_some_and(|v| v > *n),
-            Requirement::LessThan(k, n) => labels
-                .get(k)
+            Requirement::LessThan(k, n) => get(k)
                 .and_then(|v| v.parse::<i64>().ok())
                 .is_some_and(|v| v < *n),
         })

@@ -35,6 +35,10 @@ pub const DRIFT_MANAGER: &str = "fleetsim-drift";
 pub struct Stats {
     pub clusters: usize,
     pub objects: usize,
+    /// Serialized size of every stored object.
+    pub object_bytes: usize,
+    /// Events kept for watches, over all clusters.
+    pub history_events: usize,
     pub audit: AuditStats,
     pub pending_controller_jobs: usize,
     /// TCP connections open now.
@@ -311,6 +315,11 @@ impl Shared {
         Stats {
             clusters: clusters.len(),
             objects: clusters.iter().map(|c| c.read(|s| s.object_count())).sum(),
+            object_bytes: clusters
+                .iter()
+                .map(|c| c.read(|s| s.tables.values().flat_map(|t| t.values()).map(|o| o.json.len()).sum::<usize>()))
+                .sum(),
+            history_events: clusters.iter().map(|c| c.read(|s| s.history.len())).sum(),
             audit: self.audit.stats(),
             pending_controller_jobs: self.controller.pending(),
             connections_open: self.connections_open.load(Ordering::Relaxed),

@@ -101,11 +101,9 @@ impl ErrorKind {
             Code::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             Code::PermissionDenied => ErrorKind::PermissionDenied,
             Code::Unauthenticated => ErrorKind::Unauthenticated,
-            Code::Ok
-            | Code::Unknown
-            | Code::Unimplemented
-            | Code::Internal
-            | Code::DataLoss => ErrorKind::Internal,
+            Code::Ok | Code::Unknown | Code::Unimplemented | Code::Internal | Code::DataLoss => {
+                ErrorKind::Internal
+            }
         }
     }
 
@@ -127,12 +125,17 @@ impl ErrorKind {
 
     /// The kind named by [`ErrorKind::as_str`].
     pub fn parse(name: &str) -> Option<ErrorKind> {
-        ErrorKind::ALL.into_iter().find(|kind| kind.as_str() == name)
+        ErrorKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
     }
 
     /// Whether the same request may succeed if retried later or against the leader.
     pub fn is_retryable(self) -> bool {
-        matches!(self, ErrorKind::Unavailable | ErrorKind::DeadlineExceeded | ErrorKind::Conflict)
+        matches!(
+            self,
+            ErrorKind::Unavailable | ErrorKind::DeadlineExceeded | ErrorKind::Conflict
+        )
     }
 }
 
@@ -171,7 +174,11 @@ pub trait ClassifyError: fmt::Display {
 
 /// The gRPC status for an error: its kind's code, its message, and the leader hint.
 pub fn status_from<E: ClassifyError + ?Sized>(error: &E) -> Status {
-    build_status(error.error_kind(), error.to_string(), error.leader_hint().as_ref())
+    build_status(
+        error.error_kind(),
+        error.to_string(),
+        error.leader_hint().as_ref(),
+    )
 }
 
 fn build_status(kind: ErrorKind, message: String, leader: Option<&LeaderHint>) -> Status {
@@ -201,7 +208,11 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
-        ApiError { kind, message: message.into(), leader: None }
+        ApiError {
+            kind,
+            message: message.into(),
+            leader: None,
+        }
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
@@ -246,7 +257,11 @@ impl ApiError {
             .and_then(|value| value.to_str().ok())
             .and_then(ErrorKind::parse)
             .unwrap_or_else(|| ErrorKind::from_code(status.code()));
-        ApiError { kind, message: status.message().to_owned(), leader: leader_hint(status) }
+        ApiError {
+            kind,
+            message: status.message().to_owned(),
+            leader: leader_hint(status),
+        }
     }
 
     /// One line for a person: the kind, the message, and where the leader is.
@@ -322,7 +337,10 @@ mod tests {
 
     #[test]
     fn leader_hint_travels_in_metadata() {
-        let hint = LeaderHint { id: 3, addr: Some("10.0.0.3:7000".into()) };
+        let hint = LeaderHint {
+            id: 3,
+            addr: Some("10.0.0.3:7000".into()),
+        };
         let error = ApiError::unavailable("not the leader").with_leader(Some(hint.clone()));
         let status = Status::from(error);
         assert_eq!(leader_hint(&status), Some(hint));
@@ -343,11 +361,16 @@ mod tests {
     #[test]
     fn statuses_from_elsewhere_fold_into_kinds() {
         let transport = Status::new(Code::Unavailable, "tcp connect error");
-        assert_eq!(ApiError::from_status(&transport).kind, ErrorKind::Unavailable);
+        assert_eq!(
+            ApiError::from_status(&transport).kind,
+            ErrorKind::Unavailable
+        );
         let unknown = Status::new(Code::Unknown, "h2 protocol error");
         assert_eq!(ApiError::from_status(&unknown).kind, ErrorKind::Internal);
         let mut garbled = Status::new(Code::NotFound, "gone");
-        garbled.metadata_mut().insert(LEADER_ID_KEY, MetadataValue::from_static("not-a-number"));
+        garbled
+            .metadata_mut()
+            .insert(LEADER_ID_KEY, MetadataValue::from_static("not-a-number"));
         garbled
             .metadata_mut()
             .insert(ERROR_KIND_KEY, MetadataValue::from_static("no-such-kind"));

@@ -44,13 +44,20 @@ fn write_error(error: RaftError<NodeId, ClientWriteError<NodeId, Peer>>) -> Admi
 fn change(log_index: u64, membership: &Membership) -> MembershipChange {
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     let learners = membership.learner_ids().collect();
-    MembershipChange { log_index, voters, learners }
+    MembershipChange {
+        log_index,
+        voters,
+        learners,
+    }
 }
 
 impl RaftNode {
     /// Whether this replica belongs to an initialised group (its own or one it joined).
     pub async fn is_initialized(&self) -> Result<bool, AdminError> {
-        self.raft.is_initialized().await.map_err(|fatal| AdminError::Fatal(fatal.to_string()))
+        self.raft
+            .is_initialized()
+            .await
+            .map_err(|fatal| AdminError::Fatal(fatal.to_string()))
     }
 
     /// Bootstraps a new group with `members` as voters. Call it on one replica of a fresh
@@ -59,7 +66,9 @@ impl RaftNode {
     pub async fn initialize(&self, members: BTreeMap<NodeId, Peer>) -> Result<(), AdminError> {
         match self.raft.initialize(members).await {
             Ok(()) => Ok(()),
-            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Err(AdminError::AlreadyInitialized),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+                Err(AdminError::AlreadyInitialized)
+            }
             Err(RaftError::APIError(InitializeError::NotInMembers(error))) => {
                 Err(AdminError::Refused(error.to_string()))
             }
@@ -69,14 +78,31 @@ impl RaftNode {
 
     /// Adds (or re-addresses) a learner. With `blocking`, returns once it has caught up with
     /// the leader's log.
-    pub async fn add_learner(&self, id: NodeId, addr: impl Into<String>, blocking: bool) -> Result<MembershipChange, AdminError> {
-        let response = self.raft.add_learner(id, Peer::new(addr), blocking).await.map_err(write_error)?;
+    pub async fn add_learner(
+        &self,
+        id: NodeId,
+        addr: impl Into<String>,
+        blocking: bool,
+    ) -> Result<MembershipChange, AdminError> {
+        let response = self
+            .raft
+            .add_learner(id, Peer::new(addr), blocking)
+            .await
+            .map_err(write_error)?;
         Ok(self.after_change(response.log_id.index, response.membership.as_ref()))
     }
 
     /// Replaces the voter set. With `retain`, removed voters stay as learners.
-    pub async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<MembershipChange, AdminError> {
-        let response = self.raft.change_membership(voters, retain).await.map_err(write_error)?;
+    pub async fn change_membership(
+        &self,
+        voters: BTreeSet<NodeId>,
+        retain: bool,
+    ) -> Result<MembershipChange, AdminError> {
+        let response = self
+            .raft
+            .change_membership(voters, retain)
+            .await
+            .map_err(write_error)?;
         Ok(self.after_change(response.log_id.index, response.membership.as_ref()))
     }
 
@@ -101,13 +127,22 @@ impl RaftNode {
         } else {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         };
-        let response = self.raft.change_membership(changes, false).await.map_err(write_error)?;
+        let response = self
+            .raft
+            .change_membership(changes, false)
+            .await
+            .map_err(write_error)?;
         Ok(self.after_change(response.log_id.index, response.membership.as_ref()))
     }
 
     /// The effective membership as this replica knows it.
     pub fn membership(&self) -> Membership {
-        self.raft.metrics().borrow().membership_config.membership().clone()
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .clone()
     }
 
     fn after_change(&self, log_index: u64, membership: Option<&Membership>) -> MembershipChange {
@@ -119,26 +154,44 @@ impl RaftNode {
 
     /// Hands leadership to `target` (or, with `None`, to the most up-to-date other voter) and
     /// waits up to `timeout` for it to take over. Returns the new leader.
-    pub async fn transfer_leadership(&self, target: Option<NodeId>, timeout: Duration) -> Result<NodeId, AdminError> {
+    pub async fn transfer_leadership(
+        &self,
+        target: Option<NodeId>,
+        timeout: Duration,
+    ) -> Result<NodeId, AdminError> {
         let target = match target {
             Some(target) => target,
             None => self.best_successor()?,
         };
         let membership = self.membership();
-        let peer = membership.get_node(&target).cloned().ok_or(AdminError::UnknownNode(target))?;
+        let peer = membership
+            .get_node(&target)
+            .cloned()
+            .ok_or(AdminError::UnknownNode(target))?;
         if !membership.voter_ids().any(|voter| voter == target) {
-            return Err(AdminError::Refused(format!("node {target} is a learner and cannot lead")));
+            return Err(AdminError::Refused(format!(
+                "node {target} is a learner and cannot lead"
+            )));
         }
         if self.raft.metrics().borrow().current_leader == Some(target) {
             return Ok(target);
         }
         if target == self.config.id {
-            self.raft.trigger().elect().await.map_err(|fatal| AdminError::Fatal(fatal.to_string()))?;
+            self.raft
+                .trigger()
+                .elect()
+                .await
+                .map_err(|fatal| AdminError::Fatal(fatal.to_string()))?;
         } else {
             self.send_elect(target, &peer.addr, timeout).await?;
         }
         let mut metrics = self.raft.metrics();
-        match tokio::time::timeout(timeout, metrics.wait_for(|m| m.current_leader == Some(target))).await {
+        match tokio::time::timeout(
+            timeout,
+            metrics.wait_for(|m| m.current_leader == Some(target)),
+        )
+        .await
+        {
             Ok(Ok(_)) => Ok(target),
             Ok(Err(_)) => Err(AdminError::Fatal("raft metrics closed".into())),
             Err(_) => Err(AdminError::Timeout(timeout)),
@@ -154,7 +207,13 @@ impl RaftNode {
                 leader_id: metrics.current_leader,
                 leader_addr: metrics
                     .current_leader
-                    .and_then(|leader| metrics.membership_config.membership().get_node(&leader).cloned())
+                    .and_then(|leader| {
+                        metrics
+                            .membership_config
+                            .membership()
+                            .get_node(&leader)
+                            .cloned()
+                    })
                     .map(|peer| peer.addr),
             });
         }
@@ -164,13 +223,28 @@ impl RaftNode {
             .membership()
             .voter_ids()
             .filter(|voter| *voter != me)
-            .max_by_key(|voter| replication.get(voter).cloned().flatten().map(|log_id| log_id.index))
+            .max_by_key(|voter| {
+                replication
+                    .get(voter)
+                    .cloned()
+                    .flatten()
+                    .map(|log_id| log_id.index)
+            })
             .ok_or_else(|| AdminError::Refused("no other voter to hand leadership to".into()))
     }
 
-    async fn send_elect(&self, target: NodeId, addr: &str, timeout: Duration) -> Result<(), AdminError> {
-        let unreachable = |reason: String| AdminError::Unreachable { node: target, reason };
-        let channel = lazy_channel(addr, &self.config.network).map_err(|error| unreachable(error.to_string()))?;
+    async fn send_elect(
+        &self,
+        target: NodeId,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<(), AdminError> {
+        let unreachable = |reason: String| AdminError::Unreachable {
+            node: target,
+            reason,
+        };
+        let channel = lazy_channel(addr, &self.config.network)
+            .map_err(|error| unreachable(error.to_string()))?;
         let mut client = RaftClient::new(channel);
         let mut request = tonic::Request::new(ElectRequest {});
         request.set_timeout(timeout);

@@ -16,7 +16,11 @@ pub enum CodecError {
     #[error("empty {what} record: no format version byte")]
     Empty { what: &'static str },
     #[error("{what} record has format version {found}; this build reads version {supported}")]
-    UnsupportedVersion { what: &'static str, found: u8, supported: u8 },
+    UnsupportedVersion {
+        what: &'static str,
+        found: u8,
+        supported: u8,
+    },
     #[error("failed to encode {what}: {source}")]
     Encode {
         what: &'static str,
@@ -43,7 +47,11 @@ pub fn encode<T: Serialize + ?Sized>(what: &'static str, value: &T) -> Result<Ve
 pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, CodecError> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty { what })?;
     if version != FORMAT_VERSION {
-        return Err(CodecError::UnsupportedVersion { what, found: version, supported: FORMAT_VERSION });
+        return Err(CodecError::UnsupportedVersion {
+            what,
+            found: version,
+            supported: FORMAT_VERSION,
+        });
     }
     serde_json::from_slice(body).map_err(|source| CodecError::Decode { what, source })
 }
@@ -65,12 +73,18 @@ mod tests {
         let mut bytes = encode("vote", &7u64).expect("encode");
         bytes[0] = 9;
         let error = decode::<u64>("vote", &bytes).expect_err("version 9 must be rejected");
-        assert_eq!(error.to_string(), "vote record has format version 9; this build reads version 1");
+        assert_eq!(
+            error.to_string(),
+            "vote record has format version 9; this build reads version 1"
+        );
     }
 
     #[test]
     fn empty_and_garbled_records_are_errors() {
-        assert!(matches!(decode::<u64>("entry", &[]), Err(CodecError::Empty { .. })));
+        assert!(matches!(
+            decode::<u64>("entry", &[]),
+            Err(CodecError::Empty { .. })
+        ));
         assert!(matches!(
             decode::<u64>("entry", &[FORMAT_VERSION, b'{']),
             Err(CodecError::Decode { .. })

@@ -48,7 +48,11 @@ pub struct RaftConfig {
 
 impl RaftConfig {
     /// A configuration with the default timing and limits.
-    pub fn new(id: NodeId, data_dir: impl Into<PathBuf>, advertise_addr: impl Into<String>) -> RaftConfig {
+    pub fn new(
+        id: NodeId,
+        data_dir: impl Into<PathBuf>,
+        advertise_addr: impl Into<String>,
+    ) -> RaftConfig {
         RaftConfig {
             id,
             data_dir: data_dir.into(),
@@ -85,7 +89,10 @@ impl RaftConfig {
     pub fn validate(&self) -> Result<(), OpenError> {
         let fail = |message: String| Err(OpenError::Config(message));
         if self.advertise_addr.trim().is_empty() || !self.advertise_addr.contains(':') {
-            return fail(format!("advertise address {:?} must be host:port", self.advertise_addr));
+            return fail(format!(
+                "advertise address {:?} must be host:port",
+                self.advertise_addr
+            ));
         }
         if self.data_dir.as_os_str().is_empty() {
             return fail("data directory must not be empty".into());
@@ -137,13 +144,18 @@ impl RaftConfig {
             snapshot_max_chunk_size: self.snapshot_chunk_bytes,
             ..openraft::Config::default()
         };
-        config.validate().map_err(|error| OpenError::Config(error.to_string()))
+        config
+            .validate()
+            .map_err(|error| OpenError::Config(error.to_string()))
     }
 }
 
 /// Creates `path` and its parents.
 pub(crate) fn ensure_dir(path: &Path) -> Result<(), OpenError> {
-    std::fs::create_dir_all(path).map_err(|source| OpenError::DataDir { path: path.to_owned(), source })
+    std::fs::create_dir_all(path).map_err(|source| OpenError::DataDir {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -152,7 +164,9 @@ mod tests {
 
     #[test]
     fn defaults_are_valid() {
-        RaftConfig::new(1, "/tmp/starling", "127.0.0.1:7000").validate().expect("defaults validate");
+        RaftConfig::new(1, "/tmp/starling", "127.0.0.1:7000")
+            .validate()
+            .expect("defaults validate");
     }
 
     #[test]
@@ -160,7 +174,12 @@ mod tests {
         let mut config = RaftConfig::new(1, "/tmp/starling", "127.0.0.1:7000");
         config.election_timeout_min = Duration::from_millis(100);
         let error = config.validate().expect_err("election below heartbeat");
-        assert!(error.to_string().contains("must exceed the heartbeat interval"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("must exceed the heartbeat interval"),
+            "{error}"
+        );
 
         let config = RaftConfig::new(1, "/tmp/starling", "localhost");
         assert!(config.validate().is_err(), "address without port");

@@ -18,8 +18,14 @@ pub enum StoreError {
         #[source]
         source: Box<redb::DatabaseError>,
     },
-    #[error("raft log store {path} has store format version {found}; this build reads version {supported}")]
-    UnsupportedStoreVersion { path: PathBuf, found: u8, supported: u8 },
+    #[error(
+        "raft log store {path} has store format version {found}; this build reads version {supported}"
+    )]
+    UnsupportedStoreVersion {
+        path: PathBuf,
+        found: u8,
+        supported: u8,
+    },
     #[error("raft log store: {0}")]
     Database(Box<redb::Error>),
     #[error(transparent)]
@@ -32,6 +38,8 @@ pub enum StoreError {
     },
     #[error("snapshot file {path} is not a starling snapshot: {reason}")]
     SnapshotCorrupt { path: PathBuf, reason: String },
+    #[error("fleet state snapshot: {0}")]
+    State(String),
     #[error("storage task failed: {0}")]
     Task(String),
 }
@@ -68,7 +76,10 @@ pub enum OpenError {
 pub enum WriteError {
     /// This replica is not the leader (and did not, or could not, forward the write).
     #[error("{}", not_leader_message(*.leader_id, .leader_addr.as_deref()))]
-    NotLeader { leader_id: Option<NodeId>, leader_addr: Option<String> },
+    NotLeader {
+        leader_id: Option<NodeId>,
+        leader_addr: Option<String>,
+    },
     /// The leader could not be reached while forwarding, or did not answer in time.
     #[error("leader unreachable: {0}")]
     Unavailable(String),
@@ -90,8 +101,30 @@ pub enum WriteError {
 }
 
 impl WriteError {
+    /// A copy of this error for every caller of a shared batch.
+    pub(crate) fn duplicate(&self) -> WriteError {
+        match self {
+            WriteError::NotLeader {
+                leader_id,
+                leader_addr,
+            } => WriteError::NotLeader {
+                leader_id: *leader_id,
+                leader_addr: leader_addr.clone(),
+            },
+            WriteError::Unavailable(message) => WriteError::Unavailable(message.clone()),
+            WriteError::Codec(error) => WriteError::Rejected(error.to_string()),
+            WriteError::Rejected(message) => WriteError::Rejected(message.clone()),
+            WriteError::Empty => WriteError::Empty,
+            WriteError::Fatal(message) => WriteError::Fatal(message.clone()),
+            WriteError::InvalidReply(message) => WriteError::InvalidReply(message.clone()),
+        }
+    }
+
     pub(crate) fn not_leader(leader_id: Option<NodeId>, leader_node: Option<&Peer>) -> WriteError {
-        WriteError::NotLeader { leader_id, leader_addr: leader_node.map(|peer| peer.addr.clone()) }
+        WriteError::NotLeader {
+            leader_id,
+            leader_addr: leader_node.map(|peer| peer.addr.clone()),
+        }
     }
 }
 
@@ -104,7 +137,10 @@ fn not_leader_message(leader_id: Option<NodeId>, leader_addr: Option<&str>) -> S
 }
 
 fn hint(leader_id: Option<NodeId>, leader_addr: Option<&str>) -> Option<LeaderHint> {
-    leader_id.map(|id| LeaderHint { id, addr: leader_addr.map(str::to_owned) })
+    leader_id.map(|id| LeaderHint {
+        id,
+        addr: leader_addr.map(str::to_owned),
+    })
 }
 
 impl ClassifyError for WriteError {
@@ -122,9 +158,10 @@ impl ClassifyError for WriteError {
 
     fn leader_hint(&self) -> Option<LeaderHint> {
         match self {
-            WriteError::NotLeader { leader_id, leader_addr } => {
-                hint(*leader_id, leader_addr.as_deref())
-            }
+            WriteError::NotLeader {
+                leader_id,
+                leader_addr,
+            } => hint(*leader_id, leader_addr.as_deref()),
             _ => None,
         }
     }
@@ -134,7 +171,10 @@ impl ClassifyError for WriteError {
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     #[error("{}", not_leader_message(*.leader_id, .leader_addr.as_deref()))]
-    NotLeader { leader_id: Option<NodeId>, leader_addr: Option<String> },
+    NotLeader {
+        leader_id: Option<NodeId>,
+        leader_addr: Option<String>,
+    },
     /// `initialize` on a replica that already has a log or a vote.
     #[error("raft group already initialized")]
     AlreadyInitialized,
@@ -154,10 +194,12 @@ pub enum AdminError {
 impl ClassifyError for AdminError {
     fn error_kind(&self) -> ErrorKind {
         match self {
-            AdminError::NotLeader { .. } | AdminError::Unreachable { .. } | AdminError::Fatal(_) => {
-                ErrorKind::Unavailable
+            AdminError::NotLeader { .. }
+            | AdminError::Unreachable { .. }
+            | AdminError::Fatal(_) => ErrorKind::Unavailable,
+            AdminError::Refused(_) | AdminError::AlreadyInitialized => {
+                ErrorKind::FailedPrecondition
             }
-            AdminError::Refused(_) | AdminError::AlreadyInitialized => ErrorKind::FailedPrecondition,
             AdminError::UnknownNode(_) => ErrorKind::NotFound,
             AdminError::Timeout(_) => ErrorKind::DeadlineExceeded,
         }
@@ -165,9 +207,10 @@ impl ClassifyError for AdminError {
 
     fn leader_hint(&self) -> Option<LeaderHint> {
         match self {
-            AdminError::NotLeader { leader_id, leader_addr } => {
-                hint(*leader_id, leader_addr.as_deref())
-            }
+            AdminError::NotLeader {
+                leader_id,
+                leader_addr,
+            } => hint(*leader_id, leader_addr.as_deref()),
             _ => None,
         }
     }
@@ -180,7 +223,10 @@ mod tests {
     #[test]
     fn not_leader_maps_to_unavailable_with_the_leader_hint() {
         let error = WriteError::not_leader(Some(2), Some(&Peer::new("127.0.0.1:7002")));
-        assert_eq!(error.to_string(), "not the leader; the leader is node 2 at 127.0.0.1:7002");
+        assert_eq!(
+            error.to_string(),
+            "not the leader; the leader is node 2 at 127.0.0.1:7002"
+        );
         let status = proto::status_from(&error);
         assert_eq!(status.code(), tonic::Code::Unavailable);
         let hint = proto::status::leader_hint(&status).expect("leader hint");
@@ -198,6 +244,9 @@ mod tests {
     #[test]
     fn refused_membership_change_is_a_failed_precondition() {
         let error = AdminError::Refused("already initialized".into());
-        assert_eq!(proto::status_from(&error).code(), tonic::Code::FailedPrecondition);
+        assert_eq!(
+            proto::status_from(&error).code(),
+            tonic::Code::FailedPrecondition
+        );
     }
 }

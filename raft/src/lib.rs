@@ -10,10 +10,11 @@
 //! ```
 //!
 //! Modules: [`types`] (type config), [`codec`] (versioned records), [`log_store`],
-//! `log_writer` (the log's writer thread), [`snapshot_store`], [`state_machine`], [`reader`], [`network`], [`write`], [`node`],
+//! `log_writer` (the log's writer thread), [`snapshot_store`], [`state_machine`], [`reader`], [`network`], [`write`], [`batch`], [`node`],
 //! [`admin`], [`config`], [`error`].
 
 pub mod admin;
+pub mod batch;
 pub mod codec;
 pub mod config;
 pub mod error;

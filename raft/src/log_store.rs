@@ -63,7 +63,10 @@ struct Mirror {
 
 impl Mirror {
     fn last_log_id(&self) -> Option<LogId> {
-        self.tail.back().map(|entry| entry.log_id).or(self.last_purged)
+        self.tail
+            .back()
+            .map(|entry| entry.log_id)
+            .or(self.last_purged)
     }
 
     /// Index of the first entry held in memory (everything from here on is in the tail).
@@ -75,7 +78,11 @@ impl Mirror {
     }
 
     fn truncate_tail(&mut self, from: u64) {
-        while self.tail.back().is_some_and(|entry| entry.log_id.index >= from) {
+        while self
+            .tail
+            .back()
+            .is_some_and(|entry| entry.log_id.index >= from)
+        {
             self.tail.pop_back();
         }
     }
@@ -106,22 +113,37 @@ impl LogStore {
 
     /// Like [`LogStore::open`], keeping at most `tail_capacity` entries in memory.
     pub fn open_with_tail(path: &Path, tail_capacity: usize) -> Result<LogStore, StoreError> {
-        let db = Database::create(path)
-            .map_err(|source| StoreError::Open { path: path.to_owned(), source: Box::new(source) })?;
+        let db = Database::create(path).map_err(|source| StoreError::Open {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
         check_store_version(&db, path)?;
         let tail_capacity = tail_capacity.max(1);
         let mirror = load_mirror(&db, tail_capacity)?;
-        let durable_upto = Arc::new(AtomicU64::new(mirror.last_log_id().map_or(0, |log_id| log_id.index + 1)));
+        let durable_upto = Arc::new(AtomicU64::new(
+            mirror.last_log_id().map_or(0, |log_id| log_id.index + 1),
+        ));
         let db = Arc::new(db);
         let (writer, closed) = log_writer::spawn(db.clone(), durable_upto.clone())?;
-        let inner = Inner { db, mirror: RwLock::new(mirror), writer, durable_upto, tail_capacity, closed };
-        Ok(LogStore { inner: Arc::new(inner) })
+        let inner = Inner {
+            db,
+            mirror: RwLock::new(mirror),
+            writer,
+            durable_upto,
+            tail_capacity,
+            closed,
+        };
+        Ok(LogStore {
+            inner: Arc::new(inner),
+        })
     }
 
     /// A signal that turns `true` once every handle on this store is gone and the database is
     /// closed, so the same directory can be opened again.
     pub fn closed(&self) -> StoreClosed {
-        StoreClosed { closed: self.inner.closed.clone() }
+        StoreClosed {
+            closed: self.inner.closed.clone(),
+        }
     }
 
     /// Number of entries in the database (after purges), for tests and metrics.
@@ -139,11 +161,17 @@ impl LogStore {
     // The mirror is only held for in-memory work, so a panic while holding it leaves no torn
     // disk state; later users go on with whatever it holds.
     fn mirror(&self) -> RwLockReadGuard<'_, Mirror> {
-        self.inner.mirror.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .mirror
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn mirror_mut(&self) -> RwLockWriteGuard<'_, Mirror> {
-        self.inner.mirror.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .mirror
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn queue(&self, op: WriteOp) -> Result<(), StoreError> {
@@ -153,12 +181,18 @@ impl LogStore {
             .map_err(|_| StoreError::Task("the raft log writer thread has stopped".into()))
     }
 
-    async fn queue_and_wait(&self, op: WriteOp, done: oneshot::Receiver<CommitResult>) -> Result<(), StoreError> {
+    async fn queue_and_wait(
+        &self,
+        op: WriteOp,
+        done: oneshot::Receiver<CommitResult>,
+    ) -> Result<(), StoreError> {
         self.queue(op)?;
         match done.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(StoreError::Task(error.to_string())),
-            Err(_) => Err(StoreError::Task("the raft log writer thread has stopped".into())),
+            Err(_) => Err(StoreError::Task(
+                "the raft log writer thread has stopped".into(),
+            )),
         }
     }
 
@@ -176,15 +210,19 @@ impl LogStore {
                 .take_while(|entry| entry.log_id.index < end)
                 .cloned()
                 .collect();
-            ((start < tail_start).then(|| (start, end.min(tail_start))), cached)
+            (
+                (start < tail_start).then(|| (start, end.min(tail_start))),
+                cached,
+            )
         };
         let Some((disk_start, disk_end)) = from_disk else {
             return Ok(cached);
         };
         let db = self.inner.db.clone();
-        let mut entries = tokio::task::spawn_blocking(move || read_range(&db, disk_start, disk_end))
-            .await
-            .map_err(StoreError::task)??;
+        let mut entries =
+            tokio::task::spawn_blocking(move || read_range(&db, disk_start, disk_end))
+                .await
+                .map_err(StoreError::task)??;
         entries.extend(cached);
         Ok(entries)
     }
@@ -210,7 +248,10 @@ pub struct StoreClosed {
 impl StoreClosed {
     /// Whether the database is closed; waits at most `timeout`.
     pub async fn wait(mut self, timeout: std::time::Duration) -> bool {
-        matches!(tokio::time::timeout(timeout, self.closed.wait_for(|closed| *closed)).await, Ok(Ok(_)))
+        matches!(
+            tokio::time::timeout(timeout, self.closed.wait_for(|closed| *closed)).await,
+            Ok(Ok(_))
+        )
     }
 }
 
@@ -218,10 +259,14 @@ fn check_store_version(db: &Database, path: &Path) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(StoreError::db)?;
     {
         let mut meta = txn.open_table(META).map_err(StoreError::db)?;
-        let existing = meta.get(KEY_STORE_VERSION).map_err(StoreError::db)?.map(|v| v.value().to_vec());
+        let existing = meta
+            .get(KEY_STORE_VERSION)
+            .map_err(StoreError::db)?
+            .map(|v| v.value().to_vec());
         match existing.as_deref() {
             None => {
-                meta.insert(KEY_STORE_VERSION, [STORE_VERSION].as_slice()).map_err(StoreError::db)?;
+                meta.insert(KEY_STORE_VERSION, [STORE_VERSION].as_slice())
+                    .map_err(StoreError::db)?;
             }
             Some([STORE_VERSION]) => {}
             Some(other) => {
@@ -237,7 +282,11 @@ fn check_store_version(db: &Database, path: &Path) -> Result<(), StoreError> {
     txn.commit().map_err(StoreError::db)
 }
 
-fn read_meta<T: DeserializeOwned>(db: &Database, key: &str, what: &'static str) -> Result<Option<T>, StoreError> {
+fn read_meta<T: DeserializeOwned>(
+    db: &Database,
+    key: &str,
+    what: &'static str,
+) -> Result<Option<T>, StoreError> {
     let txn = db.begin_read().map_err(StoreError::db)?;
     let table = txn.open_table(META).map_err(StoreError::db)?;
     let Some(value) = table.get(key).map_err(StoreError::db)? else {
@@ -316,7 +365,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let mirror = self.mirror();
-        Ok(LogState { last_purged_log_id: mirror.last_purged, last_log_id: mirror.last_log_id() })
+        Ok(LogState {
+            last_purged_log_id: mirror.last_purged,
+            last_log_id: mirror.last_log_id(),
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -324,11 +376,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        let to_storage = |error: StoreError| -> StorageError { StorageIOError::write_vote(&error).into() };
+        let to_storage =
+            |error: StoreError| -> StorageError { StorageIOError::write_vote(&error).into() };
         let bytes = codec::encode("vote", vote).map_err(|error| to_storage(error.into()))?;
         self.mirror_mut().vote = Some(*vote);
         let (done, wait) = oneshot::channel();
-        let op = WriteOp::Meta { key: KEY_VOTE, bytes, durable: true, done: Some(done) };
+        let op = WriteOp::Meta {
+            key: KEY_VOTE,
+            bytes,
+            durable: true,
+            done: Some(done),
+        };
         self.queue_and_wait(op, wait).await.map_err(to_storage)
     }
 
@@ -337,17 +395,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        let bytes = codec::encode("committed log id", &committed).map_err(|error| write_error(error.into()))?;
+        let bytes = codec::encode("committed log id", &committed)
+            .map_err(|error| write_error(error.into()))?;
         self.mirror_mut().committed = committed;
-        self.queue(WriteOp::Meta { key: KEY_COMMITTED, bytes, durable: false, done: None })
-            .map_err(write_error)
+        self.queue(WriteOp::Meta {
+            key: KEY_COMMITTED,
+            bytes,
+            durable: false,
+            done: None,
+        })
+        .map_err(write_error)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
         Ok(self.mirror().committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -370,19 +438,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 // openraft truncates before overwriting; this keeps the tail contiguous if not.
                 mirror.truncate_tail(entry.log_id.index);
                 debug_assert!(
-                    mirror.tail.back().is_none_or(|last| last.log_id.index + 1 == entry.log_id.index),
+                    mirror
+                        .tail
+                        .back()
+                        .is_none_or(|last| last.log_id.index + 1 == entry.log_id.index),
                     "appended entries must follow the log"
                 );
                 mirror.tail.push_back(entry);
             }
             let durable_upto = self.inner.durable_upto.load(Ordering::Acquire);
             while mirror.tail.len() > self.inner.tail_capacity
-                && mirror.tail.front().is_some_and(|entry| entry.log_id.index < durable_upto)
+                && mirror
+                    .tail
+                    .front()
+                    .is_some_and(|entry| entry.log_id.index < durable_upto)
             {
                 mirror.tail.pop_front();
             }
         }
-        self.queue(WriteOp::Append { records, callback }).map_err(write_error)
+        self.queue(WriteOp::Append { records, callback })
+            .map_err(write_error)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -394,9 +469,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             below_tail
         };
         let (done, wait) = oneshot::channel();
-        self.queue_and_wait(WriteOp::Truncate { from: log_id.index, done }, wait)
-            .await
-            .map_err(write_error)?;
+        self.queue_and_wait(
+            WriteOp::Truncate {
+                from: log_id.index,
+                done,
+            },
+            wait,
+        )
+        .await
+        .map_err(write_error)?;
         if below_tail {
             self.reload_tail().await.map_err(write_error)?;
         }
@@ -405,15 +486,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(upto = %log_id, "purging raft log");
-        let marker = codec::encode("purged log id", &log_id).map_err(|error| write_error(error.into()))?;
+        let marker =
+            codec::encode("purged log id", &log_id).map_err(|error| write_error(error.into()))?;
         {
             let mut mirror = self.mirror_mut();
-            while mirror.tail.front().is_some_and(|entry| entry.log_id.index <= log_id.index) {
+            while mirror
+                .tail
+                .front()
+                .is_some_and(|entry| entry.log_id.index <= log_id.index)
+            {
                 mirror.tail.pop_front();
             }
             mirror.last_purged = Some(log_id);
         }
-        self.queue(WriteOp::Purge { upto: log_id.index, marker }).map_err(write_error)
+        self.queue(WriteOp::Purge {
+            upto: log_id.index,
+            marker,
+        })
+        .map_err(write_error)
     }
 }
 
@@ -431,12 +521,18 @@ mod tests {
             let txn = db.begin_write().expect("begin");
             {
                 let mut meta = txn.open_table(META).expect("meta");
-                meta.insert(KEY_STORE_VERSION, [7u8].as_slice()).expect("insert");
+                meta.insert(KEY_STORE_VERSION, [7u8].as_slice())
+                    .expect("insert");
             }
             txn.commit().expect("commit");
         }
-        let error = LogStore::open(&path).err().expect("version 7 must be refused");
-        assert!(matches!(error, StoreError::UnsupportedStoreVersion { found: 7, .. }), "{error}");
+        let error = LogStore::open(&path)
+            .err()
+            .expect("version 7 must be refused");
+        assert!(
+            matches!(error, StoreError::UnsupportedStoreVersion { found: 7, .. }),
+            "{error}"
+        );
     }
 
     #[test]

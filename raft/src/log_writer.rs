@@ -33,9 +33,15 @@ pub(crate) type CommitResult = Result<(), Arc<StoreError>>;
 /// One queued change to the database.
 pub(crate) enum WriteOp {
     /// Encoded entries, acknowledged through openraft's callback once durable.
-    Append { records: Vec<(u64, Vec<u8>)>, callback: LogFlushed<TypeConfig> },
+    Append {
+        records: Vec<(u64, Vec<u8>)>,
+        callback: LogFlushed<TypeConfig>,
+    },
     /// Delete every entry from `from` on.
-    Truncate { from: u64, done: oneshot::Sender<CommitResult> },
+    Truncate {
+        from: u64,
+        done: oneshot::Sender<CommitResult>,
+    },
     /// Record the purge marker and delete every entry up to `upto` (inclusive).
     Purge { upto: u64, marker: Vec<u8> },
     /// Set a metadata record; `durable` forces an fsync, `done` reports the commit.
@@ -74,11 +80,17 @@ pub(crate) fn spawn(
             // The database was dropped with `run`'s last reference to it.
             closed_sender.send_replace(true);
         })
-        .map_err(|error| StoreError::Task(format!("cannot start the raft log writer thread: {error}")))?;
+        .map_err(|error| {
+            StoreError::Task(format!("cannot start the raft log writer thread: {error}"))
+        })?;
     Ok((sender, closed))
 }
 
-fn run(db: Arc<Database>, mut receiver: mpsc::UnboundedReceiver<WriteOp>, durable_upto: Arc<AtomicU64>) {
+fn run(
+    db: Arc<Database>,
+    mut receiver: mpsc::UnboundedReceiver<WriteOp>,
+    durable_upto: Arc<AtomicU64>,
+) {
     while let Some(first) = receiver.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -101,7 +113,11 @@ fn run(db: Arc<Database>, mut receiver: mpsc::UnboundedReceiver<WriteOp>, durabl
 fn commit(db: &Database, batch: &[WriteOp]) -> Result<(), StoreError> {
     let mut txn = db.begin_write().map_err(StoreError::db)?;
     let durable = batch.iter().any(WriteOp::needs_fsync);
-    txn.set_durability(if durable { Durability::Immediate } else { Durability::None });
+    txn.set_durability(if durable {
+        Durability::Immediate
+    } else {
+        Durability::None
+    });
     {
         let mut log = txn.open_table(LOG).map_err(StoreError::db)?;
         let mut meta = txn.open_table(META).map_err(StoreError::db)?;
@@ -109,18 +125,23 @@ fn commit(db: &Database, batch: &[WriteOp]) -> Result<(), StoreError> {
             match op {
                 WriteOp::Append { records, .. } => {
                     for (index, bytes) in records {
-                        log.insert(*index, bytes.as_slice()).map_err(StoreError::db)?;
+                        log.insert(*index, bytes.as_slice())
+                            .map_err(StoreError::db)?;
                     }
                 }
                 WriteOp::Truncate { from, .. } => {
-                    log.retain_in(*from.., |_, _| false).map_err(StoreError::db)?;
+                    log.retain_in(*from.., |_, _| false)
+                        .map_err(StoreError::db)?;
                 }
                 WriteOp::Purge { upto, marker } => {
-                    meta.insert(KEY_PURGED, marker.as_slice()).map_err(StoreError::db)?;
-                    log.retain_in(..=*upto, |_, _| false).map_err(StoreError::db)?;
+                    meta.insert(KEY_PURGED, marker.as_slice())
+                        .map_err(StoreError::db)?;
+                    log.retain_in(..=*upto, |_, _| false)
+                        .map_err(StoreError::db)?;
                 }
                 WriteOp::Meta { key, bytes, .. } => {
-                    meta.insert(*key, bytes.as_slice()).map_err(StoreError::db)?;
+                    meta.insert(*key, bytes.as_slice())
+                        .map_err(StoreError::db)?;
                 }
             }
         }
@@ -136,7 +157,11 @@ fn complete(op: WriteOp, result: &CommitResult, durable_upto: &AtomicU64) {
             {
                 durable_upto.fetch_max(last + 1, Ordering::AcqRel);
             }
-            callback.log_io_completed(result.clone().map_err(|error| std::io::Error::other(error.to_string())));
+            callback.log_io_completed(
+                result
+                    .clone()
+                    .map_err(|error| std::io::Error::other(error.to_string())),
+            );
         }
         WriteOp::Truncate { from, done } => {
             if result.is_ok() {

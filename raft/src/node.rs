@@ -17,9 +17,8 @@ use std::time::Duration;
 use fleet::{Command, Outcome};
 use openraft::error::{CheckIsLeaderError, RaftError};
 use tokio::sync::{broadcast, watch};
-use tokio::time::Instant;
 
-use crate::codec;
+use crate::batch::Batcher;
 use crate::config::{RaftConfig, ensure_dir};
 use crate::error::{OpenError, WriteError};
 use crate::log_store::{LogStore, StoreClosed};
@@ -28,13 +27,10 @@ use crate::network::server::RaftService;
 use crate::reader::{StateEvent, StateReader};
 use crate::state_machine::StateMachineStore;
 use crate::types::{NodeId, Peer, Raft, RaftMetrics};
-use crate::write::{Committed, Forwarder, write_local};
+use crate::write::{Committed, Forwarder, Proposer, write_local};
 
 /// How long `shutdown` waits for openraft's tasks to release the log database.
 const STORE_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Pause between attempts while a forwarded write waits for a leader.
-const FORWARD_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// One replica's Raft instance. Cheap to clone; every clone drives the same instance.
 #[derive(Clone)]
@@ -42,7 +38,8 @@ pub struct RaftNode {
     pub(crate) config: Arc<RaftConfig>,
     pub(crate) raft: Raft,
     reader: StateReader,
-    pub(crate) forwarder: Arc<Forwarder>,
+    proposer: Arc<Proposer>,
+    batcher: Batcher,
     store_closed: StoreClosed,
 }
 
@@ -60,17 +57,36 @@ impl RaftNode {
         let state_machine = StateMachineStore::open(&config.snapshot_dir(), config.event_capacity)?;
         let reader = state_machine.reader();
         let network = NetworkFactory::new(config.id, config.network.clone());
-        let raft = openraft::Raft::new(config.id, Arc::new(openraft_config), network, log_store, state_machine)
-            .await
-            .map_err(|error| OpenError::Raft(error.to_string()))?;
+        let raft = openraft::Raft::new(
+            config.id,
+            Arc::new(openraft_config),
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|error| OpenError::Raft(error.to_string()))?;
         tracing::info!(
             node = config.id,
             advertise = %config.advertise_addr,
             applied = reader.applied_index(),
             "raft node opened"
         );
-        let forwarder = Arc::new(Forwarder::new(config.network.clone()));
-        Ok(RaftNode { config: Arc::new(config), raft, reader, forwarder, store_closed })
+        let proposer = Arc::new(Proposer {
+            id: config.id,
+            raft: raft.clone(),
+            forwarder: Forwarder::new(config.network.clone()),
+            forward_timeout: config.forward_timeout,
+        });
+        let batcher = Batcher::start(proposer.clone());
+        Ok(RaftNode {
+            config: Arc::new(config),
+            raft,
+            reader,
+            proposer,
+            batcher,
+            store_closed,
+        })
     }
 
     pub fn id(&self) -> NodeId {
@@ -113,11 +129,7 @@ impl RaftNode {
 
     /// The current leader and its address, when known.
     pub fn current_leader(&self) -> Option<(NodeId, Peer)> {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        let leader = metrics.current_leader?;
-        let peer = metrics.membership_config.membership().get_node(&leader).cloned()?;
-        Some((leader, peer))
+        self.proposer.current_leader()
     }
 
     /// Whether this replica currently believes it leads.
@@ -139,68 +151,18 @@ impl RaftNode {
     }
 
     /// Commits one command from any replica: locally on the leader, forwarded to it otherwise.
+    /// Concurrent calls are gathered into shared log entries (see [`crate::batch`]), so many
+    /// callers proposing at once get high throughput without batching themselves.
     pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), WriteError> {
-        single(self.propose_many(vec![command]).await?)
+        self.batcher.propose(command).await
     }
 
     /// Commits `commands` as one log entry from any replica. Waits for a leader to be elected
-    /// and follows leadership changes until `forward_timeout` has passed.
+    /// and follows leadership changes until `forward_timeout` has passed. On the leader, a
+    /// leadership change at the very moment of the write surfaces as [`WriteError::NotLeader`];
+    /// retrying is safe only if the commands are idempotent, as for any write that failed.
     pub async fn propose_many(&self, commands: Vec<Command>) -> Result<Committed, WriteError> {
-        if commands.is_empty() {
-            return Err(WriteError::Empty);
-        }
-        if self.is_leader() {
-            return write_local(&self.raft, commands).await;
-        }
-        let encoded = commands
-            .iter()
-            .map(|command| codec::encode("command", command))
-            .collect::<Result<Vec<_>, _>>()?;
-        drop(commands);
-        let deadline = Instant::now() + self.config.forward_timeout;
-        let mut hinted: Option<String> = None;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                return Err(WriteError::Unavailable(format!(
-                    "no leader accepted the write within {:?}",
-                    self.config.forward_timeout
-                )));
-            }
-            let target = match (self.current_leader(), hinted.take()) {
-                (Some((leader, _)), _) if leader == self.config.id => {
-                    // Leadership came here while we were forwarding.
-                    let commands = encoded
-                        .iter()
-                        .map(|bytes| codec::decode::<Command>("command", bytes))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    return write_local(&self.raft, commands).await;
-                }
-                (_, Some(addr)) => Some(addr),
-                (Some((_, peer)), None) => Some(peer.addr),
-                (None, None) => None,
-            };
-            let Some(addr) = target else {
-                self.wait_for_leader(remaining.min(FORWARD_RETRY_PAUSE * 4)).await;
-                continue;
-            };
-            match self.forwarder.forward(&addr, encoded.clone(), remaining).await {
-                Ok(committed) => return Ok(committed),
-                Err(WriteError::NotLeader { leader_addr: Some(next), .. }) if next != addr => {
-                    tracing::debug!(from = %addr, to = %next, "leader moved while forwarding");
-                    hinted = Some(next);
-                }
-                Err(WriteError::NotLeader { .. } | WriteError::Unavailable(_)) => {
-                    tokio::time::sleep(FORWARD_RETRY_PAUSE.min(remaining)).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    }
-
-    async fn wait_for_leader(&self, timeout: Duration) {
-        let mut metrics = self.raft.metrics();
-        let _ = tokio::time::timeout(timeout, metrics.wait_for(|m| m.current_leader.is_some())).await;
+        self.proposer.propose_many(commands).await
     }
 
     /// Confirms with a quorum that this replica still leads and waits until everything committed
@@ -209,9 +171,9 @@ impl RaftNode {
     pub async fn ensure_linearizable(&self) -> Result<u64, WriteError> {
         match self.raft.ensure_linearizable().await {
             Ok(read_log_id) => Ok(read_log_id.map_or(0, |log_id| log_id.index)),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
-                Err(WriteError::not_leader(forward.leader_id, forward.leader_node.as_ref()))
-            }
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => Err(
+                WriteError::not_leader(forward.leader_id, forward.leader_node.as_ref()),
+            ),
             Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(error))) => {
                 Err(WriteError::Unavailable(error.to_string()))
             }
@@ -221,15 +183,25 @@ impl RaftNode {
 
     /// Asks openraft to build a snapshot now (it also builds them by policy).
     pub async fn trigger_snapshot(&self) -> Result<(), WriteError> {
-        self.raft.trigger().snapshot().await.map_err(|fatal| WriteError::Fatal(fatal.to_string()))
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|fatal| WriteError::Fatal(fatal.to_string()))
     }
 
     /// Stops openraft and waits (up to `STORE_CLOSE_TIMEOUT`) until its tasks have let go of
     /// the log database, so the data directory can be reopened in the same process.
     pub async fn shutdown(&self) -> Result<(), WriteError> {
-        self.raft.shutdown().await.map_err(|error| WriteError::Fatal(error.to_string()))?;
+        self.raft
+            .shutdown()
+            .await
+            .map_err(|error| WriteError::Fatal(error.to_string()))?;
         if !self.store_closed.clone().wait(STORE_CLOSE_TIMEOUT).await {
-            tracing::warn!(node = self.config.id, "raft log store still open after shutdown");
+            tracing::warn!(
+                node = self.config.id,
+                "raft log store still open after shutdown"
+            );
         }
         Ok(())
     }
@@ -239,6 +211,8 @@ fn single(committed: Committed) -> Result<(u64, Outcome), WriteError> {
     let count = committed.outcomes.len();
     match committed.outcomes.into_iter().next() {
         Some(outcome) if count == 1 => Ok((committed.log_index, outcome)),
-        _ => Err(WriteError::InvalidReply(format!("{count} outcomes for one command"))),
+        _ => Err(WriteError::InvalidReply(format!(
+            "{count} outcomes for one command"
+        ))),
     }
 }

@@ -40,18 +40,26 @@ impl Shared {
         let index = applied_index(applied.last_applied.as_ref());
         let (applied_index, _) = watch::channel(index);
         let (events, _) = broadcast::channel(event_capacity.max(1));
-        Arc::new(Shared { applied: RwLock::new(applied), applied_index, events })
+        Arc::new(Shared {
+            applied: RwLock::new(applied),
+            applied_index,
+            events,
+        })
     }
 
     // A panic while holding the lock cannot leave `Applied` half-written in a way readers could
     // misuse more than a crash would, and the state machine itself fails on the next apply, so
     // readers keep going through a poisoned lock.
     pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
-        self.applied.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.applied
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn write(&self) -> RwLockWriteGuard<'_, Applied> {
-        self.applied.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.applied
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn has_subscribers(&self) -> bool {
@@ -98,8 +106,14 @@ pub enum StateEvent {
 /// Why waiting for the applied index ended early.
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
-    #[error("timed out after {timeout:?} waiting for log index {index} to be applied (applied {applied})")]
-    Timeout { index: u64, applied: u64, timeout: Duration },
+    #[error(
+        "timed out after {timeout:?} waiting for log index {index} to be applied (applied {applied})"
+    )]
+    Timeout {
+        index: u64,
+        applied: u64,
+        timeout: Duration,
+    },
     #[error("the raft state machine has shut down")]
     Closed,
 }
@@ -158,13 +172,19 @@ impl StateReader {
         match tokio::time::timeout(timeout, wait).await {
             Ok(Ok(reached)) => Ok(*reached),
             Ok(Err(_)) => Err(WaitError::Closed),
-            Err(_) => Err(WaitError::Timeout { index, applied: self.applied_index(), timeout }),
+            Err(_) => Err(WaitError::Timeout {
+                index,
+                applied: self.applied_index(),
+                timeout,
+            }),
         }
     }
 }
 
 impl std::fmt::Debug for StateReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StateReader").field("applied_index", &self.applied_index()).finish()
+        f.debug_struct("StateReader")
+            .field("applied_index", &self.applied_index())
+            .finish()
     }
 }

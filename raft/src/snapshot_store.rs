@@ -3,7 +3,8 @@
 //! ```text
 //!   snapshot.bin = "STRLSNAP" | file version (u8) | meta length (u32 LE) | meta | payload
 //!                  meta    = versioned SnapshotMeta (last log id, membership, snapshot id)
-//!                  payload = versioned FleetState, exactly the bytes openraft ships to peers
+//!                  payload = FleetState::encode_snapshot (versioned by the fleet crate),
+//!                            exactly the bytes openraft ships to peers
 //! ```
 //!
 //! A new snapshot is written to `snapshot.tmp`, fsynced, renamed over `snapshot.bin`, and the
@@ -44,7 +45,10 @@ pub struct SnapshotStore {
 impl SnapshotStore {
     /// Opens the directory (creating it) and reads the current snapshot, if any.
     pub fn open(dir: &Path) -> Result<(SnapshotStore, Option<StoredSnapshot>), StoreError> {
-        fs::create_dir_all(dir).map_err(|source| StoreError::SnapshotIo { path: dir.to_owned(), source })?;
+        fs::create_dir_all(dir).map_err(|source| StoreError::SnapshotIo {
+            path: dir.to_owned(),
+            source,
+        })?;
         let current = read_file(&dir.join(CURRENT))?;
         let store = SnapshotStore {
             dir: dir.to_owned(),
@@ -74,7 +78,11 @@ impl SnapshotStore {
 
     /// Makes `meta` + `payload` the current snapshot, durably, unless a newer one is already
     /// stored. Returns whether it was written.
-    pub async fn save(&self, meta: &SnapshotMeta, payload: Vec<u8>) -> Result<(Vec<u8>, bool), StoreError> {
+    pub async fn save(
+        &self,
+        meta: &SnapshotMeta,
+        payload: Vec<u8>,
+    ) -> Result<(Vec<u8>, bool), StoreError> {
         let mut current = self.current.lock().await;
         if let Some(existing) = current.as_ref()
             && existing.last_log_id > meta.last_log_id
@@ -100,7 +108,10 @@ impl SnapshotStore {
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::SnapshotIo { path: path.to_owned(), source }
+    move |source| StoreError::SnapshotIo {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 fn write_file(dir: &Path, meta: &[u8], payload: &[u8]) -> Result<(), StoreError> {
@@ -113,14 +124,18 @@ fn write_file(dir: &Path, meta: &[u8], payload: &[u8]) -> Result<(), StoreError>
     {
         let mut file = File::create(&temporary).map_err(io_error(&temporary))?;
         file.write_all(MAGIC).map_err(io_error(&temporary))?;
-        file.write_all(&[SNAPSHOT_FILE_VERSION]).map_err(io_error(&temporary))?;
-        file.write_all(&meta_len.to_le_bytes()).map_err(io_error(&temporary))?;
+        file.write_all(&[SNAPSHOT_FILE_VERSION])
+            .map_err(io_error(&temporary))?;
+        file.write_all(&meta_len.to_le_bytes())
+            .map_err(io_error(&temporary))?;
         file.write_all(meta).map_err(io_error(&temporary))?;
         file.write_all(payload).map_err(io_error(&temporary))?;
         file.sync_all().map_err(io_error(&temporary))?;
     }
     fs::rename(&temporary, &current).map_err(io_error(&current))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(dir))?;
     Ok(())
 }
 
@@ -128,9 +143,17 @@ fn read_file(path: &Path) -> Result<Option<StoredSnapshot>, StoreError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(StoreError::SnapshotIo { path: path.to_owned(), source }),
+        Err(source) => {
+            return Err(StoreError::SnapshotIo {
+                path: path.to_owned(),
+                source,
+            });
+        }
     };
-    let corrupt = |reason: String| StoreError::SnapshotCorrupt { path: path.to_owned(), reason };
+    let corrupt = |reason: String| StoreError::SnapshotCorrupt {
+        path: path.to_owned(),
+        reason,
+    };
     if bytes.len() < HEADER_LEN || &bytes[..MAGIC.len()] != MAGIC {
         return Err(corrupt("missing snapshot header".into()));
     }
@@ -171,7 +194,10 @@ mod tests {
         {
             let (store, current) = SnapshotStore::open(dir.path()).expect("open");
             assert!(current.is_none());
-            let (_, written) = store.save(&meta(5), b"payload".to_vec()).await.expect("save");
+            let (_, written) = store
+                .save(&meta(5), b"payload".to_vec())
+                .await
+                .expect("save");
             assert!(written);
         }
         let (store, current) = SnapshotStore::open(dir.path()).expect("reopen");
@@ -185,8 +211,14 @@ mod tests {
     async fn an_older_snapshot_does_not_replace_a_newer_one() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (store, _) = SnapshotStore::open(dir.path()).expect("open");
-        store.save(&meta(9), b"new".to_vec()).await.expect("save new");
-        let (_, written) = store.save(&meta(4), b"old".to_vec()).await.expect("save old");
+        store
+            .save(&meta(9), b"new".to_vec())
+            .await
+            .expect("save new");
+        let (_, written) = store
+            .save(&meta(4), b"old".to_vec())
+            .await
+            .expect("save old");
         assert!(!written);
         let loaded = store.load().await.expect("load").expect("a snapshot");
         assert_eq!(loaded.payload, b"new");
@@ -197,19 +229,28 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(CURRENT);
         fs::write(&path, b"not a snapshot at all").expect("write");
-        assert!(matches!(read_file(&path), Err(StoreError::SnapshotCorrupt { .. })));
+        assert!(matches!(
+            read_file(&path),
+            Err(StoreError::SnapshotCorrupt { .. })
+        ));
 
         let mut bytes = MAGIC.to_vec();
         bytes.push(SNAPSHOT_FILE_VERSION + 1);
         bytes.extend_from_slice(&0u32.to_le_bytes());
         fs::write(&path, &bytes).expect("write");
         let error = read_file(&path).expect_err("future version must be refused");
-        assert!(error.to_string().contains("snapshot file version 2"), "{error}");
+        assert!(
+            error.to_string().contains("snapshot file version 2"),
+            "{error}"
+        );
 
         let mut bytes = MAGIC.to_vec();
         bytes.push(SNAPSHOT_FILE_VERSION);
         bytes.extend_from_slice(&1000u32.to_le_bytes());
         fs::write(&path, &bytes).expect("write");
-        assert!(matches!(read_file(&path), Err(StoreError::SnapshotCorrupt { .. })));
+        assert!(matches!(
+            read_file(&path),
+            Err(StoreError::SnapshotCorrupt { .. })
+        ));
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!   committed entries ──apply──► FleetState (under the write lock) ──► watch + broadcast
+//!   snapshot payload: FleetState::encode_snapshot (versioned by the fleet crate)
 //!   BuildSnapshot:  get_snapshot_builder() clones the state on the apply path (a memory copy),
 //!                   build_snapshot() serialises and fsyncs it in a spawned task, off that path
 //!   InstallSnapshot: decode ─► write snapshot.bin durably ─► swap the state in
@@ -23,7 +24,6 @@ use fleet::FleetState;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
-use crate::codec;
 use crate::error::StoreError;
 use crate::reader::{Applied, AppliedEntry, Shared, StateEvent, StateReader};
 use crate::snapshot_store::SnapshotStore;
@@ -43,11 +43,14 @@ pub struct StateMachineStore {
 impl StateMachineStore {
     /// Opens the snapshot directory and restores the state from the current snapshot.
     /// `event_capacity` bounds the broadcast of applied entries.
-    pub fn open(snapshot_dir: &Path, event_capacity: usize) -> Result<StateMachineStore, StoreError> {
+    pub fn open(
+        snapshot_dir: &Path,
+        event_capacity: usize,
+    ) -> Result<StateMachineStore, StoreError> {
         let (snapshots, current) = SnapshotStore::open(snapshot_dir)?;
         let applied = match current {
             Some(snapshot) => {
-                let state: FleetState = codec::decode("snapshot payload", &snapshot.payload)?;
+                let state = decode_state(&snapshot.payload)?;
                 tracing::info!(last_log_id = ?snapshot.meta.last_log_id, "restored fleet state from snapshot");
                 Applied {
                     state,
@@ -57,7 +60,10 @@ impl StateMachineStore {
             }
             None => Applied::default(),
         };
-        Ok(StateMachineStore { shared: Shared::new(applied, event_capacity), snapshots: Arc::new(snapshots) })
+        Ok(StateMachineStore {
+            shared: Shared::new(applied, event_capacity),
+            snapshots: Arc::new(snapshots),
+        })
     }
 
     /// A read handle on the applied state.
@@ -68,7 +74,9 @@ impl StateMachineStore {
 
 fn snapshot_id(last_log_id: Option<&LogId>) -> String {
     // Only needs to be unique per replica; the clock just separates rebuilds at the same index.
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     match last_log_id {
         Some(log_id) => format!("{}-{}-{nanos}", log_id.leader_id.term, log_id.index),
         None => format!("0-0-{nanos}"),
@@ -98,8 +106,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .sum();
         let shared = self.shared.clone();
         let apply = move || apply_entries(&shared, entries);
-        let (responses, events, last_applied) =
-            if commands >= CPU_BOUND_COMMANDS { run_cpu_bound(apply) } else { apply() };
+        let (responses, events, last_applied) = if commands >= CPU_BOUND_COMMANDS {
+            run_cpu_bound(apply)
+        } else {
+            apply()
+        };
         self.shared.publish(last_applied.as_ref(), events);
         Ok(responses)
     }
@@ -107,9 +118,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         let (state, last_applied, last_membership) = run_cpu_bound(|| {
             let applied = self.shared.read();
-            (applied.state.clone(), applied.last_applied, applied.last_membership.clone())
+            (
+                applied.state.clone(),
+                applied.last_applied,
+                applied.last_membership.clone(),
+            )
         });
-        SnapshotBuilder { state: Some(state), last_applied, last_membership, snapshots: self.snapshots.clone() }
+        SnapshotBuilder {
+            state: Some(state),
+            last_applied,
+            last_membership,
+            snapshots: self.snapshots.clone(),
+        }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
@@ -127,13 +147,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         };
         let payload = snapshot.into_inner();
         let (state, payload) = tokio::task::spawn_blocking(move || {
-            let state = codec::decode::<FleetState>("snapshot payload", &payload);
+            let state = decode_state(&payload);
             (state, payload)
         })
         .await
         .map_err(|error| write_error(StoreError::task(error)))?;
-        let state = state.map_err(|error| write_error(error.into()))?;
-        self.snapshots.save(meta, payload).await.map_err(write_error)?;
+        let state = state.map_err(write_error)?;
+        self.snapshots
+            .save(meta, payload)
+            .await
+            .map_err(write_error)?;
         {
             let mut applied = self.shared.write();
             applied.state = state;
@@ -142,7 +165,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         let index = meta.last_log_id.map_or(0, |log_id| log_id.index);
         tracing::info!(last_log_id = ?meta.last_log_id, "installed snapshot from leader");
-        self.shared.publish(meta.last_log_id.as_ref(), vec![StateEvent::SnapshotInstalled { index }]);
+        self.shared.publish(
+            meta.last_log_id.as_ref(),
+            vec![StateEvent::SnapshotInstalled { index }],
+        );
         Ok(())
     }
 
@@ -151,13 +177,35 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let signature = None;
             StorageError::from(StorageIOError::read_snapshot(signature, &error))
         })?;
-        Ok(stored.map(|stored| Snapshot { meta: stored.meta, snapshot: Box::new(Cursor::new(stored.payload)) }))
+        Ok(stored.map(|stored| Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.payload)),
+        }))
     }
+}
+
+/// The snapshot payload is the fleet crate's own versioned encoding of the state, so the crate
+/// that owns the state's schema also owns its format version and any migration.
+fn encode_state(state: &FleetState) -> Result<Vec<u8>, StoreError> {
+    let payload = state.encode_snapshot();
+    if payload.is_empty() {
+        return Err(StoreError::State(
+            "the fleet state could not be serialised".into(),
+        ));
+    }
+    Ok(payload)
+}
+
+fn decode_state(payload: &[u8]) -> Result<FleetState, StoreError> {
+    FleetState::decode_snapshot(payload).map_err(|error| StoreError::State(error.to_string()))
 }
 
 /// Applies entries under the write lock; returns the responses, the events to publish and the
 /// new last-applied log id.
-fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> (Vec<Response>, Vec<StateEvent>, Option<LogId>) {
+fn apply_entries(
+    shared: &Shared,
+    entries: Vec<Entry>,
+) -> (Vec<Response>, Vec<StateEvent>, Option<LogId>) {
     let with_events = shared.has_subscribers();
     let mut responses = Vec::with_capacity(entries.len());
     let mut events = Vec::new();
@@ -172,7 +220,11 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> (Vec<Response>, Vec<St
             }
             EntryPayload::Normal(proposal) => {
                 let mut outcomes = Vec::with_capacity(proposal.commands.len());
-                let mut pairs = Vec::with_capacity(if with_events { proposal.commands.len() } else { 0 });
+                let mut pairs = Vec::with_capacity(if with_events {
+                    proposal.commands.len()
+                } else {
+                    0
+                });
                 for command in proposal.commands {
                     let copy = with_events.then(|| command.clone());
                     let outcome = applied.state.apply(command);
@@ -201,7 +253,11 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> (Vec<Response>, Vec<St
 fn run_cpu_bound<R>(work: impl FnOnce() -> R) -> R {
     let multi_thread = tokio::runtime::Handle::try_current()
         .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if multi_thread { tokio::task::block_in_place(work) } else { work() }
+    if multi_thread {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
 }
 
 /// Builds a snapshot from a copy of the state taken on the apply path; openraft runs
@@ -227,16 +283,24 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             StorageIOError::write_snapshot(signature.clone(), &error).into()
         };
         // The copy moves into the serialising task; openraft builds once per builder.
-        let state = self.state.take().ok_or_else(|| {
-            write_error(StoreError::Task("snapshot builder used twice".into()))
-        })?;
-        let payload = tokio::task::spawn_blocking(move || codec::encode("snapshot payload", &state))
+        let state = self
+            .state
+            .take()
+            .ok_or_else(|| write_error(StoreError::Task("snapshot builder used twice".into())))?;
+        let payload = tokio::task::spawn_blocking(move || encode_state(&state))
             .await
             .map_err(|error| write_error(StoreError::task(error)))?
-            .map_err(|error| write_error(error.into()))?;
+            .map_err(write_error)?;
         let size = payload.len();
-        let (payload, written) = self.snapshots.save(&meta, payload).await.map_err(write_error)?;
+        let (payload, written) = self
+            .snapshots
+            .save(&meta, payload)
+            .await
+            .map_err(write_error)?;
         tracing::info!(last_log_id = ?meta.last_log_id, bytes = size, written, "built snapshot");
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(payload)) })
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(payload)),
+        })
     }
 }

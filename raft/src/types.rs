@@ -66,7 +66,9 @@ pub struct Proposal {
 
 impl Proposal {
     pub fn single(command: Command) -> Proposal {
-        Proposal { commands: vec![command] }
+        Proposal {
+            commands: vec![command],
+        }
     }
 }
 

@@ -16,21 +16,31 @@ const ELECTION: Duration = Duration::from_secs(15);
 const CATCH_UP: Duration = Duration::from_secs(15);
 
 fn members(nodes: &[&TestNode]) -> BTreeMap<u64, Peer> {
-    nodes.iter().map(|n| (n.id, Peer::new(n.addr.clone()))).collect()
+    nodes
+        .iter()
+        .map(|n| (n.id, Peer::new(n.addr.clone())))
+        .collect()
 }
 
 async fn start_group(root: &std::path::Path) -> Vec<TestNode> {
     start_group_with(root, |_| {}).await
 }
 
-async fn start_group_with(root: &std::path::Path, adjust: impl Fn(&mut starling_raft::RaftConfig)) -> Vec<TestNode> {
+async fn start_group_with(
+    root: &std::path::Path,
+    adjust: impl Fn(&mut starling_raft::RaftConfig),
+) -> Vec<TestNode> {
     support::init_tracing();
     let mut nodes = Vec::new();
     for id in 1..=3 {
         nodes.push(TestNode::start_with(id, &root.join(format!("n{id}")), None, &adjust).await);
     }
     let refs: Vec<&TestNode> = nodes.iter().collect();
-    nodes[0].node.initialize(members(&refs)).await.expect("initialize");
+    nodes[0]
+        .node
+        .initialize(members(&refs))
+        .await
+        .expect("initialize");
     nodes
 }
 
@@ -40,14 +50,23 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
     let mut nodes = start_group(root.path()).await;
     let refs: Vec<&TestNode> = nodes.iter().collect();
     let leader = wait_for_leader(&refs, ELECTION).await;
-    let leader_index = nodes.iter().position(|n| n.id == leader).expect("leader is a member");
+    let leader_index = nodes
+        .iter()
+        .position(|n| n.id == leader)
+        .expect("leader is a member");
     let follower_index = (leader_index + 1) % 3;
 
     // A follower refuses a local write and names the leader.
     match nodes[follower_index].node.client_write(command(1)).await {
-        Err(WriteError::NotLeader { leader_id, leader_addr }) => {
+        Err(WriteError::NotLeader {
+            leader_id,
+            leader_addr,
+        }) => {
             assert_eq!(leader_id, Some(leader));
-            assert_eq!(leader_addr.as_deref(), Some(nodes[leader_index].addr.as_str()));
+            assert_eq!(
+                leader_addr.as_deref(),
+                Some(nodes[leader_index].addr.as_str())
+            );
         }
         other => panic!("expected NotLeader from a follower, got {other:?}"),
     }
@@ -62,7 +81,11 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
         .expect("forwarded write");
     assert_eq!(committed.outcomes.len(), 3);
     for node in &nodes {
-        node.node.reader().wait_applied(committed.log_index, CATCH_UP).await.expect("applied everywhere");
+        node.node
+            .reader()
+            .wait_applied(committed.log_index, CATCH_UP)
+            .await
+            .expect("applied everywhere");
     }
     let event = tokio::time::timeout(CATCH_UP, async {
         loop {
@@ -81,11 +104,20 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
     let lost_applied = lost.node.reader().applied_index();
     let (lost_id, lost_addr) = (lost.id, lost.addr.clone());
     lost.stop().await;
-    let leader_node = nodes.iter().find(|n| n.id == leader).expect("leader still running");
+    let leader_node = nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .expect("leader still running");
     let mut last = committed.log_index;
     for n in 0..30 {
-        let write = tokio::time::timeout(Duration::from_secs(5), leader_node.node.client_write(command(10 + n)));
-        let (index, _) = write.await.expect("a dead follower must not stall writes").expect("write");
+        let write = tokio::time::timeout(
+            Duration::from_secs(5),
+            leader_node.node.client_write(command(10 + n)),
+        );
+        let (index, _) = write
+            .await
+            .expect("a dead follower must not stall writes")
+            .expect("write");
         last = index;
     }
     assert!(last >= lost_applied + 30);
@@ -97,7 +129,11 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
         back.node.reader().applied_index() >= lost_applied.min(1),
         "a reopened node starts from what it had on disk"
     );
-    back.node.reader().wait_applied(last, CATCH_UP).await.expect("restarted follower catches up");
+    back.node
+        .reader()
+        .wait_applied(last, CATCH_UP)
+        .await
+        .expect("restarted follower catches up");
     nodes.push(back);
 
     // Everything stopped and reopened: the committed state comes back from disk alone.
@@ -116,11 +152,23 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
     let refs: Vec<&TestNode> = nodes.iter().collect();
     wait_for_leader(&refs, ELECTION).await;
     for node in &nodes {
-        node.node.reader().wait_applied(last, CATCH_UP).await.expect("state recovered after full restart");
+        node.node
+            .reader()
+            .wait_applied(last, CATCH_UP)
+            .await
+            .expect("state recovered after full restart");
         let (_, state) = state_json(node);
-        assert_eq!(state, expected_state, "node {} recovered a different state", node.id);
+        assert_eq!(
+            state, expected_state,
+            "node {} recovered a different state",
+            node.id
+        );
     }
-    let after = nodes[0].node.propose(command(50)).await.expect("writes continue after restart");
+    let after = nodes[0]
+        .node
+        .propose(command(50))
+        .await
+        .expect("writes continue after restart");
     assert!(after.0 > last);
     for node in nodes {
         node.stop().await;
@@ -131,7 +179,11 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
 async fn a_new_node_catches_up_through_a_snapshot_after_compaction() {
     let root = tempfile::tempdir().expect("tempdir");
     let first = TestNode::start(1, &root.path().join("n1"), None).await;
-    first.node.initialize(members(&[&first])).await.expect("initialize");
+    first
+        .node
+        .initialize(members(&[&first]))
+        .await
+        .expect("initialize");
     wait_for_leader(&[&first], ELECTION).await;
 
     // Enough entries for several snapshots; the log behind them is purged.
@@ -143,19 +195,36 @@ async fn a_new_node_catches_up_through_a_snapshot_after_compaction() {
             .expect("batch write");
     }
     let last = first.node.reader().applied_index();
-    first.node.trigger_snapshot().await.expect("trigger snapshot");
-    eventually("a snapshot and a purged log on the leader", CATCH_UP, || {
-        let metrics = first.node.metrics().borrow().clone();
-        metrics.snapshot.is_some_and(|s| s.index + 5 >= last)
-            && metrics.purged.is_some_and(|p| p.index > 1)
-    })
+    first
+        .node
+        .trigger_snapshot()
+        .await
+        .expect("trigger snapshot");
+    eventually(
+        "a snapshot and a purged log on the leader",
+        CATCH_UP,
+        || {
+            let metrics = first.node.metrics().borrow().clone();
+            metrics.snapshot.is_some_and(|s| s.index + 5 >= last)
+                && metrics.purged.is_some_and(|p| p.index > 1)
+        },
+    )
     .await;
 
     // The new node cannot get the purged entries from the log: it must install the snapshot.
     let second = TestNode::start(2, &root.path().join("n2"), None).await;
     let mut events = second.node.subscribe();
-    first.node.add_learner(2, second.addr.clone(), true).await.expect("add learner");
-    second.node.reader().wait_applied(last, CATCH_UP).await.expect("learner caught up");
+    first
+        .node
+        .add_learner(2, second.addr.clone(), true)
+        .await
+        .expect("add learner");
+    second
+        .node
+        .reader()
+        .wait_applied(last, CATCH_UP)
+        .await
+        .expect("learner caught up");
     let installed = tokio::time::timeout(CATCH_UP, async {
         loop {
             match events.recv().await {
@@ -171,14 +240,22 @@ async fn a_new_node_catches_up_through_a_snapshot_after_compaction() {
     assert_eq!(state_json(&first).1, state_json(&second).1);
 
     // It can become a voter and, restarted, recovers from its own snapshot.
-    let change = first.node.promote(BTreeSet::from([2])).await.expect("promote");
+    let change = first
+        .node
+        .promote(BTreeSet::from([2]))
+        .await
+        .expect("promote");
     assert_eq!(change.voters, BTreeSet::from([1, 2]));
     let second = second.restart().await;
     assert!(
         second.node.reader().applied_index() >= installed,
         "restarted learner starts from its installed snapshot"
     );
-    first.node.client_write(command(200)).await.expect("write with two voters");
+    first
+        .node
+        .client_write(command(200))
+        .await
+        .expect("write with two voters");
     first.stop().await;
     second.stop().await;
 }
@@ -191,14 +268,22 @@ async fn write_throughput() {
     let root = tempfile::tempdir().expect("tempdir");
     // Production timing and snapshot policy.
     let nodes = start_group_with(root.path(), |config| {
-        let defaults = starling_raft::RaftConfig::new(config.id, &config.data_dir, &config.advertise_addr);
+        let defaults =
+            starling_raft::RaftConfig::new(config.id, &config.data_dir, &config.advertise_addr);
         *config = defaults;
     })
     .await;
     let refs: Vec<&TestNode> = nodes.iter().collect();
     let leader = wait_for_leader(&refs, ELECTION).await;
-    let leader = nodes.iter().find(|n| n.id == leader).expect("leader").node.clone();
-    for (writers, batch) in [(64u64, 1u64), (16, 50)] {
+    let leader = nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .expect("leader")
+        .node
+        .clone();
+    // (concurrent writers, commands per call, through `propose` (auto-batched) or
+    // `client_write_many` (one entry per call))
+    for (writers, batch, batched) in [(64u64, 1u64, false), (256, 1, true), (16, 50, false)] {
         let started = std::time::Instant::now();
         let run_for = Duration::from_secs(5);
         let mut tasks = Vec::new();
@@ -207,8 +292,15 @@ async fn write_throughput() {
             tasks.push(tokio::spawn(async move {
                 let mut done = 0u64;
                 while started.elapsed() < run_for {
-                    let commands = (0..batch).map(|_| support::cheap_command()).collect();
-                    leader.client_write_many(commands).await.expect("write");
+                    if batched {
+                        leader
+                            .propose(support::cheap_command())
+                            .await
+                            .expect("propose");
+                    } else {
+                        let commands = (0..batch).map(|_| support::cheap_command()).collect();
+                        leader.client_write_many(commands).await.expect("write");
+                    }
                     done += batch;
                 }
                 done
@@ -219,7 +311,12 @@ async fn write_throughput() {
             total += task.await.expect("writer");
         }
         let rate = total as f64 / started.elapsed().as_secs_f64();
-        println!("{writers} writers, {batch} commands per entry: {rate:.0} commands/s");
+        let how = if batched {
+            "propose, auto-batched"
+        } else {
+            "client_write_many"
+        };
+        println!("{writers} writers x {batch} commands per call ({how}): {rate:.0} commands/s");
     }
     for node in nodes {
         node.stop().await;

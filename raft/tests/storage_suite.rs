@@ -26,7 +26,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbStor
 
 #[test]
 fn redb_store_passes_the_openraft_storage_suite() {
-    let builder = RedbStoreBuilder { tail_entries: starling_raft::log_store::DEFAULT_TAIL_ENTRIES };
+    let builder = RedbStoreBuilder {
+        tail_entries: starling_raft::log_store::DEFAULT_TAIL_ENTRIES,
+    };
     Suite::test_all(builder).expect("storage suite");
 }
 
@@ -42,17 +44,32 @@ async fn vote_and_purge_marker_survive_reopening() {
     let log_id = |index| LogId::new(CommittedLeaderId::new(2, 1), index);
     {
         let mut store = LogStore::open(&path).expect("open");
-        store.save_vote(&Vote::new_committed(2, 1)).await.expect("vote");
+        store
+            .save_vote(&Vote::new_committed(2, 1))
+            .await
+            .expect("vote");
         store.purge(log_id(3)).await.expect("purge");
         // The purge marker rides on the next durable write.
-        store.save_vote(&Vote::new_committed(3, 1)).await.expect("vote");
+        store
+            .save_vote(&Vote::new_committed(3, 1))
+            .await
+            .expect("vote");
     }
     let mut store = reopen(&path).await;
-    assert_eq!(store.read_vote().await.expect("read vote"), Some(Vote::new_committed(3, 1)));
+    assert_eq!(
+        store.read_vote().await.expect("read vote"),
+        Some(Vote::new_committed(3, 1))
+    );
     let state = store.get_log_state().await.expect("log state");
     assert_eq!(state.last_purged_log_id, Some(log_id(3)));
     assert_eq!(state.last_log_id, Some(log_id(3)));
-    assert!(store.try_get_log_entries(0..10).await.expect("entries").is_empty());
+    assert!(
+        store
+            .try_get_log_entries(0..10)
+            .await
+            .expect("entries")
+            .is_empty()
+    );
 }
 
 /// The writer thread closes the database just after the last handle is dropped.

@@ -244,6 +244,12 @@ pub enum SyncOutcome {
         /// What is known to be applied despite the failure (kept for prune).
         inventory: Option<Vec<ObjectRef>>,
     },
+    /// The node gave the ticket back without a verdict on the target (its lease lapsed, it is
+    /// shutting down): no failure is counted, the Sync keeps its admission slot and is retried.
+    Abandoned {
+        reason: String,
+        inventory: Option<Vec<ObjectRef>>,
+    },
 }
 
 /// Whether an upsert changed anything.

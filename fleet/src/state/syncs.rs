@@ -113,6 +113,14 @@ impl FleetState {
         status.last_apply_time = Some(at.to_string());
         status.observed_generation = Some(generation);
         match outcome {
+            SyncOutcome::Abandoned { reason, inventory } => {
+                entry.rollout.admitted = ticket.kind == SyncKind::Rollout && desired == Some(mark);
+                status.message = Some(format!("abandoned: {reason}"));
+                if let Some(partial) = inventory {
+                    let merged: BTreeSet<ObjectRef> = status.inventory.drain(..).chain(partial).collect();
+                    status.inventory = merged.into_iter().collect();
+                }
+            }
             SyncOutcome::Succeeded { inventory, health } => {
                 // Never let the applied revision go backwards.
                 let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);

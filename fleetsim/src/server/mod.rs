@@ -164,8 +164,7 @@ async fn cluster_request(
                     &shared,
                     &cluster,
                     verb,
-                    info.as_deref()
-                        .map(|i| (i, namespace.as_str(), resource.name.as_deref())),
+                    info.map(|i| (i, namespace.as_str(), resource.name.as_deref())),
                     &actor,
                     error.code,
                 );

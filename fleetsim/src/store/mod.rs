@@ -41,7 +41,7 @@ pub(crate) struct StoredObject {
     pub name: Box<str>,
     pub uid: Box<str>,
     pub rv: u64,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Box<[(Box<str>, Box<str>)]>,
     /// uids from `metadata.ownerReferences`, for garbage collection.
     pub owners: Box<[Box<str>]>,
     pub deleting: bool,
@@ -67,7 +67,7 @@ impl StoredObject {
             .and_then(Value::as_object)
             .map(|m| {
                 m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .filter_map(|(k, v)| Some((Box::from(k.as_str()), Box::from(v.as_str()?))))
                     .collect()
             })
             .unwrap_or_default();
@@ -89,7 +89,8 @@ impl StoredObject {
             labels,
             owners,
             deleting,
-            json: Bytes::from(serde_json::to_vec(&value).unwrap_or_default()),
+            // exact-size allocation: to_vec's growth slack would stay for the object's life
+            json: Bytes::from(serde_json::to_vec(&value).unwrap_or_default().into_boxed_slice()),
         }
     }
 

@@ -121,6 +121,10 @@ impl Planner {
                 let seed = starling_sync::retry::jitter_key(&sync) ^ now.elapsed().as_nanos() as u64;
                 self.drift_at.insert(sync, now + source::jittered_interval(drift_interval, seed));
             }
+            Done::Finished { sync, failure: Some(ErrorClass::Cancelled), .. } => {
+                // Given back by this node (lease lapsed): try again as soon as it can.
+                self.retry_at.insert(sync, (now + Duration::from_secs(1), 0));
+            }
             Done::Finished { sync, failure: Some(class), .. } => {
                 let attempts = self.retry_at.get(&sync).map_or(0, |(_, a)| *a) + 1;
                 let key = starling_sync::retry::jitter_key(&sync);
@@ -285,6 +289,11 @@ async fn apply(replica: &Arc<Replica>, sync: &str, prepared: Prepared) -> (SyncO
     let _ = watcher.await;
     match result {
         Ok(report) => (SyncOutcome::Succeeded { inventory: report.inventory, health: report.health }, None),
+        Err(failure) if failure.class() == ErrorClass::Cancelled => {
+            tracing::info!(error = %failure.error, "sync abandoned");
+            let inventory: Option<Vec<ObjectRef>> = failure.inventory.clone();
+            (SyncOutcome::Abandoned { reason: failure.error.to_string(), inventory }, Some(ErrorClass::Cancelled))
+        }
         Err(failure) => {
             let class = failure.class();
             tracing::warn!(class = class.as_str(), error = %failure.error, "sync failed");

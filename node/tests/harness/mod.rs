@@ -32,7 +32,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            down_after: Duration::from_secs(2),
+            down_after: Duration::from_secs(3),
             extra_args: Vec::new(),
         }
     }

@@ -10,6 +10,7 @@
 //! | no answer within the RPC's time-to-live (`DEADLINE_EXCEEDED`, tonic's `CANCELLED`) | `Timeout` | retry on the next heartbeat |
 //! | the peer answered with an openraft error | `RemoteError` | handled by openraft |
 //! | anything else (bad reply, server error) | `Network` | retry on the next heartbeat |
+//! | an append-entries request over `max_append_bytes` (not sent) | `PayloadTooLarge` | resend fewer entries |
 //!
 //! After any transport failure the channel is dropped and rebuilt on the next call, so a peer
 //! that restarted (perhaps on a new address after a membership change) is reconnected.
@@ -17,7 +18,8 @@
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
+    Unreachable,
 };
 use openraft::network::{Backoff, RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -43,6 +45,9 @@ pub struct NetworkConfig {
     pub keepalive_interval: Duration,
     /// Largest message sent or accepted.
     pub max_message_bytes: usize,
+    /// An append-entries request larger than this is split (openraft resends fewer entries):
+    /// it must be sent, decoded and made durable within one heartbeat interval.
+    pub max_append_bytes: usize,
     /// First back-off after a peer was found unreachable; doubles up to `max_backoff`.
     pub min_backoff: Duration,
     pub max_backoff: Duration,
@@ -54,6 +59,7 @@ impl Default for NetworkConfig {
             connect_timeout: Duration::from_millis(500),
             keepalive_interval: Duration::from_secs(2),
             max_message_bytes: proto::limits::MAX_RAFT_MESSAGE_BYTES,
+            max_append_bytes: 1024 * 1024,
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
         }
@@ -61,7 +67,10 @@ impl Default for NetworkConfig {
 }
 
 /// Builds a [`Channel`] to `addr` (`host:port`) that connects on first use.
-pub(crate) fn lazy_channel(addr: &str, config: &NetworkConfig) -> Result<Channel, tonic::transport::Error> {
+pub(crate) fn lazy_channel(
+    addr: &str,
+    config: &NetworkConfig,
+) -> Result<Channel, tonic::transport::Error> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
         .connect_timeout(config.connect_timeout)
         .tcp_nodelay(true)
@@ -89,7 +98,13 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &Peer) -> PeerClient {
-        PeerClient { id: self.id, target, addr: node.addr.clone(), config: self.config.clone(), client: None }
+        PeerClient {
+            id: self.id,
+            target,
+            addr: node.addr.clone(),
+            config: self.config.clone(),
+            client: None,
+        }
     }
 }
 
@@ -157,8 +172,11 @@ impl PeerClient {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let channel = lazy_channel(&self.addr, &self.config)
-            .map_err(|source| CallError::Address { addr: self.addr.clone(), source })?;
+        let channel =
+            lazy_channel(&self.addr, &self.config).map_err(|source| CallError::Address {
+                addr: self.addr.clone(),
+                source,
+            })?;
         let client = RaftClient::new(channel)
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes);
@@ -177,8 +195,23 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let data = codec::encode(rpc.request_name(), request)
+            .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        self.call_encoded(rpc, data, option).await
+    }
+
+    async fn call_encoded<Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        data: Vec<u8>,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, Peer, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         let ttl = option.hard_ttl();
-        let outcome = self.send(rpc, request, ttl).await;
+        let outcome = self.send(rpc, data, ttl).await;
         let bytes = match outcome {
             Ok(bytes) => bytes,
             Err(error) => {
@@ -186,13 +219,13 @@ impl PeerClient {
                 return Err(self.classify(rpc, ttl, error));
             }
         };
-        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(rpc.result_name(), &bytes)
-            .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            codec::decode(rpc.result_name(), &bytes)
+                .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
         result.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))
     }
 
-    async fn send<Req: Serialize>(&mut self, rpc: Rpc, request: &Req, ttl: Duration) -> Result<Vec<u8>, CallError> {
-        let data = codec::encode(rpc.request_name(), request)?;
+    async fn send(&mut self, rpc: Rpc, data: Vec<u8>, ttl: Duration) -> Result<Vec<u8>, CallError> {
         let mut client = self.client()?;
         let mut request = tonic::Request::new(RaftPayload { data });
         request.set_timeout(ttl);
@@ -205,8 +238,13 @@ impl PeerClient {
         };
         match tokio::time::timeout(ttl, call).await {
             Ok(Ok(reply)) => Ok(reply.into_inner().data),
-            Ok(Err(status)) => Err(CallError::Status { addr: self.addr.clone(), status }),
-            Err(_) => Err(CallError::Elapsed { addr: self.addr.clone() }),
+            Ok(Err(status)) => Err(CallError::Status {
+                addr: self.addr.clone(),
+                status,
+            }),
+            Err(_) => Err(CallError::Elapsed {
+                addr: self.addr.clone(),
+            }),
         }
     }
 
@@ -247,7 +285,16 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Peer, RaftError<NodeId>>> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        let data = codec::encode(Rpc::AppendEntries.request_name(), &rpc)
+            .map_err(|error| RPCError::Network(NetworkError::new(&error)))?;
+        let entries = rpc.entries.len() as u64;
+        let limit = self.config.max_append_bytes as u64;
+        if entries > 1 && data.len() as u64 > limit {
+            // openraft retries at once with at most this many entries, for the next few RPCs.
+            let hint = (entries * limit / data.len() as u64).clamp(1, entries - 1);
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint)));
+        }
+        self.call_encoded(Rpc::AppendEntries, data, &option).await
     }
 
     async fn install_snapshot(
@@ -274,6 +321,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     fn backoff(&self) -> Backoff {
         let min = self.config.min_backoff;
         let max = self.config.max_backoff.max(min);
-        Backoff::new(std::iter::successors(Some(min), move |previous| Some((*previous * 2).min(max))))
+        Backoff::new(std::iter::successors(Some(min), move |previous| {
+            Some((*previous * 2).min(max))
+        }))
     }
 }

@@ -40,12 +40,18 @@ impl RaftService {
     }
 }
 
-fn decode_request<T: DeserializeOwned>(what: &'static str, payload: RaftPayload) -> Result<T, Status> {
+fn decode_request<T: DeserializeOwned>(
+    what: &'static str,
+    payload: RaftPayload,
+) -> Result<T, Status> {
     codec::decode(what, &payload.data)
         .map_err(|error| Status::from(ApiError::invalid_argument(error.to_string())))
 }
 
-fn encode_reply<T: Serialize>(what: &'static str, result: &T) -> Result<Response<RaftPayload>, Status> {
+fn encode_reply<T: Serialize>(
+    what: &'static str,
+    result: &T,
+) -> Result<Response<RaftPayload>, Status> {
     codec::encode(what, result)
         .map(|data| Response::new(RaftPayload { data }))
         .map_err(|error| Status::from(ApiError::internal(error.to_string())))
@@ -53,17 +59,24 @@ fn encode_reply<T: Serialize>(what: &'static str, result: &T) -> Result<Response
 
 #[tonic::async_trait]
 impl proto::raft_server::Raft for RaftService {
-    async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+    async fn append_entries(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
         let rpc: AppendEntriesRequest<TypeConfig> =
             decode_request("append-entries request", request.into_inner())?;
         let result = self.raft.append_entries(rpc).await;
         encode_reply("append-entries result", &result)
     }
 
-    async fn install_snapshot(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
         let rpc: InstallSnapshotRequest<TypeConfig> =
             decode_request("install-snapshot request", request.into_inner())?;
-        let result: Result<_, RaftError<NodeId, InstallSnapshotError>> = self.raft.install_snapshot(rpc).await;
+        let result: Result<_, RaftError<NodeId, InstallSnapshotError>> =
+            self.raft.install_snapshot(rpc).await;
         encode_reply("install-snapshot result", &result)
     }
 
@@ -73,7 +86,10 @@ impl proto::raft_server::Raft for RaftService {
         encode_reply("vote result", &result)
     }
 
-    async fn propose(&self, request: Request<ProposeRequest>) -> Result<Response<ProposeReply>, Status> {
+    async fn propose(
+        &self,
+        request: Request<ProposeRequest>,
+    ) -> Result<Response<ProposeReply>, Status> {
         let commands = request
             .into_inner()
             .commands
@@ -90,15 +106,16 @@ impl proto::raft_server::Raft for RaftService {
             .map(|outcome| codec::encode("outcome", outcome))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| Status::from(ApiError::internal(error.to_string())))?;
-        Ok(Response::new(ProposeReply { log_index: committed.log_index, outcomes }))
+        Ok(Response::new(ProposeReply {
+            log_index: committed.log_index,
+            outcomes,
+        }))
     }
 
     async fn elect(&self, _request: Request<ElectRequest>) -> Result<Response<ElectReply>, Status> {
-        self.raft
-            .trigger()
-            .elect()
-            .await
-            .map_err(|error| Status::from(ApiError::unavailable(format!("raft stopped: {error}"))))?;
+        self.raft.trigger().elect().await.map_err(|error| {
+            Status::from(ApiError::unavailable(format!("raft stopped: {error}")))
+        })?;
         let term = self.raft.metrics().borrow().current_term;
         Ok(Response::new(ElectReply { term }))
     }

@@ -65,7 +65,6 @@ impl TestNode {
         dir: &Path,
         addr: Option<&str>,
         adjust: impl FnOnce(&mut RaftConfig),
-    
     ) -> TestNode {
         let listener = bind(addr.unwrap_or("127.0.0.1:0")).await;
         let addr = listener.local_addr().expect("local addr").to_string();
@@ -85,7 +84,14 @@ impl TestNode {
                 eprintln!("test server stopped with error: {error}");
             }
         });
-        TestNode { id, addr, dir: dir.to_owned(), node, shutdown: Some(shutdown), server: Some(server) }
+        TestNode {
+            id,
+            addr,
+            dir: dir.to_owned(),
+            node,
+            shutdown: Some(shutdown),
+            server: Some(server),
+        }
     }
 
     /// Stops Raft and the server, releasing the data directory.
@@ -95,7 +101,9 @@ impl TestNode {
             let _ = shutdown.send(());
         }
         if let Some(server) = self.server.take()
-            && tokio::time::timeout(Duration::from_secs(5), server).await.is_err()
+            && tokio::time::timeout(Duration::from_secs(5), server)
+                .await
+                .is_err()
         {
             eprintln!("test server did not stop within 5s");
         }
@@ -141,8 +149,10 @@ pub async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -
 pub async fn wait_for_leader(nodes: &[&TestNode], timeout: Duration) -> u64 {
     let mut leader = 0;
     eventually("a leader all nodes agree on", timeout, || {
-        let leaders: Vec<Option<u64>> =
-            nodes.iter().map(|n| n.node.metrics().borrow().current_leader).collect();
+        let leaders: Vec<Option<u64>> = nodes
+            .iter()
+            .map(|n| n.node.metrics().borrow().current_leader)
+            .collect();
         match leaders.first().copied().flatten() {
             Some(first) if leaders.iter().all(|l| *l == Some(first)) => {
                 leader = first;
@@ -157,9 +167,12 @@ pub async fn wait_for_leader(nodes: &[&TestNode], timeout: Duration) -> u64 {
 
 /// The state a node has applied, serialised, for comparing replicas.
 pub fn state_json(node: &TestNode) -> (u64, String) {
-    node.node
-        .reader()
-        .read_indexed(|index, state| (index, serde_json::to_string(state).expect("state serialises")))
+    node.node.reader().read_indexed(|index, state| {
+        (
+            index,
+            serde_json::to_string(state).expect("state serialises"),
+        )
+    })
 }
 
 /// A command that changes the fleet state (a member registering), numbered so replicas that

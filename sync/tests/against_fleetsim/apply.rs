@@ -237,8 +237,14 @@ async fn clusters_are_reached_through_kubeconfig_secrets() {
 async fn an_object_without_namespace_is_the_one_in_the_default_namespace() {
     let sim = fleet(1, Duration::from_millis(50)).await;
     let files = [
-        ("app/a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup\n"),
-        ("app/b.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup\n  namespace: default\n"),
+        (
+            "app/a.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup\n",
+        ),
+        (
+            "app/b.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dup\n  namespace: default\n",
+        ),
     ];
     let failure = engine()
         .sync(request(&sim, "c0", "node-a", 1, &files))
@@ -253,5 +259,8 @@ async fn an_object_without_namespace_is_the_one_in_the_default_namespace() {
         .sync(request(&sim, "c0", "node-a", 1, &files[..1]))
         .await
         .expect("one of them");
-    assert_eq!(report.inventory, [reference("v1", "ConfigMap", Some("default"), "dup")]);
+    assert_eq!(
+        report.inventory,
+        [reference("v1", "ConfigMap", Some("default"), "dup")]
+    );
 }

@@ -15,13 +15,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::resources::{ObjectRef, ResourceStatus, SyncTemplate};
+use fleet::resources::{ObjectRef, SyncTemplate};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::apply::{apply_one, plan, wait_for_crds};
-use crate::client::{ClientCache, ClientSettings, ClusterTarget};
+use crate::client::{ClientCache, ClusterTarget};
 use crate::error::SyncError;
 use crate::fence::{self, FENCE_NAME, FenceState};
 use crate::health::{observe_all, wait_ready};
@@ -29,180 +29,15 @@ use crate::inventory::{self, normalized, removed, same};
 use crate::order::Phase;
 use crate::prune::{PruneOutcome, prune};
 use crate::readiness::{ObjectHealth, least_status, status_of};
-use crate::render::{ArtifactSource, ReadLimits, RenderOptions, RenderedObject, render};
-use crate::retry::RetryPolicy;
+use crate::render::{RenderOptions, RenderedObject, render};
 use crate::session::Session;
 
-/// The namespace of Starling's bookkeeping objects on targets.
-pub const SYSTEM_NAMESPACE: &str = "starling-system";
-/// The field manager of every write.
-pub const FIELD_MANAGER: &str = "starling";
+mod types;
 
-/// Settings of a [`SyncEngine`]; every default is here.
-#[derive(Clone, Debug)]
-pub struct EngineConfig {
-    pub clients: ClientSettings,
-    pub field_manager: String,
-    pub system_namespace: String,
-    /// Limit on a whole sync when its template sets no `timeout`.
-    pub default_timeout: Duration,
-    /// Limit on waiting for new CRDs to be established and discovered.
-    pub crd_timeout: Duration,
-    /// Retries of single requests inside a sync.
-    pub request_retry: RetryPolicy,
-    pub render_limits: ReadLimits,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            clients: ClientSettings::default(),
-            field_manager: FIELD_MANAGER.to_owned(),
-            system_namespace: SYSTEM_NAMESPACE.to_owned(),
-            default_timeout: Duration::from_secs(300),
-            crd_timeout: Duration::from_secs(60),
-            request_retry: RetryPolicy::request_default(),
-            render_limits: ReadLimits::default(),
-        }
-    }
-}
-
-impl EngineConfig {
-    /// Rejects settings that cannot work.
-    pub fn validate(&self) -> Result<(), String> {
-        let positive = [
-            ("connect timeout", self.clients.connect_timeout),
-            ("request timeout", self.clients.request_timeout),
-            ("default sync timeout", self.default_timeout),
-            ("crd timeout", self.crd_timeout),
-            ("client idle timeout", self.clients.idle_timeout),
-        ];
-        if let Some((name, _)) = positive.iter().find(|(_, value)| value.is_zero()) {
-            return Err(format!("{name} must be positive"));
-        }
-        if self.clients.max_clients == 0 {
-            return Err("the client cache must hold at least one client".to_owned());
-        }
-        if self.field_manager.is_empty() {
-            return Err("the field manager must not be empty".to_owned());
-        }
-        let valid_namespace = !self.system_namespace.is_empty()
-            && self.system_namespace.len() <= 63
-            && self
-                .system_namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !valid_namespace {
-            return Err(format!(
-                "system namespace {:?} is not a valid namespace name",
-                self.system_namespace
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// One sync: what to apply where, as whom.
-#[derive(Clone, Debug)]
-pub struct SyncRequest {
-    /// Identifies the Sync (`<namespace>/<name>` in the management cluster); names its
-    /// inventory mirror on the target.
-    pub sync: String,
-    pub cluster: ClusterTarget,
-    /// The node's identity (`x-starling-writer`).
-    pub writer: String,
-    /// The owner generation of the cluster (`x-starling-generation`, the fence).
-    pub generation: u64,
-    /// The revision applied, for logs.
-    pub revision: Option<String>,
-    pub artifact: ArtifactSource,
-    pub template: SyncTemplate,
-    /// The inventory from the Sync's status.
-    pub previous_inventory: Vec<ObjectRef>,
-    /// Wait for readiness before pruning and returning.
-    pub wait: bool,
-    /// Cancelled when the node must stop (its lease lapsed): no write starts after that.
-    pub cancel: CancellationToken,
-}
-
-impl SyncRequest {
-    /// A request with an empty previous inventory, waiting for readiness, never cancelled.
-    pub fn new(
-        sync: impl Into<String>,
-        cluster: ClusterTarget,
-        writer: impl Into<String>,
-        generation: u64,
-        artifact: ArtifactSource,
-        template: SyncTemplate,
-    ) -> SyncRequest {
-        SyncRequest {
-            sync: sync.into(),
-            cluster,
-            writer: writer.into(),
-            generation,
-            revision: None,
-            artifact,
-            template,
-            previous_inventory: Vec::new(),
-            wait: true,
-            cancel: CancellationToken::new(),
-        }
-    }
-}
-
-/// What a successful sync did.
-#[derive(Clone, Debug)]
-pub struct SyncReport {
-    /// The objects the cluster now holds for this Sync (record in status).
-    pub inventory: Vec<ObjectRef>,
-    /// The least status of the applied objects (`resourcesLeastStatus`).
-    pub health: ResourceStatus,
-    pub objects: Vec<ObjectHealth>,
-    pub applied: usize,
-    pub pruned: Vec<ObjectRef>,
-    /// Left in place by `starling.dev/prune: disabled`.
-    pub kept: Vec<ObjectRef>,
-    pub duration: Duration,
-    pub requests: u64,
-    pub retries: u64,
-}
-
-/// A failed sync: the error, and the inventory to record if it changed.
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct SyncFailure {
-    pub error: SyncError,
-    /// `Some` when objects may have been applied: the previous inventory plus the new render,
-    /// so that nothing applied is ever forgotten by the next prune. `None`: keep the previous.
-    pub inventory: Option<Vec<ObjectRef>>,
-    pub applied: usize,
-    pub duration: Duration,
-    pub requests: u64,
-    pub retries: u64,
-}
-
-impl SyncFailure {
-    pub fn class(&self) -> crate::error::ErrorClass {
-        self.error.class()
-    }
-}
-
-/// A health re-check of what a Sync applied.
-#[derive(Clone, Debug)]
-pub struct HealthRequest {
-    pub cluster: ClusterTarget,
-    pub writer: String,
-    pub generation: u64,
-    pub inventory: Vec<ObjectRef>,
-    pub cancel: CancellationToken,
-}
-
-/// The readiness of a Sync's objects.
-#[derive(Clone, Debug)]
-pub struct HealthReport {
-    pub health: ResourceStatus,
-    pub objects: Vec<ObjectHealth>,
-}
+pub use types::{
+    EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, SYSTEM_NAMESPACE, SyncFailure,
+    SyncReport, SyncRequest,
+};
 
 /// What a sync has done so far, kept outside its future so a time-out can still report it.
 #[derive(Default)]

@@ -1,0 +1,196 @@
+//! Fleet rollouts end to end: real `starling node` processes, fleetsim (in this process) as
+//! the 300 target clusters, and a git repository served by `git daemon` on loopback. One
+//! scenario in sequence: the first sync converges; a new commit rolls out within
+//! `maxUnavailable` (checked from fleetsim's audit log and the ledger); a node is killed with
+//! `kill -9` in the middle of a third rollout, which still completes with one writer per
+//! cluster and generation and no stale write after a fence.
+
+mod harness;
+
+#[path = "../src/dev/repo.rs"]
+#[allow(dead_code)]
+mod repo;
+#[path = "../src/dev/report.rs"]
+#[allow(dead_code)]
+mod report;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fleetsim::{AuditFilter, FleetSim};
+use harness::{Group, Options, free_port, wait_until};
+
+const CLUSTERS: usize = 300;
+const BUDGET: u32 = 30;
+
+struct GitDaemon(Child);
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn git_daemon(base: &std::path::Path, port: u16) -> GitDaemon {
+    let child = Command::new("git")
+        .args(["daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1"])
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", base.display()))
+        .arg(base)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("git daemon starts");
+    GitDaemon(child)
+}
+
+fn manifests(sim: &FleetSim, url: &str) -> String {
+    let mut out = format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 1s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"10%\"\n"
+    );
+    for name in sim.cluster_names() {
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+            "stringData": {"value": sim.kubeconfig(&name).expect("kubeconfig")},
+        });
+        out.push_str(&format!(
+            "---\n{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r{}}}}}\nspec: {{}}\n",
+            name.len() % 3
+        ));
+    }
+    out
+}
+
+async fn group_status(group: &Group) -> Option<proto::Rollout> {
+    group.status().await?.rollouts.into_iter().find(|r| r.name == "demo")
+}
+
+/// Waits for a rollout to a revision other than `previous` to complete, sampling the ledger's
+/// unavailable count; returns the revision and the most unavailable seen.
+async fn rollout(group: &Group, previous: &str, mut midway: impl FnMut(u32) -> bool) -> (String, u32) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut most = 0;
+    loop {
+        if let Some(status) = group_status(group).await
+            && let Some(summary) = status.summary
+        {
+            if status.target_revision != previous {
+                most = most.max(summary.in_progress + summary.failed);
+                if status.phase == "Complete" && summary.updated as usize == CLUSTERS {
+                    return (status.target_revision, most);
+                }
+                if midway(summary.updated) {
+                    // The scenario acted; keep sampling.
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "rollout did not complete in time: {:?}", group_status(group).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn config_versions(sim: &FleetSim) -> Vec<(String, String)> {
+    sim.cluster_names()
+        .into_iter()
+        .map(|name| {
+            let version = sim
+                .get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config")
+                .ok()
+                .flatten()
+                .and_then(|o| o["data"]["version"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            (name, version)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
+    let sim = FleetSim::start(fleetsim::Config { clusters: CLUSTERS, ready_delay: Duration::from_millis(100), ..Default::default() })
+        .await
+        .expect("fleetsim starts");
+    let work = tempfile::tempdir().expect("temp dir");
+    let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
+    let port = free_port();
+    let _daemon = git_daemon(work.path(), port);
+    let url = format!("git://127.0.0.1:{port}/demo");
+
+    let mut group = Group::start(3, Options { extra_args: vec!["--max-concurrent-syncs".into(), "16".into()], ..Options::default() }).await;
+    group.apply(1, &manifests(&sim, &url)).await.expect("specs applied");
+
+    // 1. The first sync converges everywhere, with correct statuses.
+    let (first, most) = rollout(&group, "", |_| false).await;
+    assert!(most <= BUDGET, "first rollout had {most} unavailable");
+    assert!(config_versions(&sim).iter().all(|(_, v)| v == "v1"), "every cluster holds v1");
+    let mut fleet = group.fleet(1).await;
+    let syncs = fleet.list(proto::ListRequest { kind: "syncs".into(), ..Default::default() }).await.expect("list syncs").into_inner();
+    assert_eq!(syncs.objects.len(), CLUSTERS);
+    for object in &syncs.objects {
+        let value: serde_json::Value = serde_json::from_slice(&object.json).expect("sync json");
+        assert_eq!(value["status"]["lastAppliedRevision"], first.as_str());
+        assert_eq!(value["status"]["resourcesLeastStatus"], "Current");
+        assert_eq!(value["status"]["inventory"].as_array().map(Vec::len), Some(3), "namespace, config map, deployment");
+    }
+
+    // 2. A new commit rolls out within maxUnavailable.
+    let since = unix_micros();
+    demo.commit("v2", "nginx:1.28", "v2").expect("commit v2");
+    let (second, most) = rollout(&group, &first, |_| false).await;
+    let records = sim.audit(&AuditFilter::default());
+    assert!(most <= BUDGET, "second rollout had {most} unavailable (ledger)");
+    let written = report::concurrent_writes(&records, (since, unix_micros()));
+    assert!(written <= BUDGET, "second rollout wrote {written} clusters at once (audit log)");
+    assert!(config_versions(&sim).iter().all(|(_, v)| v == "v2"), "every cluster holds v2");
+
+    // 3. kill -9 of a node in the middle of a third rollout.
+    let status = group.status().await.expect("status");
+    let victim = status.members.iter().filter(|m| m.id != status.leader_id).max_by_key(|m| m.clusters_owned).expect("a follower").id;
+    demo.commit("v3", "nginx:1.29", "v3").expect("commit v3");
+    let mut killed = false;
+    let (_third, most) = {
+        let group_ref = &mut group;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut most = 0;
+        loop {
+            if let Some(status) = group_status(group_ref).await
+                && let Some(summary) = status.summary
+                && status.target_revision != second
+            {
+                most = most.max(summary.in_progress + summary.failed);
+                if !killed && summary.updated >= 60 {
+                    group_ref.kill(victim);
+                    killed = true;
+                }
+                if killed && status.phase == "Complete" && summary.updated as usize == CLUSTERS {
+                    break (status.target_revision, most);
+                }
+            }
+            assert!(Instant::now() < deadline, "third rollout did not complete after the kill");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    assert!(killed);
+    assert!(most <= BUDGET, "third rollout had {most} unavailable");
+    assert!(config_versions(&sim).iter().all(|(_, v)| v == "v3"), "every cluster holds v3");
+    let records = sim.audit(&AuditFilter::default());
+    for check in report::writer_checks(&records) {
+        assert!(check.ok, "{}: {}", check.name, check.detail);
+    }
+    // No revision went backwards: every Sync's applied revision is the newest.
+    let survivor = group.running().next().expect("survivor").id;
+    wait_until(Duration::from_secs(10), "statuses current", || async {
+        let mut fleet = group.fleet(survivor).await;
+        let Ok(syncs) = fleet.list(proto::ListRequest { kind: "syncs".into(), ..Default::default() }).await else { return false };
+        let target = group_status(&group).await.map(|s| s.target_revision).unwrap_or_default();
+        syncs.into_inner().objects.iter().all(|o| {
+            serde_json::from_slice::<serde_json::Value>(&o.json).is_ok_and(|v| v["status"]["lastAppliedRevision"] == target.as_str())
+        })
+    })
+    .await;
+}
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
