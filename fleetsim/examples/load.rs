@@ -18,13 +18,21 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tokio::sync::Barrier;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let connections: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(2_000);
     let requests_each: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10);
     let clusters: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
-    let sim = FleetSim::start(Config { clusters, ..Config::default() }).await?;
+    let sim = FleetSim::start(Config {
+        clusters,
+        ..Config::default()
+    })
+    .await?;
     let names = Arc::new(sim.cluster_names());
     let barrier = Arc::new(Barrier::new(connections + 1));
     let started = Instant::now();
@@ -46,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
             if api.list(&ListParams::default().limit(1)).await.is_err() {
                 errors += 1;
             }
-            latencies.push(first.elapsed());
+            let connect = first.elapsed();
             barrier.wait().await;
             for i in 0..requests_each {
                 let begin = Instant::now();
@@ -65,32 +73,44 @@ async fn main() -> anyhow::Result<()> {
                 }
                 latencies.push(begin.elapsed());
             }
-            anyhow::Ok((errors, latencies))
+            anyhow::Ok((errors, connect, latencies))
         }));
     }
     // everyone connected: check the server sees them all at once, then release them
     tokio::time::timeout(Duration::from_secs(120), barrier.wait()).await?;
     let open_at_barrier = sim.stats().connections_open;
+    let connected_after = started.elapsed();
+    let released = Instant::now();
     let mut errors = 0;
     let mut latencies = Vec::new();
+    let mut connects = Vec::new();
     for task in tasks {
-        let (task_errors, task_latencies) = tokio::time::timeout(Duration::from_secs(120), task).await???;
+        let (task_errors, connect, task_latencies) =
+            tokio::time::timeout(Duration::from_secs(120), task).await???;
         errors += task_errors;
+        connects.push(connect);
         latencies.extend(task_latencies);
     }
-    let elapsed = started.elapsed();
+    let elapsed = released.elapsed();
     latencies.sort();
-    let percentile = |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-        .map(|d| d.as_secs_f64() * 1000.0)
-        .unwrap_or(0.0);
+    connects.sort();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .unwrap_or(0.0)
+    };
     println!(
         "{}",
         json!({
             "connections": connections,
             "open_connections_at_barrier": open_at_barrier,
-            "requests": latencies.len(),
+            "seconds_to_connect_all": connected_after.as_secs_f64(),
+            "connect_request_p50_ms": connects.get(connects.len() / 2).map(|d| d.as_secs_f64() * 1000.0),
+            "connect_request_max_ms": connects.last().map(|d| d.as_secs_f64() * 1000.0),
+            "requests": latencies.len() + connects.len(),
             "errors": errors,
-            "seconds": elapsed.as_secs_f64(),
+            "seconds_after_barrier": elapsed.as_secs_f64(),
             "requests_per_second": (latencies.len() as f64 / elapsed.as_secs_f64()).round(),
             "p50_ms": percentile(0.5),
             "p99_ms": percentile(0.99),

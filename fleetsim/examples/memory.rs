@@ -7,9 +7,12 @@
 //!
 //! ```text
 //! cargo run -p fleetsim --release --example memory -- [CLUSTERS] [CONCURRENCY]
+//! cargo run -p fleetsim --release --no-default-features --example memory   # glibc malloc
 //! ```
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#[cfg(not(feature = "mimalloc"))]
+use std::alloc::System;
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,25 +21,30 @@ use futures::StreamExt;
 use http::Request;
 use serde_json::{Value, json};
 
-/// The system allocator, counting live heap bytes so the figure separates live data from
-/// allocator overhead.
+/// The binary's allocator (mimalloc, or glibc malloc with `--no-default-features`),
+/// counting live heap bytes so the figure separates live data from allocator overhead.
 struct Counting;
+
+#[cfg(feature = "mimalloc")]
+static INNER: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(not(feature = "mimalloc"))]
+static INNER: System = System;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
+        unsafe { INNER.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { INNER.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE.fetch_add(new_size, Ordering::Relaxed);
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { INNER.realloc(ptr, layout, new_size) }
     }
 }
 
@@ -100,15 +108,29 @@ fn objects() -> Vec<(String, Value)> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let clusters: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10_000);
+    let clusters: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(10_000);
     let concurrency: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
     let baseline_kib = status_kib("VmRSS:");
     let started = Instant::now();
-    let mut config = Config { clusters, ready_delay: Duration::from_millis(500), ..Config::default() };
-    if let Some(capacity) = std::env::var("FLEETSIM_AUDIT_CAPACITY").ok().and_then(|v| v.parse().ok()) {
+    let mut config = Config {
+        clusters,
+        ready_delay: Duration::from_millis(500),
+        ..Config::default()
+    };
+    if let Some(capacity) = std::env::var("FLEETSIM_AUDIT_CAPACITY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         config.audit_capacity = capacity;
     }
-    if let Some(history) = std::env::var("FLEETSIM_WATCH_HISTORY").ok().and_then(|v| v.parse().ok()) {
+    if let Some(history) = std::env::var("FLEETSIM_WATCH_HISTORY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         config.watch_history = history;
     }
     let sim = FleetSim::start(config).await?;
@@ -121,9 +143,12 @@ async fn main() -> anyhow::Result<()> {
         .cluster_names()
         .into_iter()
         .flat_map(|cluster| {
-            objects
-                .iter()
-                .map(move |(path, body)| (format!("/clusters/{cluster}{path}?fieldManager=starling&force=true"), body.clone()))
+            objects.iter().map(move |(path, body)| {
+                (
+                    format!("/clusters/{cluster}{path}?fieldManager=starling&force=true"),
+                    body.clone(),
+                )
+            })
         })
         .collect();
     let total = requests.len();
@@ -136,7 +161,10 @@ async fn main() -> anyhow::Result<()> {
                     .header("content-type", "application/apply-patch+yaml")
                     .body(serde_json::to_vec(&body).unwrap_or_default())
                     .map_err(anyhow::Error::from)?;
-                client.request::<Value>(request).await.map_err(anyhow::Error::from)
+                client
+                    .request::<Value>(request)
+                    .await
+                    .map_err(anyhow::Error::from)
             }
         })
         .buffer_unordered(concurrency)
@@ -149,7 +177,12 @@ async fn main() -> anyhow::Result<()> {
     let wanted = clusters * 3;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let ready = sim.audit(&AuditFilter { origin: Some(fleetsim::Origin::Controller), ..AuditFilter::default() }).len();
+        let ready = sim
+            .audit(&AuditFilter {
+                origin: Some(fleetsim::Origin::Controller),
+                ..AuditFilter::default()
+            })
+            .len();
         if ready >= wanted || Instant::now() > deadline {
             break;
         }
@@ -175,6 +208,7 @@ async fn main() -> anyhow::Result<()> {
             "rss_empty_clusters_mib": empty_kib / 1024,
             "rss_mib": rss_kib / 1024,
             "live_heap_mib": LIVE.load(Ordering::Relaxed) / (1024 * 1024),
+            "allocator": if cfg!(feature = "mimalloc") { "mimalloc" } else { "glibc" },
             "peak_rss_mib": hwm_kib / 1024,
             "rss_bytes_per_object": (rss_kib.saturating_sub(baseline_kib) * 1024) / stats.objects.max(1) as u64,
         })

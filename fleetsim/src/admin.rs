@@ -207,9 +207,19 @@ fn dispatch(
             let (api_version, kind, namespace, object) = object_coordinates(query)?;
             let object = object.ok_or_else(|| ApiError::bad_request("name is required"))?;
             let request: Value = parse(body)?;
-            let never_ready = request.get("never_ready").and_then(Value::as_bool).unwrap_or(true);
+            let never_ready = request
+                .get("never_ready")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
             shared
-                .set_object_never_ready(name, &api_version, &kind, namespace.as_deref(), &object, never_ready)
+                .set_object_never_ready(
+                    name,
+                    &api_version,
+                    &kind,
+                    namespace.as_deref(),
+                    &object,
+                    never_ready,
+                )
                 .map_err(to_api)?;
             Ok(ok())
         }

@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +94,9 @@ impl AuditFilter {
     }
 
     fn matches(&self, entry: &Entry) -> bool {
-        let eq = |want: &Option<String>, have: Option<&str>| want.as_deref().is_none_or(|w| Some(w) == have);
+        let eq = |want: &Option<String>, have: Option<&str>| {
+            want.as_deref().is_none_or(|w| Some(w) == have)
+        };
         let kind = entry.resource.as_ref().map(|r| r.kind.as_str());
         eq(&self.cluster, Some(&entry.cluster))
             && eq(&self.verb, Some(entry.verb))
@@ -163,9 +165,21 @@ impl Entry {
             cluster: self.cluster.to_string(),
             verb: self.verb.to_string(),
             subresource: self.status_subresource.then(|| "status".to_string()),
-            api_version: self.resource.as_ref().map(|r| r.api_version()).unwrap_or_default(),
-            kind: self.resource.as_ref().map(|r| r.kind.clone()).unwrap_or_default(),
-            resource: self.resource.as_ref().map(|r| r.resource.clone()).unwrap_or_default(),
+            api_version: self
+                .resource
+                .as_ref()
+                .map(|r| r.api_version())
+                .unwrap_or_default(),
+            kind: self
+                .resource
+                .as_ref()
+                .map(|r| r.kind.clone())
+                .unwrap_or_default(),
+            resource: self
+                .resource
+                .as_ref()
+                .map(|r| r.resource.clone())
+                .unwrap_or_default(),
             namespace: text(&self.namespace),
             name: text(&self.name),
             field_manager: text(&self.field_manager),
@@ -234,7 +248,12 @@ impl AuditLog {
         let mut out: Vec<AuditRecord> = Vec::new();
         for index in shards {
             let shard = self.shards[index].lock().unwrap_or_else(|e| e.into_inner());
-            out.extend(shard.iter().filter(|e| filter.matches(e)).map(Entry::record));
+            out.extend(
+                shard
+                    .iter()
+                    .filter(|e| filter.matches(e))
+                    .map(Entry::record),
+            );
         }
         out.sort_by_key(|r| r.seq);
         if let Some(limit) = filter.limit {

@@ -70,7 +70,8 @@ impl Config {
         if self.audit_capacity == 0 {
             return fail("audit capacity must be at least one record".to_string());
         }
-        if self.bookmark_interval.is_zero() || self.bookmark_interval > Duration::from_secs(86_400) {
+        if self.bookmark_interval.is_zero() || self.bookmark_interval > Duration::from_secs(86_400)
+        {
             return fail("bookmark interval must be positive and at most a day".to_string());
         }
         if self.max_body_bytes < 1024 {

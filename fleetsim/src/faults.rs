@@ -92,9 +92,9 @@ impl Fault {
             Fault::Hang { rate } if !rate_ok(*rate) => Err(FleetSimError::InvalidFault(format!(
                 "hang rate {rate} is not within 0..=1"
             ))),
-            Fault::Latency { ms } if *ms > MAX_LATENCY_MS => Err(FleetSimError::InvalidFault(format!(
-                "latency {ms} ms is above the one hour limit"
-            ))),
+            Fault::Latency { ms } if *ms > MAX_LATENCY_MS => Err(FleetSimError::InvalidFault(
+                format!("latency {ms} ms is above the one hour limit"),
+            )),
             _ => Ok(()),
         }
     }

@@ -295,10 +295,10 @@ impl FieldSelector {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn labels(pairs: &[(&str, &str)]) -> Vec<(Box<str>, Box<str>)> {
         pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (Box::from(*k), Box::from(*v)))
             .collect()
     }
 

@@ -128,7 +128,11 @@ impl Shared {
     ) -> Result<(), FleetSimError> {
         let handle = self.cluster(cluster)?;
         let info = self.resolve_kind(&handle, api_version, kind)?;
-        let namespace = if info.namespaced { namespace.unwrap_or("default") } else { "" };
+        let namespace = if info.namespaced {
+            namespace.unwrap_or("default")
+        } else {
+            ""
+        };
         let key = format!("{}/{namespace}/{name}", info.storage_key);
         handle.update_behaviour(|b| {
             if never_ready {
@@ -317,7 +321,15 @@ impl Shared {
             objects: clusters.iter().map(|c| c.read(|s| s.object_count())).sum(),
             object_bytes: clusters
                 .iter()
-                .map(|c| c.read(|s| s.tables.values().flat_map(|t| t.values()).map(|o| o.json.len()).sum::<usize>()))
+                .map(|c| {
+                    c.read(|s| {
+                        s.tables
+                            .values()
+                            .flat_map(|t| t.values())
+                            .map(|o| o.json.len())
+                            .sum::<usize>()
+                    })
+                })
                 .sum(),
             history_events: clusters.iter().map(|c| c.read(|s| s.history.len())).sum(),
             audit: self.audit.stats(),

@@ -82,7 +82,10 @@ pub enum ConfigError {
     #[error("peer id {0} is listed twice in --peers")]
     DuplicatePeer(NodeId),
     #[error("--lease ({lease:?}) must be shorter than --down-after ({down_after:?})")]
-    LeaseTooLong { lease: Duration, down_after: Duration },
+    LeaseTooLong {
+        lease: Duration,
+        down_after: Duration,
+    },
     #[error("--down-after must be at least 300ms, got {0:?}")]
     DownAfterTooShort(Duration),
     #[error("--max-voters must be between 1 and 9, got {0}")]
@@ -125,9 +128,9 @@ impl NodeArgs {
         if self.down_after < Duration::from_millis(300) {
             return Err(ConfigError::DownAfterTooShort(self.down_after));
         }
-        let lease = self.lease.unwrap_or(
-            self.down_after * DEFAULT_LEASE_FRACTION.0 / DEFAULT_LEASE_FRACTION.1,
-        );
+        let lease = self
+            .lease
+            .unwrap_or(self.down_after * DEFAULT_LEASE_FRACTION.0 / DEFAULT_LEASE_FRACTION.1);
         if lease >= self.down_after {
             return Err(ConfigError::LeaseTooLong {
                 lease,
@@ -140,8 +143,14 @@ impl NodeArgs {
         if !(1..=4096).contains(&self.max_concurrent_syncs) {
             return Err(ConfigError::BadConcurrency(self.max_concurrent_syncs));
         }
-        let advertise = self.advertise.clone().unwrap_or_else(|| self.listen.to_string());
-        if !advertise.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) {
+        let advertise = self
+            .advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string());
+        if !advertise
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
             return Err(ConfigError::BadAdvertise(advertise));
         }
         let mut peers = BTreeMap::new();
@@ -195,26 +204,69 @@ mod tests {
         let config = args(&[]).validate().unwrap();
         assert_eq!(config.down_after, Duration::from_secs(3));
         assert_eq!(config.lease, Duration::from_secs(2));
-        assert_eq!(config.peers.get(&1).map(String::as_str), Some("127.0.0.1:7400"));
+        assert_eq!(
+            config.peers.get(&1).map(String::as_str),
+            Some("127.0.0.1:7400")
+        );
     }
 
     #[test]
     fn statefulset_names_give_ordinal_ids() {
         assert_eq!(parse_node_id("starling-2"), Ok(2));
-        assert_eq!(parse_node_id("starling-12.starling-headless.ops.svc"), Ok(12));
-        let config = args(&["--peers", "starling-0.starling:7400,starling-1.starling:7400"]).validate().unwrap();
-        assert_eq!(config.peers.get(&0).map(String::as_str), Some("starling-0.starling:7400"));
+        assert_eq!(
+            parse_node_id("starling-12.starling-headless.ops.svc"),
+            Ok(12)
+        );
+        let config = args(&[
+            "--peers",
+            "starling-0.starling:7400,starling-1.starling:7400",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(
+            config.peers.get(&0).map(String::as_str),
+            Some("starling-0.starling:7400")
+        );
         assert!(config.peers.contains_key(&1));
     }
 
     #[test]
     fn nonsense_is_rejected_with_a_clear_message() {
         let error = args(&["--lease", "5s"]).validate().unwrap_err();
-        assert_eq!(error.to_string(), "--lease (5s) must be shorter than --down-after (3s)");
-        assert!(matches!(args(&["--peers", "2=nohost"]).validate(), Err(ConfigError::BadPeer(_))));
-        assert!(matches!(args(&["--peers", "2=a:1,2=b:1"]).validate(), Err(ConfigError::DuplicatePeer(2))));
-        assert!(matches!(args(&["--max-voters", "0"]).validate(), Err(ConfigError::BadMaxVoters(0))));
-        assert!(matches!(Wrapper::try_parse_from(["starling", "--id", "x", "--data-dir", "d", "--down-after", "soon"]), Err(_)));
-        assert!(matches!(args(&[]).validate().map(|_| ()).and(parse_node_id("abc").map(|_| ())), Err(ConfigError::BadId(_))));
+        assert_eq!(
+            error.to_string(),
+            "--lease (5s) must be shorter than --down-after (3s)"
+        );
+        assert!(matches!(
+            args(&["--peers", "2=nohost"]).validate(),
+            Err(ConfigError::BadPeer(_))
+        ));
+        assert!(matches!(
+            args(&["--peers", "2=a:1,2=b:1"]).validate(),
+            Err(ConfigError::DuplicatePeer(2))
+        ));
+        assert!(matches!(
+            args(&["--max-voters", "0"]).validate(),
+            Err(ConfigError::BadMaxVoters(0))
+        ));
+        assert!(
+            Wrapper::try_parse_from([
+                "starling",
+                "--id",
+                "x",
+                "--data-dir",
+                "d",
+                "--down-after",
+                "soon"
+            ])
+            .is_err()
+        );
+        assert!(matches!(
+            args(&[])
+                .validate()
+                .map(|_| ())
+                .and(parse_node_id("abc").map(|_| ())),
+            Err(ConfigError::BadId(_))
+        ));
     }
 }

@@ -1,7 +1,6 @@
 //! The HTTP side of a replica: `/healthz` (the process serves), `/readyz` (a leader is known
 //! and this replica has caught up with it) and `/metrics` (Prometheus text format).
 
-
 use std::sync::Arc;
 
 use axum::Router;
@@ -24,14 +23,19 @@ async fn readyz(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
     if replica.is_ready() {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready: no leader or not caught up\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no leader or not caught up\n",
+        )
     }
 }
 
 async fn metrics(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
     (
-        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         replica.metrics.render(&replica),
     )
 }
-

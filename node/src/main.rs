@@ -2,6 +2,7 @@
 //! the operator CLI that talks to any replica, and the one-machine demo (`starling dev`).
 
 mod api;
+mod bench;
 mod cli;
 mod client;
 mod config;
@@ -21,7 +22,12 @@ use clap::{Parser, Subcommand};
 #[command(name = "starling", version, about)]
 struct Cli {
     /// Log format: text or json.
-    #[arg(long, global = true, env = "STARLING_LOG_FORMAT", default_value = "text")]
+    #[arg(
+        long,
+        global = true,
+        env = "STARLING_LOG_FORMAT",
+        default_value = "text"
+    )]
     log_format: String,
     #[command(subcommand)]
     command: Command,
@@ -31,6 +37,9 @@ struct Cli {
 enum Command {
     /// Run a replica.
     Node(config::NodeArgs),
+    /// Measure the control plane's figures (failover time, admission throughput, memory).
+    #[command(hide = true)]
+    Bench(bench::BenchArgs),
     /// Run a whole replicated installation with a simulated fleet and a demo repository.
     Dev(dev::DevArgs),
     /// Print the CustomResourceDefinitions of the starling.dev API as multi-document YAML.
@@ -49,6 +58,10 @@ enum Command {
     Members(cli::members::MembersArgs),
     /// Pause, resume or follow a SyncGroup's rollout.
     Rollout(cli::rollout::RolloutArgs),
+    /// Resolve a git source once: revision, digest, size, file count.
+    Source(cli::source::SourceArgs),
+    /// Print the manifests a cluster would get from an artifact or a directory.
+    Render(cli::render::RenderArgs),
 }
 
 /// A gRPC channel to `host:port` that connects on first use, with a per-request timeout.
@@ -56,16 +69,21 @@ pub fn client_channel(
     address: &str,
     timeout: Duration,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    Ok(tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(timeout)
-        .connect_lazy())
+    Ok(
+        tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(timeout)
+            .connect_lazy(),
+    )
 }
 
 fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn,hyper=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn,hyper=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {
@@ -74,7 +92,9 @@ fn init_tracing(format: &str) {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn main() -> std::process::ExitCode {
@@ -87,7 +107,7 @@ fn main() -> std::process::ExitCode {
         Command::Dev(args) => {
             if std::env::var_os("STARLING_LOG").is_none() {
                 // SAFETY: single-threaded here; no other thread reads the environment yet.
-                unsafe { std::env::set_var("STARLING_LOG", "warn,openraft=error") };
+                unsafe { std::env::set_var("STARLING_LOG", "warn,openraft=off") };
             }
             init_tracing(&cli.log_format);
             let exit_when_converged = args.exit_when_converged;
@@ -97,6 +117,10 @@ fn main() -> std::process::ExitCode {
                 Err(error) => Err(error),
             }
         }
+        Command::Bench(args) => {
+            init_tracing(&cli.log_format);
+            runtime().and_then(|rt| rt.block_on(bench::run(args)))
+        }
         Command::Crds(args) => cli::crds::run(args),
         Command::Placement(args) => cli::placement::run(args),
         Command::Apply(args) => cli::apply::run(args),
@@ -105,6 +129,8 @@ fn main() -> std::process::ExitCode {
         Command::Status(args) => cli::status::run(args),
         Command::Members(args) => cli::members::run(args),
         Command::Rollout(args) => cli::rollout::run(args),
+        Command::Source(args) => cli::source::run(args),
+        Command::Render(args) => cli::render::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -94,27 +94,83 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("raft_term", "Current Raft term", metrics.raft_term.clone());
-        registry.register("raft_leader", "Id of the Raft leader as seen by this node (-1: none)", metrics.raft_leader.clone());
-        registry.register("raft_commit_index", "Highest log index known committed", metrics.raft_commit_index.clone());
-        registry.register("raft_applied_index", "Highest log index applied to the fleet state", metrics.raft_applied_index.clone());
+        registry.register(
+            "raft_leader",
+            "Id of the Raft leader as seen by this node (-1: none)",
+            metrics.raft_leader.clone(),
+        );
+        registry.register(
+            "raft_commit_index",
+            "Highest log index known committed",
+            metrics.raft_commit_index.clone(),
+        );
+        registry.register(
+            "raft_applied_index",
+            "Highest log index applied to the fleet state",
+            metrics.raft_applied_index.clone(),
+        );
         registry.register("members", "Members by state", metrics.members.clone());
-        registry.register("clusters_owned", "Clusters owned per node", metrics.clusters_owned.clone());
-        registry.register("sources_owned", "Sources polled per node", metrics.sources_owned.clone());
-        registry.register("rollout_clusters", "SyncGroup members by rollout state", metrics.rollout_clusters.clone());
-        registry.register("grants", "BeginSync grants received by this node", metrics.grants.clone());
-        registry.register("denials", "BeginSync denials received by this node, by reason", metrics.denials.clone());
-        registry.register("syncs", "Syncs finished by this node, by result", metrics.syncs.clone());
-        registry.register("sync_duration_seconds", "Duration of syncs run by this node", metrics.sync_duration.clone());
-        registry.register("source_fetch_duration_seconds", "Duration of source fetches by this node", metrics.source_fetch_duration.clone());
-        registry.register("lease_lapses", "Heartbeat rounds that ended with the node lease lapsed", metrics.lease_lapses.clone());
-        registry.register("syncs_in_flight", "Syncs running on this node", metrics.in_flight.clone());
-        Metrics { registry, ..metrics }
+        registry.register(
+            "clusters_owned",
+            "Clusters owned per node",
+            metrics.clusters_owned.clone(),
+        );
+        registry.register(
+            "sources_owned",
+            "Sources polled per node",
+            metrics.sources_owned.clone(),
+        );
+        registry.register(
+            "rollout_clusters",
+            "SyncGroup members by rollout state",
+            metrics.rollout_clusters.clone(),
+        );
+        registry.register(
+            "grants",
+            "BeginSync grants received by this node",
+            metrics.grants.clone(),
+        );
+        registry.register(
+            "denials",
+            "BeginSync denials received by this node, by reason",
+            metrics.denials.clone(),
+        );
+        registry.register(
+            "syncs",
+            "Syncs finished by this node, by result",
+            metrics.syncs.clone(),
+        );
+        registry.register(
+            "sync_duration_seconds",
+            "Duration of syncs run by this node",
+            metrics.sync_duration.clone(),
+        );
+        registry.register(
+            "source_fetch_duration_seconds",
+            "Duration of source fetches by this node",
+            metrics.source_fetch_duration.clone(),
+        );
+        registry.register(
+            "lease_lapses",
+            "Heartbeat rounds that ended with the node lease lapsed",
+            metrics.lease_lapses.clone(),
+        );
+        registry.register(
+            "syncs_in_flight",
+            "Syncs running on this node",
+            metrics.in_flight.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
     }
 
     /// Records how long one sync took (histogram, and the running mean `starling dev` uses).
     pub fn record_sync_duration(&self, took: Duration) {
         self.sync_duration.observe(took.as_secs_f64());
-        self.sync_micros_total.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.sync_micros_total
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         self.sync_count.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -148,9 +204,14 @@ impl Metrics {
     pub fn render(&self, replica: &Replica) -> String {
         let raft = replica.raft.metrics().borrow().clone();
         self.raft_term.set(raft.current_term as i64);
-        self.raft_leader.set(raft.current_leader.map_or(-1, |id| id as i64));
-        self.raft_applied_index.set(raft.last_applied.map_or(0, |l| l.index) as i64);
-        let committed = raft.last_log_index.unwrap_or(0).max(replica.leader_commit.load(Ordering::Relaxed));
+        self.raft_leader
+            .set(raft.current_leader.map_or(-1, |id| id as i64));
+        self.raft_applied_index
+            .set(raft.last_applied.map_or(0, |l| l.index) as i64);
+        let committed = raft
+            .last_log_index
+            .unwrap_or(0)
+            .max(replica.leader_commit.load(Ordering::Relaxed));
         self.raft_commit_index.set(committed as i64);
         self.members.clear();
         self.clusters_owned.clear();
@@ -158,13 +219,27 @@ impl Metrics {
         self.rollout_clusters.clear();
         replica.raft.reader().read(|state| {
             for state_name in [MemberState::Live, MemberState::Down, MemberState::Draining] {
-                let count = state.members.values().filter(|m| m.state == state_name).count();
-                self.members.get_or_create(&StateLabel { state: format!("{state_name:?}") }).set(count as i64);
+                let count = state
+                    .members
+                    .values()
+                    .filter(|m| m.state == state_name)
+                    .count();
+                self.members
+                    .get_or_create(&StateLabel {
+                        state: format!("{state_name:?}"),
+                    })
+                    .set(count as i64);
             }
             for node in state.members.keys() {
-                let label = NodeLabel { node: node.to_string() };
-                self.clusters_owned.get_or_create(&label).set(state.cluster_placement.items_of(*node).len() as i64);
-                self.sources_owned.get_or_create(&label).set(state.source_placement.items_of(*node).len() as i64);
+                let label = NodeLabel {
+                    node: node.to_string(),
+                };
+                self.clusters_owned
+                    .get_or_create(&label)
+                    .set(state.cluster_placement.items_of(*node).len() as i64);
+                self.sources_owned
+                    .get_or_create(&label)
+                    .set(state.source_placement.items_of(*node).len() as i64);
             }
             for (key, group) in &state.groups {
                 let c = &group.ledger.counts;
@@ -175,7 +250,10 @@ impl Metrics {
                     ("failed", c.failed),
                 ] {
                     self.rollout_clusters
-                        .get_or_create(&GroupLabel { group: key.clone(), state: name.to_string() })
+                        .get_or_create(&GroupLabel {
+                            group: key.clone(),
+                            state: name.to_string(),
+                        })
                         .set(value as i64);
                 }
             }

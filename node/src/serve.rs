@@ -35,15 +35,19 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
     let replica = Arc::new(Replica::open(config).await?);
 
     let limit = proto::limits::MAX_API_MESSAGE_BYTES;
-    let fleet = proto::fleet_server::FleetServer::new(api::fleet::FleetService::new(replica.clone()))
-        .max_decoding_message_size(limit)
-        .max_encoding_message_size(limit);
-    let admin = proto::admin_server::AdminServer::new(api::admin::AdminService::new(replica.clone()))
-        .max_decoding_message_size(limit)
-        .max_encoding_message_size(limit);
+    let fleet =
+        proto::fleet_server::FleetServer::new(api::fleet::FleetService::new(replica.clone()))
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit);
+    let admin =
+        proto::admin_server::AdminServer::new(api::admin::AdminService::new(replica.clone()))
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit);
     let node = proto::node_server::NodeServer::new(api::node::NodeService::new(replica.clone()));
-    let artifacts = proto::artifacts_server::ArtifactsServer::new(api::artifacts::ArtifactService::new(replica.clone()))
-        .max_encoding_message_size(limit);
+    let artifacts = proto::artifacts_server::ArtifactsServer::new(
+        api::artifacts::ArtifactService::new(replica.clone()),
+    )
+    .max_encoding_message_size(limit);
     let (stop_grpc, stopped) = oneshot::channel::<()>();
     let grpc = tonic::transport::Server::builder()
         .add_service(replica.raft.grpc_service())
@@ -72,7 +76,12 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         tokio::spawn(crate::worker::syncs::run(replica.clone())),
     ];
     tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %replica.config.http_listen, "starling node started");
-    Ok(RunningNode { replica, stop_grpc: Some(stop_grpc), grpc, tasks })
+    Ok(RunningNode {
+        replica,
+        stop_grpc: Some(stop_grpc),
+        grpc,
+        tasks,
+    })
 }
 
 impl RunningNode {
@@ -118,13 +127,14 @@ pub async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => {
-                let _ = interrupt.await;
-                return;
-            }
-        };
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = interrupt => {}
             _ = terminate.recv() => {}

@@ -11,27 +11,48 @@ use std::time::{Duration, Instant};
 use harness::{Group, Options, fleet_manifests, wait_until};
 
 /// Clusters owned per node, and the members' states, as one node sees them.
-async fn ownership(group: &Group, via: u64) -> Option<(BTreeMap<u64, BTreeSet<String>>, BTreeMap<u64, String>)> {
+async fn ownership(
+    group: &Group,
+    via: u64,
+) -> Option<(BTreeMap<u64, BTreeSet<String>>, BTreeMap<u64, String>)> {
     let shards = group.shards(via).await?;
     let status = group.status_of(via).await?;
-    let owned = shards.shards.into_iter().map(|s| (s.node_id, s.clusters.into_iter().collect())).collect();
-    let states = status.members.into_iter().map(|m| (m.id, m.state)).collect();
+    let owned = shards
+        .shards
+        .into_iter()
+        .map(|s| (s.node_id, s.clusters.into_iter().collect()))
+        .collect();
+    let states = status
+        .members
+        .into_iter()
+        .map(|m| (m.id, m.state))
+        .collect();
     Some((owned, states))
 }
 
 async fn cluster_generations(group: &Group, via: u64) -> BTreeMap<String, (String, u64)> {
     let mut client = group.fleet(via).await;
     let list = client
-        .list(proto::ListRequest { kind: "clusters".into(), ..Default::default() })
+        .list(proto::ListRequest {
+            kind: "clusters".into(),
+            ..Default::default()
+        })
         .await
         .expect("list clusters")
         .into_inner();
     list.objects
         .iter()
         .map(|object| {
-            let value: serde_json::Value = serde_json::from_slice(&object.json).expect("cluster json");
-            let name = value["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            let owner = value["status"]["owner"].as_str().unwrap_or_default().to_string();
+            let value: serde_json::Value =
+                serde_json::from_slice(&object.json).expect("cluster json");
+            let name = value["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let owner = value["status"]["owner"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let generation = value["status"]["ownerGeneration"].as_u64().unwrap_or(0);
             (name, (owner, generation))
         })
@@ -42,8 +63,16 @@ async fn cluster_generations(group: &Group, via: u64) -> BTreeMap<String, (Strin
 async fn specs_applied_through_a_follower_are_readable_from_every_node() {
     let group = Group::start(3, Options::default()).await;
     let status = group.status().await.expect("status");
-    let follower = status.members.iter().find(|m| m.id != status.leader_id).expect("a follower").id;
-    let reply = group.apply(follower, &fleet_manifests(20)).await.expect("apply through a follower");
+    let follower = status
+        .members
+        .iter()
+        .find(|m| m.id != status.leader_id)
+        .expect("a follower")
+        .id;
+    let reply = group
+        .apply(follower, &fleet_manifests(20))
+        .await
+        .expect("apply through a follower");
     assert_eq!(reply.results.len(), 22);
     for id in 1..=3 {
         wait_until(Duration::from_secs(10), "clusters replicated", || async {
@@ -52,8 +81,16 @@ async fn specs_applied_through_a_follower_are_readable_from_every_node() {
         .await;
     }
     // Idempotent: applying again changes nothing.
-    let again = group.apply(1, &fleet_manifests(20)).await.expect("apply again");
-    assert!(again.results.iter().all(|r| r.action == proto::ApplyAction::Unchanged as i32));
+    let again = group
+        .apply(1, &fleet_manifests(20))
+        .await
+        .expect("apply again");
+    assert!(
+        again
+            .results
+            .iter()
+            .all(|r| r.action == proto::ApplyAction::Unchanged as i32)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,13 +100,20 @@ async fn killing_the_leader_elects_a_new_one_and_loses_nothing_committed() {
     let leader = group.status().await.expect("status").leader_id;
     group.kill(leader);
     wait_until(Duration::from_secs(15), "a new leader", || async {
-        group.status().await.is_some_and(|s| s.leader_id != 0 && s.leader_id != leader)
+        group
+            .status()
+            .await
+            .is_some_and(|s| s.leader_id != 0 && s.leader_id != leader)
     })
     .await;
     let survivor = group.running().next().expect("a survivor").id;
     // Writes continue, and everything committed before is still there.
-    let more = "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {name: extra}\nspec: {}\n";
-    group.apply(survivor, more).await.expect("write after failover");
+    let more =
+        "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {name: extra}\nspec: {}\n";
+    group
+        .apply(survivor, more)
+        .await
+        .expect("write after failover");
     let clusters = cluster_generations(&group, survivor).await;
     assert_eq!(clusters.len(), 31);
 }
@@ -81,14 +125,25 @@ async fn a_killed_follower_loses_its_clusters_to_survivors_and_none_is_ever_orph
     let mut group = Group::start(3, options).await;
     group.apply(1, &fleet_manifests(90)).await.expect("apply");
     let status = group.status().await.expect("status");
-    let victim = status.members.iter().find(|m| m.id != status.leader_id).expect("a follower").id;
+    let victim = status
+        .members
+        .iter()
+        .find(|m| m.id != status.leader_id)
+        .expect("a follower")
+        .id;
     let observer = status.leader_id;
     wait_until(Duration::from_secs(10), "victim owns clusters", || async {
-        ownership(&group, observer).await.is_some_and(|(owned, _)| owned.get(&victim).is_some_and(|c| !c.is_empty()))
+        ownership(&group, observer)
+            .await
+            .is_some_and(|(owned, _)| owned.get(&victim).is_some_and(|c| !c.is_empty()))
     })
     .await;
     let before = cluster_generations(&group, observer).await;
-    let victims: BTreeSet<String> = before.iter().filter(|(_, (o, _))| *o == victim.to_string()).map(|(n, _)| n.clone()).collect();
+    let victims: BTreeSet<String> = before
+        .iter()
+        .filter(|(_, (o, _))| *o == victim.to_string())
+        .map(|(n, _)| n.clone())
+        .collect();
 
     group.kill(victim);
     let killed_at = Instant::now();
@@ -100,21 +155,31 @@ async fn a_killed_follower_loses_its_clusters_to_survivors_and_none_is_ever_orph
         for (node, clusters) in &owned {
             for cluster in clusters {
                 assert!(seen.insert(cluster.clone()), "{cluster} owned twice");
-                assert_ne!(states.get(node).map(String::as_str), Some("Down"), "{cluster} owned by down node {node}");
+                assert_ne!(
+                    states.get(node).map(String::as_str),
+                    Some("Down"),
+                    "{cluster} owned by down node {node}"
+                );
             }
         }
         assert_eq!(seen.len(), 90, "every cluster has an owner");
         if owned.get(&victim).is_none_or(|c| c.is_empty()) {
             break;
         }
-        assert!(killed_at.elapsed() < down_after + Duration::from_secs(3), "clusters did not move within down_after plus a margin");
+        assert!(
+            killed_at.elapsed() < down_after + Duration::from_secs(3),
+            "clusters did not move within down_after plus a margin"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let after = cluster_generations(&group, observer).await;
     for cluster in &victims {
         let (owner, generation) = &after[cluster];
         assert_ne!(*owner, victim.to_string());
-        assert!(*generation > before[cluster].1, "{cluster} got a new owner generation");
+        assert!(
+            *generation > before[cluster].1,
+            "{cluster} got a new owner generation"
+        );
     }
 }
 
@@ -123,8 +188,17 @@ async fn restarting_every_node_keeps_the_state() {
     let mut group = Group::start(3, Options::default()).await;
     group.apply(2, &fleet_manifests(25)).await.expect("apply");
     let mut pause = group.fleet(1).await;
-    pause.rollout_pause(proto::RolloutRequest { namespace: "default".into(), name: "web".into() }).await.expect("pause");
-    wait_until(Duration::from_secs(10), "replicated", || async { cluster_generations(&group, 3).await.len() == 25 }).await;
+    pause
+        .rollout_pause(proto::RolloutRequest {
+            namespace: "default".into(),
+            name: "web".into(),
+        })
+        .await
+        .expect("pause");
+    wait_until(Duration::from_secs(10), "replicated", || async {
+        cluster_generations(&group, 3).await.len() == 25
+    })
+    .await;
     for id in 1..=3 {
         group.kill(id);
     }
@@ -147,13 +221,25 @@ async fn a_fourth_node_takes_about_a_quarter_and_a_drained_node_owns_nothing() {
     group.wait_for_members(4).await;
     let (owned, _) = ownership(&group, 1).await.expect("ownership");
     let fourth = owned.get(&4).map_or(0, BTreeSet::len);
-    assert!((35..=65).contains(&fourth), "node 4 owns {fourth} of 200 clusters");
+    assert!(
+        (35..=65).contains(&fourth),
+        "node 4 owns {fourth} of 200 clusters"
+    );
 
     let mut admin = group.admin(2).await;
-    admin.drain(proto::DrainRequest { id: 4, undo: false }).await.expect("drain");
-    wait_until(Duration::from_secs(10), "drained node owns nothing", || async {
-        ownership(&group, 1).await.is_some_and(|(owned, _)| owned.get(&4).is_none_or(BTreeSet::is_empty))
-    })
+    admin
+        .drain(proto::DrainRequest { id: 4, undo: false })
+        .await
+        .expect("drain");
+    wait_until(
+        Duration::from_secs(10),
+        "drained node owns nothing",
+        || async {
+            ownership(&group, 1)
+                .await
+                .is_some_and(|(owned, _)| owned.get(&4).is_none_or(BTreeSet::is_empty))
+        },
+    )
     .await;
 }
 
@@ -164,22 +250,37 @@ async fn a_node_paused_past_down_after_loses_its_clusters_and_comes_back_with_ne
     let group = Group::start(3, options).await;
     group.apply(1, &fleet_manifests(60)).await.expect("apply");
     let status = group.status().await.expect("status");
-    let paused = status.members.iter().find(|m| m.id != status.leader_id).expect("a follower").id;
+    let paused = status
+        .members
+        .iter()
+        .find(|m| m.id != status.leader_id)
+        .expect("a follower")
+        .id;
     let observer = status.leader_id;
     let before = cluster_generations(&group, observer).await;
 
     group.signal(paused, "-STOP");
-    wait_until(down_after + Duration::from_secs(5), "paused node marked down", || async {
-        ownership(&group, observer).await.is_some_and(|(owned, states)| {
-            states.get(&paused).map(String::as_str) == Some("Down") && owned.get(&paused).is_none_or(BTreeSet::is_empty)
-        })
-    })
+    wait_until(
+        down_after + Duration::from_secs(5),
+        "paused node marked down",
+        || async {
+            ownership(&group, observer)
+                .await
+                .is_some_and(|(owned, states)| {
+                    states.get(&paused).map(String::as_str) == Some("Down")
+                        && owned.get(&paused).is_none_or(BTreeSet::is_empty)
+                })
+        },
+    )
     .await;
     group.signal(paused, "-CONT");
     wait_until(Duration::from_secs(10), "resumed node back", || async {
-        ownership(&group, observer).await.is_some_and(|(owned, states)| {
-            states.get(&paused).map(String::as_str) == Some("Live") && owned.get(&paused).is_some_and(|c| !c.is_empty())
-        })
+        ownership(&group, observer)
+            .await
+            .is_some_and(|(owned, states)| {
+                states.get(&paused).map(String::as_str) == Some("Live")
+                    && owned.get(&paused).is_some_and(|c| !c.is_empty())
+            })
     })
     .await;
     // Whatever it owns now, it owns at a generation newer than anything it held before: a
@@ -187,41 +288,79 @@ async fn a_node_paused_past_down_after_loses_its_clusters_and_comes_back_with_ne
     let after = cluster_generations(&group, observer).await;
     for (cluster, (owner, generation)) in &after {
         if *owner == paused.to_string() {
-            assert!(*generation > before[cluster].1, "{cluster} must have a new generation");
+            assert!(
+                *generation > before[cluster].1,
+                "{cluster} must have a new generation"
+            );
         }
     }
     // Its own view catches up too.
-    wait_until(Duration::from_secs(10), "resumed node catches up", || async {
-        cluster_generations(&group, paused).await == after
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "resumed node catches up",
+        || async { cluster_generations(&group, paused).await == after },
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors_and_the_node_keeps_serving() {
     let group = Group::start(1, Options::default()).await;
-    let bad_yaml = group.apply(1, "kind: [unclosed").await.expect_err("malformed yaml");
+    let bad_yaml = group
+        .apply(1, "kind: [unclosed")
+        .await
+        .expect_err("malformed yaml");
     assert_eq!(bad_yaml.code(), tonic::Code::InvalidArgument);
-    let unknown = group.apply(1, "apiVersion: starling.dev/v1alpha1\nkind: Gadget\nmetadata: {name: x}\n").await.expect_err("unknown kind");
+    let unknown = group
+        .apply(
+            1,
+            "apiVersion: starling.dev/v1alpha1\nkind: Gadget\nmetadata: {name: x}\n",
+        )
+        .await
+        .expect_err("unknown kind");
     assert_eq!(unknown.code(), tonic::Code::InvalidArgument);
-    assert!(unknown.message().to_lowercase().contains("gadget"), "{}", unknown.message());
+    assert!(
+        unknown.message().to_lowercase().contains("gadget"),
+        "{}",
+        unknown.message()
+    );
     let invalid = group
         .apply(1, "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: x}\nspec: {git: {url: \"ftp://x\", ref: {branch: main}}}\n")
         .await
         .expect_err("invalid spec");
-    assert!(invalid.message().contains("spec.git.url"), "{}", invalid.message());
+    assert!(
+        invalid.message().contains("spec.git.url"),
+        "{}",
+        invalid.message()
+    );
     let mut client = group.fleet(1).await;
     let unknown_kind = client
-        .list(proto::ListRequest { kind: "widgets".into(), ..Default::default() })
+        .list(proto::ListRequest {
+            kind: "widgets".into(),
+            ..Default::default()
+        })
         .await
         .expect_err("unknown kind in list");
     assert_eq!(unknown_kind.code(), tonic::Code::InvalidArgument);
     let oversize = vec![b'#'; proto::limits::MAX_API_MESSAGE_BYTES + 1024];
     let too_big = client
-        .apply(proto::ApplyRequest { manifests: oversize, origin: "test".into(), dry_run: false })
+        .apply(proto::ApplyRequest {
+            manifests: oversize,
+            origin: "test".into(),
+            dry_run: false,
+        })
         .await
         .expect_err("oversize");
-    assert!(matches!(too_big.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange), "{too_big:?}");
+    assert!(
+        matches!(
+            too_big.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange
+        ),
+        "{too_big:?}"
+    );
     // Still serving.
-    group.apply(1, &fleet_manifests(1)).await.expect("still serving");
+    group
+        .apply(1, &fleet_manifests(1))
+        .await
+        .expect("still serving");
 }

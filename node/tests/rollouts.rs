@@ -34,7 +34,12 @@ impl Drop for GitDaemon {
 
 fn git_daemon(base: &std::path::Path, port: u16) -> GitDaemon {
     let child = Command::new("git")
-        .args(["daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1"])
+        .args([
+            "daemon",
+            "--reuseaddr",
+            "--export-all",
+            "--listen=127.0.0.1",
+        ])
         .arg(format!("--port={port}"))
         .arg(format!("--base-path={}", base.display()))
         .arg(base)
@@ -64,29 +69,34 @@ fn manifests(sim: &FleetSim, url: &str) -> String {
 }
 
 async fn group_status(group: &Group) -> Option<proto::Rollout> {
-    group.status().await?.rollouts.into_iter().find(|r| r.name == "demo")
+    group
+        .status()
+        .await?
+        .rollouts
+        .into_iter()
+        .find(|r| r.name == "demo")
 }
 
 /// Waits for a rollout to a revision other than `previous` to complete, sampling the ledger's
 /// unavailable count; returns the revision and the most unavailable seen.
-async fn rollout(group: &Group, previous: &str, mut midway: impl FnMut(u32) -> bool) -> (String, u32) {
+async fn rollout(group: &Group, previous: &str) -> (String, u32) {
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut most = 0;
     loop {
-        if let Some(status) = group_status(group).await
-            && let Some(summary) = status.summary
+        let status = group_status(group).await;
+        if let Some(current) = &status
+            && let Some(summary) = &current.summary
+            && current.target_revision != previous
         {
-            if status.target_revision != previous {
-                most = most.max(summary.in_progress + summary.failed);
-                if status.phase == "Complete" && summary.updated as usize == CLUSTERS {
-                    return (status.target_revision, most);
-                }
-                if midway(summary.updated) {
-                    // The scenario acted; keep sampling.
-                }
+            most = most.max(summary.in_progress + summary.failed);
+            if current.phase == "Complete" && summary.updated as usize == CLUSTERS {
+                return (current.target_revision.clone(), most);
             }
         }
-        assert!(Instant::now() < deadline, "rollout did not complete in time: {:?}", group_status(group).await);
+        assert!(
+            Instant::now() < deadline,
+            "rollout did not complete in time: {status:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -108,45 +118,88 @@ fn config_versions(sim: &FleetSim) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
-    let sim = FleetSim::start(fleetsim::Config { clusters: CLUSTERS, ready_delay: Duration::from_millis(100), ..Default::default() })
-        .await
-        .expect("fleetsim starts");
+    let sim = FleetSim::start(fleetsim::Config {
+        clusters: CLUSTERS,
+        ready_delay: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await
+    .expect("fleetsim starts");
     let work = tempfile::tempdir().expect("temp dir");
     let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
     let port = free_port();
     let _daemon = git_daemon(work.path(), port);
     let url = format!("git://127.0.0.1:{port}/demo");
 
-    let mut group = Group::start(3, Options { extra_args: vec!["--max-concurrent-syncs".into(), "16".into()], ..Options::default() }).await;
-    group.apply(1, &manifests(&sim, &url)).await.expect("specs applied");
+    let mut group = Group::start(
+        3,
+        Options {
+            extra_args: vec!["--max-concurrent-syncs".into(), "16".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+    group
+        .apply(1, &manifests(&sim, &url))
+        .await
+        .expect("specs applied");
 
     // 1. The first sync converges everywhere, with correct statuses.
-    let (first, most) = rollout(&group, "", |_| false).await;
+    let (first, most) = rollout(&group, "").await;
     assert!(most <= BUDGET, "first rollout had {most} unavailable");
-    assert!(config_versions(&sim).iter().all(|(_, v)| v == "v1"), "every cluster holds v1");
+    assert!(
+        config_versions(&sim).iter().all(|(_, v)| v == "v1"),
+        "every cluster holds v1"
+    );
     let mut fleet = group.fleet(1).await;
-    let syncs = fleet.list(proto::ListRequest { kind: "syncs".into(), ..Default::default() }).await.expect("list syncs").into_inner();
+    let syncs = fleet
+        .list(proto::ListRequest {
+            kind: "syncs".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list syncs")
+        .into_inner();
     assert_eq!(syncs.objects.len(), CLUSTERS);
     for object in &syncs.objects {
         let value: serde_json::Value = serde_json::from_slice(&object.json).expect("sync json");
         assert_eq!(value["status"]["lastAppliedRevision"], first.as_str());
         assert_eq!(value["status"]["resourcesLeastStatus"], "Current");
-        assert_eq!(value["status"]["inventory"].as_array().map(Vec::len), Some(3), "namespace, config map, deployment");
+        assert_eq!(
+            value["status"]["inventory"].as_array().map(Vec::len),
+            Some(3),
+            "namespace, config map, deployment"
+        );
     }
 
     // 2. A new commit rolls out within maxUnavailable.
     let since = unix_micros();
     demo.commit("v2", "nginx:1.28", "v2").expect("commit v2");
-    let (second, most) = rollout(&group, &first, |_| false).await;
+    let (second, most) = rollout(&group, &first).await;
     let records = sim.audit(&AuditFilter::default());
-    assert!(most <= BUDGET, "second rollout had {most} unavailable (ledger)");
+    assert!(
+        most <= BUDGET,
+        "second rollout had {most} unavailable (ledger)"
+    );
     let written = report::concurrent_writes(&records, (since, unix_micros()));
-    assert!(written <= BUDGET, "second rollout wrote {written} clusters at once (audit log)");
-    assert!(config_versions(&sim).iter().all(|(_, v)| v == "v2"), "every cluster holds v2");
+    assert!(
+        written <= BUDGET,
+        "second rollout wrote {written} clusters at once (audit log)"
+    );
+    assert!(
+        config_versions(&sim).iter().all(|(_, v)| v == "v2"),
+        "every cluster holds v2"
+    );
 
     // 3. kill -9 of a node in the middle of a third rollout.
     let status = group.status().await.expect("status");
-    let victim = status.members.iter().filter(|m| m.id != status.leader_id).max_by_key(|m| m.clusters_owned).expect("a follower").id;
+    let victim = status
+        .members
+        .iter()
+        .filter(|m| m.id != status.leader_id)
+        .max_by_key(|m| m.clusters_owned)
+        .expect("a follower")
+        .id;
     demo.commit("v3", "nginx:1.29", "v3").expect("commit v3");
     let mut killed = false;
     let (_third, most) = {
@@ -167,13 +220,19 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
                     break (status.target_revision, most);
                 }
             }
-            assert!(Instant::now() < deadline, "third rollout did not complete after the kill");
+            assert!(
+                Instant::now() < deadline,
+                "third rollout did not complete after the kill"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
     assert!(killed);
     assert!(most <= BUDGET, "third rollout had {most} unavailable");
-    assert!(config_versions(&sim).iter().all(|(_, v)| v == "v3"), "every cluster holds v3");
+    assert!(
+        config_versions(&sim).iter().all(|(_, v)| v == "v3"),
+        "every cluster holds v3"
+    );
     let records = sim.audit(&AuditFilter::default());
     for check in report::writer_checks(&records) {
         assert!(check.ok, "{}: {}", check.name, check.detail);
@@ -182,15 +241,103 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
     let survivor = group.running().next().expect("survivor").id;
     wait_until(Duration::from_secs(10), "statuses current", || async {
         let mut fleet = group.fleet(survivor).await;
-        let Ok(syncs) = fleet.list(proto::ListRequest { kind: "syncs".into(), ..Default::default() }).await else { return false };
-        let target = group_status(&group).await.map(|s| s.target_revision).unwrap_or_default();
+        let Ok(syncs) = fleet
+            .list(proto::ListRequest {
+                kind: "syncs".into(),
+                ..Default::default()
+            })
+            .await
+        else {
+            return false;
+        };
+        let target = group_status(&group)
+            .await
+            .map(|s| s.target_revision)
+            .unwrap_or_default();
         syncs.into_inner().objects.iter().all(|o| {
-            serde_json::from_slice::<serde_json::Value>(&o.json).is_ok_and(|v| v["status"]["lastAppliedRevision"] == target.as_str())
+            serde_json::from_slice::<serde_json::Value>(&o.json)
+                .is_ok_and(|v| v["status"]["lastAppliedRevision"] == target.as_str())
         })
     })
     .await;
 }
 
 fn unix_micros() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Design section 7: a node that cannot reach the git host fetches the artifact by digest from
+/// a peer, so syncing goes on while the git host is down. Node 4 joins after the git daemon is
+/// stopped, has no mirror and no artifact, and still syncs the new clusters placed on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_the_git_host_gets_artifacts_from_peers() {
+    let sim = FleetSim::start(fleetsim::Config {
+        clusters: 30,
+        ready_delay: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await
+    .expect("fleetsim starts");
+    let work = tempfile::tempdir().expect("temp dir");
+    let _demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
+    let port = free_port();
+    let daemon = git_daemon(work.path(), port);
+    let url = format!("git://127.0.0.1:{port}/demo");
+    let mut group = Group::start(3, Options::default()).await;
+    group
+        .apply(1, &manifests(&sim, &url))
+        .await
+        .expect("specs applied");
+    wait_until(Duration::from_secs(120), "first rollout", || async {
+        group_status(&group)
+            .await
+            .is_some_and(|s| s.phase == "Complete" && s.summary.is_some_and(|m| m.updated == 30))
+    })
+    .await;
+
+    drop(daemon);
+    group.add_node(4).await;
+    group.wait_for_members(4).await;
+    let mut added = String::new();
+    for i in 0..40 {
+        let name = format!("late{i:02}");
+        sim.add_cluster(&name).expect("cluster added to fleetsim");
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+            "stringData": {"value": sim.kubeconfig(&name).expect("kubeconfig")},
+        });
+        added.push_str(&format!("---\n{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r1}}}}\nspec: {{}}\n"));
+    }
+    group.apply(2, &added).await.expect("late clusters applied");
+    let shards = group.shards(1).await.expect("shards");
+    let on_node_4 = shards
+        .shards
+        .iter()
+        .find(|s| s.node_id == 4)
+        .map_or(0, |s| {
+            s.clusters.iter().filter(|c| c.contains("/late")).count()
+        });
+    assert!(on_node_4 > 0, "some late clusters are placed on node 4");
+    wait_until(
+        Duration::from_secs(120),
+        "late clusters synced with the git host down",
+        || async {
+            (0..40).all(|i| {
+                sim.get_object(
+                    &format!("late{i:02}"),
+                    "v1",
+                    "ConfigMap",
+                    Some("demo"),
+                    "demo-config",
+                )
+                .ok()
+                .flatten()
+                .is_some_and(|o| o["data"]["version"] == "v1")
+            })
+        },
+    )
+    .await;
 }

@@ -91,6 +91,9 @@ fn run(
     mut receiver: mpsc::UnboundedReceiver<WriteOp>,
     durable_upto: Arc<AtomicU64>,
 ) {
+    // After a failed commit redb needs recovery (a reopen): every later op fails with the first
+    // error instead of touching the database again.
+    let mut failed: Option<Arc<StoreError>> = None;
     while let Some(first) = receiver.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -99,9 +102,15 @@ fn run(
                 Err(_) => break,
             }
         }
-        let result = commit(&db, &batch).map_err(Arc::new);
-        if let Err(error) = &result {
-            tracing::error!(error = %error, ops = batch.len(), "raft log write failed");
+        let result = match &failed {
+            Some(error) => Err(error.clone()),
+            None => commit(&db, &batch).map_err(Arc::new),
+        };
+        if let Err(error) = &result
+            && failed.is_none()
+        {
+            tracing::error!(error = %error, ops = batch.len(), "raft log write failed; the log store is unusable until restart");
+            failed = Some(error.clone());
         }
         for op in batch {
             complete(op, &result, &durable_upto);

@@ -150,7 +150,7 @@ impl StateReader {
         *self.shared.applied_index.borrow()
     }
 
-    /// The last applied log id and membership.
+    /// The last applied log id.
     pub fn applied_log_id(&self) -> Option<LogId> {
         self.shared.read().last_applied
     }

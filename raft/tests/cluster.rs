@@ -170,6 +170,20 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
         .await
         .expect("writes continue after restart");
     assert!(after.0 > last);
+
+    // Leadership can be handed to another voter (once the leader lease of openraft 0.9 lets
+    // the others vote).
+    let refs: Vec<&TestNode> = nodes.iter().collect();
+    let leader = wait_for_leader(&refs, ELECTION).await;
+    let leader_node = nodes.iter().find(|n| n.id == leader).expect("leader");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let successor = leader_node
+        .node
+        .transfer_leadership(None, Duration::from_secs(10))
+        .await
+        .expect("transfer leadership");
+    assert_ne!(successor, leader);
+    assert_eq!(wait_for_leader(&refs, ELECTION).await, successor);
     for node in nodes {
         node.stop().await;
     }

@@ -20,7 +20,8 @@ use flate2::write::GzEncoder;
 use fleet::resources::SyncTemplate;
 use fleetsim::{Config, FleetSim};
 use starling_sync::{
-    ArtifactSource, ClientSettings, ClusterTarget, EngineConfig, SyncEngine, SyncRequest,
+    ArtifactSource, ClientSettings, ClusterTarget, Connection, EngineConfig, SyncEngine,
+    SyncRequest,
 };
 
 const APP: &[(&str, &str)] = &[
@@ -59,6 +60,29 @@ fn archive() -> Bytes {
     }
     let encoder = builder.into_inner().expect("finish the tar");
     Bytes::from(encoder.finish().expect("finish the gzip"))
+}
+
+const CA: &str = include_str!("../tests/data/test-ca.crt");
+
+fn base64(text: &str) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in text.as_bytes().chunks(3) {
+        let bytes = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(bytes[0]) << 16) | (u32::from(bytes[1]) << 8) | u32::from(bytes[2]);
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
 }
 
 fn resident_bytes() -> u64 {
@@ -169,7 +193,7 @@ async fn main() {
     let artifact = archive();
     let config = EngineConfig {
         clients: ClientSettings {
-            max_clients: clusters.max(client_count) + 1,
+            max_clients: clusters.max(client_count) * 2 + 1,
             ..ClientSettings::default()
         },
         ..EngineConfig::default()
@@ -212,10 +236,35 @@ async fn main() {
     }
     let used = resident_bytes();
     println!(
-        "memory per cached client: {:.1} KiB built, {:.1} KiB after one request each (open connection); {} clients",
+        "memory per cached http client:  {:.1} KiB built, {:.1} KiB after one request each (open connection, fleetsim's side included); {} clients",
         (idle.saturating_sub(before)) as f64 / all.len() as f64 / 1024.0,
         (used.saturating_sub(before)) as f64 / all.len() as f64 / 1024.0,
         all.len()
+    );
+    // The production shape: https with the cluster's CA and a token from a kubeconfig
+    // (never connected here: only what the cache holds is measured).
+    let kubeconfig = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: {name}\nclusters:\n- name: {name}\n  cluster:\n    server: https://127.0.0.1:1/{name}\n    certificate-authority-data: {}\ncontexts:\n- name: {name}\n  context: {{cluster: {name}, user: {name}}}\nusers:\n- name: {name}\n  user: {{token: t-{name}}}\n",
+            base64(CA)
+        )
+    };
+    let before = resident_bytes();
+    for index in 0..client_count {
+        let name = format!("tls-{index}");
+        let target = ClusterTarget {
+            connection: Connection::Kubeconfig(kubeconfig(&name)),
+            ..ClusterTarget::at_url(name.clone(), String::new())
+        };
+        engine
+            .clients()
+            .get(&target, "figures", 1)
+            .await
+            .expect("client");
+    }
+    println!(
+        "memory per cached https client: {:.1} KiB built (kubeconfig with CA and token); {client_count} clients",
+        resident_bytes().saturating_sub(before) as f64 / client_count as f64 / 1024.0
     );
     sim.shutdown().await;
 }

@@ -312,7 +312,9 @@ pub enum Outcome {
         reason: DenyReason,
     },
     /// A `FinishSync` was recorded for this Sync.
-    Finished { sync: Key },
+    Finished {
+        sync: Key,
+    },
     /// A `FinishSync` with a ticket that was voided (ownership moved) or already finished.
     StaleTicket,
     /// Membership changed; `moved` clusters and sources changed owner.
@@ -342,10 +344,15 @@ struct SnapshotOut<'a> {
     state: &'a FleetState,
 }
 
+/// The envelope's format alone (the rest of the document is skipped without being built).
+#[derive(Deserialize)]
+struct SnapshotFormat {
+    format: u32,
+}
+
 #[derive(Deserialize)]
 struct SnapshotIn {
-    format: u32,
-    state: serde_json::Value,
+    state: FleetState,
 }
 
 impl FleetState {
@@ -418,14 +425,15 @@ impl FleetState {
 
     /// Restores a state from [`FleetState::encode_snapshot`] output.
     pub fn decode_snapshot(bytes: &[u8]) -> Result<FleetState, SnapshotError> {
-        let envelope: SnapshotIn = serde_json::from_slice(bytes)?;
+        let envelope: SnapshotFormat = serde_json::from_slice(bytes)?;
         if envelope.format != SNAPSHOT_FORMAT {
             return Err(SnapshotError::UnsupportedFormat {
                 found: envelope.format,
                 supported: SNAPSHOT_FORMAT,
             });
         }
-        Ok(serde_json::from_value(envelope.state)?)
+        let decoded: SnapshotIn = serde_json::from_slice(bytes)?;
+        Ok(decoded.state)
     }
 
     /// The node that owns a cluster, with its owner generation.

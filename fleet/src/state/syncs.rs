@@ -117,7 +117,8 @@ impl FleetState {
                 entry.rollout.admitted = ticket.kind == SyncKind::Rollout && desired == Some(mark);
                 status.message = Some(format!("abandoned: {reason}"));
                 if let Some(partial) = inventory {
-                    let merged: BTreeSet<ObjectRef> = status.inventory.drain(..).chain(partial).collect();
+                    let merged: BTreeSet<ObjectRef> =
+                        status.inventory.drain(..).chain(partial).collect();
                     status.inventory = merged.into_iter().collect();
                 }
             }

@@ -136,8 +136,15 @@ impl FleetState {
 fn redacted(secret: &k8s_openapi::api::core::v1::Secret) -> k8s_openapi::api::core::v1::Secret {
     // Keep the key names (empty values), so `get` can say what a Secret holds.
     let mut copy = secret.clone();
-    let keys = copy.data.iter().flatten().map(|(k, _)| k.clone()).chain(copy.string_data.iter().flatten().map(|(k, _)| k.clone()));
-    let data: std::collections::BTreeMap<String, k8s_openapi::ByteString> = keys.map(|k| (k, k8s_openapi::ByteString(Vec::new()))).collect();
+    let keys = copy
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.clone())
+        .chain(copy.string_data.iter().flatten().map(|(k, _)| k.clone()));
+    let data: std::collections::BTreeMap<String, k8s_openapi::ByteString> = keys
+        .map(|k| (k, k8s_openapi::ByteString(Vec::new())))
+        .collect();
     copy.data = (!data.is_empty()).then_some(data);
     copy.string_data = None;
     copy

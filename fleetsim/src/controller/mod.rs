@@ -162,7 +162,10 @@ impl Controller {
             let delay = cluster.ready_delay(shared.config.ready_delay);
             self.schedule(key(JobKind::Workload), later(now, delay));
         } else if info.is_crd() && !outcome.removed && !crd::is_established(&object.value()) {
-            self.schedule(key(JobKind::Crd), later(now, shared.config.crd_establish_delay));
+            self.schedule(
+                key(JobKind::Crd),
+                later(now, shared.config.crd_establish_delay),
+            );
         } else if info.is_namespace() && object.deleting && !outcome.removed {
             self.schedule(key(JobKind::Namespace), now);
         }

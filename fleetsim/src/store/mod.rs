@@ -90,7 +90,11 @@ impl StoredObject {
             owners,
             deleting,
             // exact-size allocation: to_vec's growth slack would stay for the object's life
-            json: Bytes::from(serde_json::to_vec(&value).unwrap_or_default().into_boxed_slice()),
+            json: Bytes::from(
+                serde_json::to_vec(&value)
+                    .unwrap_or_default()
+                    .into_boxed_slice(),
+            ),
         }
     }
 

@@ -27,15 +27,23 @@ impl AdminService {
     }
 
     /// A client to the leader when this replica is not it; `None` when it is.
-    fn leader_client(&self) -> Result<Option<proto::admin_client::AdminClient<tonic::transport::Channel>>, Status> {
+    fn leader_client(
+        &self,
+    ) -> Result<Option<proto::admin_client::AdminClient<tonic::transport::Channel>>, Status> {
         match self.replica.raft.current_leader() {
             Some((leader, _)) if leader == self.replica.id() => Ok(None),
             Some((_, peer)) => {
-                let channel = client_channel(&peer.addr, CHANGE_TIMEOUT)
-                    .map_err(|error| status(ApiError::unavailable(format!("cannot reach the leader at {}: {error}", peer.addr))))?;
+                let channel = client_channel(&peer.addr, CHANGE_TIMEOUT).map_err(|error| {
+                    status(ApiError::unavailable(format!(
+                        "cannot reach the leader at {}: {error}",
+                        peer.addr
+                    )))
+                })?;
                 Ok(Some(proto::admin_client::AdminClient::new(channel)))
             }
-            None => Err(status(ApiError::unavailable("no leader elected yet; retry"))),
+            None => Err(status(ApiError::unavailable(
+                "no leader elected yet; retry",
+            ))),
         }
     }
 
@@ -77,7 +85,11 @@ pub fn members_view(replica: &Replica) -> Vec<proto::Member> {
                     state: member.map_or("Joining".to_string(), |m| format!("{:?}", m.state)),
                     role: role.to_string(),
                     voter: voters.contains(&id),
-                    applied_index: if id == replica.id() { raft.last_applied.map_or(0, |l| l.index) } else { 0 },
+                    applied_index: if id == replica.id() {
+                        raft.last_applied.map_or(0, |l| l.index)
+                    } else {
+                        0
+                    },
                     clusters_owned: state.cluster_placement.items_of(id).len() as u32,
                     sources_owned: state.source_placement.items_of(id).len() as u32,
                     syncs_in_flight: state.tickets.values().filter(|t| t.node == id).count() as u32,
@@ -90,64 +102,128 @@ pub fn members_view(replica: &Replica) -> Vec<proto::Member> {
 
 #[tonic::async_trait]
 impl proto::admin_server::Admin for AdminService {
-    async fn members(&self, _request: Request<proto::MembersRequest>) -> Result<Response<proto::MembersResponse>, Status> {
+    async fn members(
+        &self,
+        _request: Request<proto::MembersRequest>,
+    ) -> Result<Response<proto::MembersResponse>, Status> {
         let leader_id = self.replica.raft.current_leader().map_or(0, |(id, _)| id);
-        Ok(Response::new(proto::MembersResponse { members: members_view(&self.replica), leader_id }))
+        Ok(Response::new(proto::MembersResponse {
+            members: members_view(&self.replica),
+            leader_id,
+        }))
     }
 
-    async fn add_node(&self, request: Request<proto::AddNodeRequest>) -> Result<Response<proto::MembershipResponse>, Status> {
+    async fn add_node(
+        &self,
+        request: Request<proto::AddNodeRequest>,
+    ) -> Result<Response<proto::MembershipResponse>, Status> {
         if let Some(mut leader) = self.leader_client()? {
             return leader.add_node(request.into_inner()).await;
         }
         let request = request.into_inner();
-        if request.address.rsplit_once(':').is_none_or(|(_, port)| port.parse::<u16>().is_err()) {
-            return Err(status(ApiError::invalid_argument(format!("address {:?} is not HOST:PORT", request.address))));
+        if request
+            .address
+            .rsplit_once(':')
+            .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+        {
+            return Err(status(ApiError::invalid_argument(format!(
+                "address {:?} is not HOST:PORT",
+                request.address
+            ))));
         }
         let raft = &self.replica.raft;
         let mut log_index = 0;
-        let known = raft.membership().get_node(&request.id).is_some_and(|peer| peer.addr == request.address);
+        let known = raft
+            .membership()
+            .get_node(&request.id)
+            .is_some_and(|peer| peer.addr == request.address);
         if !known {
-            let change = tokio::time::timeout(CHANGE_TIMEOUT, raft.add_learner(request.id, request.address.clone(), true))
-                .await
-                .map_err(|_| status(ApiError::unavailable(format!("node {} did not catch up within {CHANGE_TIMEOUT:?}", request.id))))?
-                .map_err(|error| proto::status_from(&error))?;
+            let change = tokio::time::timeout(
+                CHANGE_TIMEOUT,
+                raft.add_learner(request.id, request.address.clone(), true),
+            )
+            .await
+            .map_err(|_| {
+                status(ApiError::unavailable(format!(
+                    "node {} did not catch up within {CHANGE_TIMEOUT:?}",
+                    request.id
+                )))
+            })?
+            .map_err(|error| proto::status_from(&error))?;
             log_index = change.log_index;
         }
         let membership = raft.membership();
         let is_voter = membership.voter_ids().any(|id| id == request.id);
-        if request.voter && !is_voter && membership.voter_ids().count() < self.replica.config.max_voters {
+        if request.voter
+            && !is_voter
+            && membership.voter_ids().count() < self.replica.config.max_voters
+        {
             let change = raft
                 .promote(BTreeSet::from([request.id]))
                 .await
                 .map_err(|error| proto::status_from(&error))?;
             log_index = change.log_index;
         }
-        raft.propose(Command::AddMember { id: request.id, address: request.address, at: Replica::now_rfc3339() })
-            .await
-            .map_err(write_status)?;
+        raft.propose(Command::AddMember {
+            id: request.id,
+            address: request.address,
+            at: Replica::now_rfc3339(),
+        })
+        .await
+        .map_err(write_status)?;
         tracing::info!(node = request.id, "member added");
         Ok(Response::new(self.membership_response(log_index)))
     }
 
-    async fn remove_node(&self, request: Request<proto::RemoveNodeRequest>) -> Result<Response<proto::MembershipResponse>, Status> {
+    async fn remove_node(
+        &self,
+        request: Request<proto::RemoveNodeRequest>,
+    ) -> Result<Response<proto::MembershipResponse>, Status> {
         if let Some(mut leader) = self.leader_client()? {
             return leader.remove_node(request.into_inner()).await;
         }
         let id = request.get_ref().id;
-        let change = self.replica.raft.remove_node(id).await.map_err(|error| proto::status_from(&error))?;
-        self.replica.raft.propose(Command::RemoveMember { id }).await.map_err(write_status)?;
+        let change = self
+            .replica
+            .raft
+            .remove_node(id)
+            .await
+            .map_err(|error| proto::status_from(&error))?;
+        self.replica
+            .raft
+            .propose(Command::RemoveMember { id })
+            .await
+            .map_err(write_status)?;
         tracing::info!(node = id, "member removed");
         Ok(Response::new(self.membership_response(change.log_index)))
     }
 
-    async fn drain(&self, request: Request<proto::DrainRequest>) -> Result<Response<proto::DrainResponse>, Status> {
+    async fn drain(
+        &self,
+        request: Request<proto::DrainRequest>,
+    ) -> Result<Response<proto::DrainResponse>, Status> {
         let request = request.into_inner();
-        let state = if request.undo { MemberState::Live } else { MemberState::Draining };
-        let command = Command::SetMemberState { id: request.id, state, at: Replica::now_rfc3339() };
-        let (_, outcome) = self.replica.raft.propose(command).await.map_err(write_status)?;
+        let state = if request.undo {
+            MemberState::Live
+        } else {
+            MemberState::Draining
+        };
+        let command = Command::SetMemberState {
+            id: request.id,
+            state,
+            at: Replica::now_rfc3339(),
+        };
+        let (_, outcome) = self
+            .replica
+            .raft
+            .propose(command)
+            .await
+            .map_err(write_status)?;
         let moved = match outcome {
             fleet::Outcome::MembershipChanged { moved } => moved as u32,
-            fleet::Outcome::Rejected { message } => return Err(status(ApiError::not_found(message))),
+            fleet::Outcome::Rejected { message } => {
+                return Err(status(ApiError::not_found(message)));
+            }
             _ => 0,
         };
         let revision = self.replica.raft.reader().read(|state| state.revision);
@@ -170,10 +246,16 @@ impl proto::admin_server::Admin for AdminService {
             .await
             .map_err(|error| proto::status_from(&error))?;
         let term = self.replica.raft.metrics().borrow().current_term;
-        Ok(Response::new(proto::TransferLeadershipResponse { leader_id, term }))
+        Ok(Response::new(proto::TransferLeadershipResponse {
+            leader_id,
+            term,
+        }))
     }
 
-    async fn shards(&self, request: Request<proto::ShardsRequest>) -> Result<Response<proto::ShardsResponse>, Status> {
+    async fn shards(
+        &self,
+        request: Request<proto::ShardsRequest>,
+    ) -> Result<Response<proto::ShardsResponse>, Status> {
         let only = request.get_ref().node_id;
         let (shards, revision) = self.replica.raft.reader().read(|state| {
             let shards = state

@@ -23,34 +23,53 @@ impl ArtifactService {
 }
 
 fn digest(text: &str) -> Result<Digest, Status> {
-    text.parse()
-        .map_err(|_| status(ApiError::invalid_argument(format!("{text:?} is not a sha256:<hex> digest"))))
+    text.parse().map_err(|_| {
+        status(ApiError::invalid_argument(format!(
+            "{text:?} is not a sha256:<hex> digest"
+        )))
+    })
 }
 
 #[tonic::async_trait]
 impl proto::artifacts_server::Artifacts for ArtifactService {
     type FetchStream = Pin<Box<dyn Stream<Item = Result<proto::ArtifactChunk, Status>> + Send>>;
 
-    async fn fetch(&self, request: Request<proto::FetchRequest>) -> Result<Response<Self::FetchStream>, Status> {
+    async fn fetch(
+        &self,
+        request: Request<proto::FetchRequest>,
+    ) -> Result<Response<Self::FetchStream>, Status> {
         let digest = digest(&request.get_ref().digest)?;
         let chunks = self
             .replica
             .store
             .chunk_stream(digest, proto::limits::ARTIFACT_CHUNK_BYTES)
-            .map_err(|_| status(ApiError::not_found(format!("artifact {digest} not found on this node"))))?;
+            .map_err(|_| {
+                status(ApiError::not_found(format!(
+                    "artifact {digest} not found on this node"
+                )))
+            })?;
         let mut offset = 0u64;
         let stream = chunks.map(move |chunk| match chunk {
             Ok(data) => {
-                let item = proto::ArtifactChunk { offset, data, ..Default::default() };
+                let item = proto::ArtifactChunk {
+                    offset,
+                    data,
+                    ..Default::default()
+                };
                 offset += item.data.len() as u64;
                 Ok(item)
             }
-            Err(error) => Err(status(ApiError::internal(format!("reading artifact {digest}: {error}")))),
+            Err(error) => Err(status(ApiError::internal(format!(
+                "reading artifact {digest}: {error}"
+            )))),
         });
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn has(&self, request: Request<proto::HasRequest>) -> Result<Response<proto::HasResponse>, Status> {
+    async fn has(
+        &self,
+        request: Request<proto::HasRequest>,
+    ) -> Result<Response<proto::HasResponse>, Status> {
         let digest = digest(&request.get_ref().digest)?;
         let stored = self.replica.store.get(&digest);
         Ok(Response::new(proto::HasResponse {

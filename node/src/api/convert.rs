@@ -15,8 +15,9 @@ pub fn object_ref(key: &ObjectKey) -> proto::ObjectRef {
 }
 
 pub fn object(resource: &Resource, revision: u64) -> Result<proto::Object, ApiError> {
-    let json = serde_json::to_vec(resource)
-        .map_err(|error| ApiError::internal(format!("cannot encode {}: {error}", resource.key())))?;
+    let json = serde_json::to_vec(resource).map_err(|error| {
+        ApiError::internal(format!("cannot encode {}: {error}", resource.key()))
+    })?;
     Ok(proto::Object {
         r#ref: Some(object_ref(&resource.key())),
         json,
@@ -34,7 +35,8 @@ pub fn kind(text: &str) -> Result<Kind, ApiError> {
 
 /// The key an `ObjectRef` names; the namespace defaults to `default`.
 pub fn key(reference: Option<&proto::ObjectRef>) -> Result<ObjectKey, ApiError> {
-    let reference = reference.ok_or_else(|| ApiError::invalid_argument("missing object reference"))?;
+    let reference =
+        reference.ok_or_else(|| ApiError::invalid_argument("missing object reference"))?;
     if reference.name.is_empty() {
         return Err(ApiError::invalid_argument("missing object name"));
     }
@@ -43,5 +45,9 @@ pub fn key(reference: Option<&proto::ObjectRef>) -> Result<ObjectKey, ApiError> 
     } else {
         reference.namespace.clone()
     };
-    Ok(ObjectKey::new(kind(&reference.kind)?, namespace, reference.name.clone()))
+    Ok(ObjectKey::new(
+        kind(&reference.kind)?,
+        namespace,
+        reference.name.clone(),
+    ))
 }

@@ -29,8 +29,12 @@ impl FleetService {
 fn action(outcome: &Outcome) -> Option<proto::ApplyAction> {
     match outcome {
         Outcome::Applied(fleet::state::ApplyResult::Created) => Some(proto::ApplyAction::Created),
-        Outcome::Applied(fleet::state::ApplyResult::Configured) => Some(proto::ApplyAction::Configured),
-        Outcome::Applied(fleet::state::ApplyResult::Unchanged) => Some(proto::ApplyAction::Unchanged),
+        Outcome::Applied(fleet::state::ApplyResult::Configured) => {
+            Some(proto::ApplyAction::Configured)
+        }
+        Outcome::Applied(fleet::state::ApplyResult::Unchanged) => {
+            Some(proto::ApplyAction::Unchanged)
+        }
         _ => None,
     }
 }
@@ -38,30 +42,47 @@ fn action(outcome: &Outcome) -> Option<proto::ApplyAction> {
 /// Applies `commands` to a copy of the state: what a dry run reports.
 fn dry_run(state: &FleetState, commands: Vec<Command>) -> Vec<Outcome> {
     let mut copy = state.clone();
-    commands.into_iter().map(|command| copy.apply(command)).collect()
+    commands
+        .into_iter()
+        .map(|command| copy.apply(command))
+        .collect()
 }
 
 #[tonic::async_trait]
 impl proto::fleet_server::Fleet for FleetService {
-    async fn apply(&self, request: Request<proto::ApplyRequest>) -> Result<Response<proto::ApplyResponse>, Status> {
+    async fn apply(
+        &self,
+        request: Request<proto::ApplyRequest>,
+    ) -> Result<Response<proto::ApplyResponse>, Status> {
         let request = request.into_inner();
         let text = String::from_utf8(request.manifests)
             .map_err(|_| status(ApiError::invalid_argument("manifests are not valid utf-8")))?;
-        let resources = parse_manifests(&text).map_err(|error| status(ApiError::invalid_argument(error.to_string())))?;
+        let resources = parse_manifests(&text)
+            .map_err(|error| status(ApiError::invalid_argument(error.to_string())))?;
         if resources.is_empty() {
-            return Err(status(ApiError::invalid_argument("no objects in the manifests")));
+            return Err(status(ApiError::invalid_argument(
+                "no objects in the manifests",
+            )));
         }
         let keys: Vec<ObjectKey> = resources.iter().map(Resource::key).collect();
         let at = Replica::now_rfc3339();
         let commands: Vec<Command> = resources
             .into_iter()
-            .map(|resource| Command::UpsertSpec { resource: Box::new(resource), at: at.clone() })
+            .map(|resource| Command::UpsertSpec {
+                resource: Box::new(resource),
+                at: at.clone(),
+            })
             .collect();
         let reader = self.replica.raft.reader();
         let (outcomes, revision) = if request.dry_run {
             reader.read(|state| (dry_run(state, commands), state.revision))
         } else {
-            let committed = self.replica.raft.propose_many(commands).await.map_err(write_status)?;
+            let committed = self
+                .replica
+                .raft
+                .propose_many(commands)
+                .await
+                .map_err(write_status)?;
             let revision = reader.read(|state| state.revision);
             (committed.outcomes, revision)
         };
@@ -70,7 +91,9 @@ impl proto::fleet_server::Fleet for FleetService {
         for (key, outcome) in keys.iter().zip(&outcomes) {
             match (action(outcome), outcome) {
                 (Some(action), _) => {
-                    let generation = reader.read(|state| state.get(key).and_then(|r| r.generation())).unwrap_or(0);
+                    let generation = reader
+                        .read(|state| state.get(key).and_then(|r| r.generation()))
+                        .unwrap_or(0);
                     results.push(proto::ApplyResult {
                         object: Some(convert::object_ref(key)),
                         action: action as i32,
@@ -91,7 +114,10 @@ impl proto::fleet_server::Fleet for FleetService {
         Ok(Response::new(proto::ApplyResponse { results, revision }))
     }
 
-    async fn delete(&self, request: Request<proto::DeleteRequest>) -> Result<Response<proto::DeleteResponse>, Status> {
+    async fn delete(
+        &self,
+        request: Request<proto::DeleteRequest>,
+    ) -> Result<Response<proto::DeleteResponse>, Status> {
         let request = request.into_inner();
         let keys = request
             .objects
@@ -102,8 +128,16 @@ impl proto::fleet_server::Fleet for FleetService {
         if keys.is_empty() {
             return Err(status(ApiError::invalid_argument("no objects to delete")));
         }
-        let commands = keys.iter().map(|key| Command::DeleteSpec { key: key.clone() }).collect();
-        let committed = self.replica.raft.propose_many(commands).await.map_err(write_status)?;
+        let commands = keys
+            .iter()
+            .map(|key| Command::DeleteSpec { key: key.clone() })
+            .collect();
+        let committed = self
+            .replica
+            .raft
+            .propose_many(commands)
+            .await
+            .map_err(write_status)?;
         let mut results = Vec::new();
         for (key, outcome) in keys.iter().zip(&committed.outcomes) {
             match outcome {
@@ -112,32 +146,56 @@ impl proto::fleet_server::Fleet for FleetService {
                     deleted: *existed,
                 }),
                 Outcome::Rejected { message } => {
-                    return Err(status(ApiError::failed_precondition(format!("{key}: {message}"))));
+                    return Err(status(ApiError::failed_precondition(format!(
+                        "{key}: {message}"
+                    ))));
                 }
-                other => return Err(status(ApiError::internal(format!("{key}: unexpected outcome {other:?}")))),
+                other => {
+                    return Err(status(ApiError::internal(format!(
+                        "{key}: unexpected outcome {other:?}"
+                    ))));
+                }
             }
         }
         let revision = self.replica.raft.reader().read(|state| state.revision);
         Ok(Response::new(proto::DeleteResponse { results, revision }))
     }
 
-    async fn get(&self, request: Request<proto::GetRequest>) -> Result<Response<proto::GetResponse>, Status> {
+    async fn get(
+        &self,
+        request: Request<proto::GetRequest>,
+    ) -> Result<Response<proto::GetResponse>, Status> {
         let key = convert::key(request.get_ref().object.as_ref()).map_err(status)?;
-        let (resource, revision) = self.replica.raft.reader().read(|state| (state.get(&key), state.revision));
-        let resource = resource.ok_or_else(|| status(ApiError::not_found(format!("{key} not found"))))?;
+        let (resource, revision) = self
+            .replica
+            .raft
+            .reader()
+            .read(|state| (state.get(&key), state.revision));
+        let resource =
+            resource.ok_or_else(|| status(ApiError::not_found(format!("{key} not found"))))?;
         Ok(Response::new(proto::GetResponse {
             object: Some(convert::object(&resource, revision).map_err(status)?),
             revision,
         }))
     }
 
-    async fn list(&self, request: Request<proto::ListRequest>) -> Result<Response<proto::ListResponse>, Status> {
+    async fn list(
+        &self,
+        request: Request<proto::ListRequest>,
+    ) -> Result<Response<proto::ListResponse>, Status> {
         let request = request.into_inner();
         let kind = convert::kind(&request.kind).map_err(status)?;
-        let selector = Selector::parse_str(&request.label_selector)
-            .map_err(|error| status(ApiError::invalid_argument(format!("bad label selector: {error}"))))?;
+        let selector = Selector::parse_str(&request.label_selector).map_err(|error| {
+            status(ApiError::invalid_argument(format!(
+                "bad label selector: {error}"
+            )))
+        })?;
         let namespace = (!request.namespace.is_empty()).then_some(request.namespace.as_str());
-        let (resources, revision) = self.replica.raft.reader().read(|state| (state.list(kind, namespace), state.revision));
+        let (resources, revision) = self
+            .replica
+            .raft
+            .reader()
+            .read(|state| (state.list(kind, namespace), state.revision));
         let objects = resources
             .iter()
             .filter(|r| request.name.is_empty() || r.name() == request.name)
@@ -150,12 +208,18 @@ impl proto::fleet_server::Fleet for FleetService {
 
     type WatchStream = Pin<Box<dyn Stream<Item = Result<proto::WatchEvent, Status>> + Send>>;
 
-    async fn watch(&self, request: Request<proto::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<proto::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         let stream = super::watch::start(&self.replica, request.into_inner()).map_err(status)?;
         Ok(Response::new(stream))
     }
 
-    async fn status(&self, _request: Request<proto::StatusRequest>) -> Result<Response<proto::StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _request: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
         let raft = self.replica.raft.metrics().borrow().clone();
         let members = super::admin::members_view(&self.replica);
         let (rollouts, revision) = self.replica.raft.reader().read(|state| {
@@ -192,21 +256,44 @@ impl proto::fleet_server::Fleet for FleetService {
         }))
     }
 
-    async fn rollout_pause(&self, request: Request<proto::RolloutRequest>) -> Result<Response<proto::RolloutResponse>, Status> {
+    async fn rollout_pause(
+        &self,
+        request: Request<proto::RolloutRequest>,
+    ) -> Result<Response<proto::RolloutResponse>, Status> {
         self.rollout(request.into_inner(), true).await
     }
 
-    async fn rollout_resume(&self, request: Request<proto::RolloutRequest>) -> Result<Response<proto::RolloutResponse>, Status> {
+    async fn rollout_resume(
+        &self,
+        request: Request<proto::RolloutRequest>,
+    ) -> Result<Response<proto::RolloutResponse>, Status> {
         self.rollout(request.into_inner(), false).await
     }
 }
 
 impl FleetService {
-    async fn rollout(&self, request: proto::RolloutRequest, pause: bool) -> Result<Response<proto::RolloutResponse>, Status> {
-        let namespace = if request.namespace.is_empty() { "default" } else { request.namespace.as_str() };
+    async fn rollout(
+        &self,
+        request: proto::RolloutRequest,
+        pause: bool,
+    ) -> Result<Response<proto::RolloutResponse>, Status> {
+        let namespace = if request.namespace.is_empty() {
+            "default"
+        } else {
+            request.namespace.as_str()
+        };
         let group = key_of(namespace, &request.name);
-        let command = if pause { Command::PauseRollout { group } } else { Command::ResumeRollout { group } };
-        let (_, outcome) = self.replica.raft.propose(command).await.map_err(write_status)?;
+        let command = if pause {
+            Command::PauseRollout { group }
+        } else {
+            Command::ResumeRollout { group }
+        };
+        let (_, outcome) = self
+            .replica
+            .raft
+            .propose(command)
+            .await
+            .map_err(write_status)?;
         if let Outcome::Rejected { message } = outcome {
             return Err(status(ApiError::not_found(message)));
         }

@@ -23,14 +23,19 @@ impl NodeService {
 
 #[tonic::async_trait]
 impl proto::node_server::Node for NodeService {
-    async fn heartbeat(&self, request: Request<proto::HeartbeatRequest>) -> Result<Response<proto::HeartbeatAck>, Status> {
+    async fn heartbeat(
+        &self,
+        request: Request<proto::HeartbeatRequest>,
+    ) -> Result<Response<proto::HeartbeatAck>, Status> {
         let request = request.into_inner();
         let replica = &self.replica;
         if !replica.raft.is_leader() {
             return Err(status(ApiError::failed_precondition("not the leader")));
         }
         if !replica.lease.is_valid() {
-            return Err(status(ApiError::unavailable("leader has not confirmed its leadership recently")));
+            return Err(status(ApiError::unavailable(
+                "leader has not confirmed its leadership recently",
+            )));
         }
         replica.heard(request.node_id);
         let metrics = replica.raft.metrics().borrow().clone();

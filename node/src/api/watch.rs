@@ -34,7 +34,11 @@ struct Filter {
 
 impl Filter {
     fn key_matches(&self, key: &ObjectKey) -> bool {
-        self.kind.is_none_or(|k| k == key.kind) && self.namespace.as_ref().is_none_or(|ns| *ns == key.namespace)
+        self.kind.is_none_or(|k| k == key.kind)
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| *ns == key.namespace)
     }
 
     fn matches(&self, resource: &Resource) -> bool {
@@ -42,9 +46,16 @@ impl Filter {
     }
 }
 
-pub fn start(replica: &Arc<Replica>, request: proto::WatchRequest) -> Result<WatchStream, ApiError> {
+pub fn start(
+    replica: &Arc<Replica>,
+    request: proto::WatchRequest,
+) -> Result<WatchStream, ApiError> {
     let filter = Filter {
-        kind: if request.kind.is_empty() { None } else { Some(convert::kind(&request.kind)?) },
+        kind: if request.kind.is_empty() {
+            None
+        } else {
+            Some(convert::kind(&request.kind)?)
+        },
         namespace: (!request.namespace.is_empty()).then(|| request.namespace.clone()),
         selector: Selector::parse_str(&request.label_selector)
             .map_err(|error| ApiError::invalid_argument(format!("bad label selector: {error}")))?,
@@ -66,12 +77,19 @@ pub fn start(replica: &Arc<Replica>, request: proto::WatchRequest) -> Result<Wat
     tokio::spawn(async move {
         if !resume {
             for resource in &initial {
-                if send(&sender, proto::EventType::Added, resource, revision).await.is_err() {
+                if send(&sender, proto::EventType::Added, resource, revision)
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
         }
-        let bookmark = proto::WatchEvent { r#type: proto::EventType::Bookmark as i32, object: None, revision };
+        let bookmark = proto::WatchEvent {
+            r#type: proto::EventType::Bookmark as i32,
+            object: None,
+            revision,
+        };
         if sender.send(Ok(bookmark)).await.is_err() {
             return;
         }
@@ -79,7 +97,11 @@ pub fn start(replica: &Arc<Replica>, request: proto::WatchRequest) -> Result<Wat
             let entry = match events.recv().await {
                 Ok(StateEvent::Applied(entry)) => entry,
                 Ok(StateEvent::SnapshotInstalled { .. }) => {
-                    let _ = sender.send(Err(Status::aborted("state replaced by a snapshot; list again"))).await;
+                    let _ = sender
+                        .send(Err(Status::aborted(
+                            "state replaced by a snapshot; list again",
+                        )))
+                        .await;
                     return;
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
@@ -106,7 +128,11 @@ pub fn start(replica: &Arc<Replica>, request: proto::WatchRequest) -> Result<Wat
                     None => {
                         let event = proto::WatchEvent {
                             r#type: proto::EventType::Deleted as i32,
-                            object: Some(proto::Object { r#ref: Some(convert::object_ref(&key)), json: Vec::new(), revision }),
+                            object: Some(proto::Object {
+                                r#ref: Some(convert::object_ref(&key)),
+                                json: Vec::new(),
+                                revision,
+                            }),
                             revision,
                         };
                         sender.send(Ok(event)).await.map_err(|_| ())
@@ -118,7 +144,9 @@ pub fn start(replica: &Arc<Replica>, request: proto::WatchRequest) -> Result<Wat
             }
         }
     });
-    Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver)))
+    Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(
+        receiver,
+    )))
 }
 
 async fn send(
@@ -128,7 +156,11 @@ async fn send(
     revision: u64,
 ) -> Result<(), ()> {
     let event = match convert::object(resource, revision) {
-        Ok(object) => Ok(proto::WatchEvent { r#type: kind as i32, object: Some(object), revision }),
+        Ok(object) => Ok(proto::WatchEvent {
+            r#type: kind as i32,
+            object: Some(object),
+            revision,
+        }),
         Err(error) => Err(proto::status_from(&error)),
     };
     sender.send(event).await.map_err(|_| ())
@@ -166,7 +198,11 @@ fn touched(state: &FleetState, commands: &[(Command, Outcome)]) -> BTreeSet<Obje
                 keys.insert(object_key(Kind::SyncGroup, group));
             }
             (Command::Batch(inner), Outcome::Batch(outcomes)) => {
-                let pairs: Vec<(Command, Outcome)> = inner.iter().cloned().zip(outcomes.iter().cloned()).collect();
+                let pairs: Vec<(Command, Outcome)> = inner
+                    .iter()
+                    .cloned()
+                    .zip(outcomes.iter().cloned())
+                    .collect();
                 keys.extend(touched(state, &pairs));
             }
             _ => {}

@@ -356,7 +356,10 @@ mod tests {
         );
         // A file is taken whatever its extension.
         let notes = root.join("notes.txt");
-        assert_eq!(collect_files(&notes, false).unwrap(), std::slice::from_ref(&notes));
+        assert_eq!(
+            collect_files(&notes, false).unwrap(),
+            std::slice::from_ref(&notes)
+        );
     }
 
     #[test]

@@ -7,5 +7,7 @@ pub mod get;
 pub mod members;
 pub mod output;
 pub mod placement;
+pub mod render;
 pub mod rollout;
+pub mod source;
 pub mod status;

@@ -69,17 +69,28 @@ pub struct DevArgs {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// Two ports per replica (gRPC, HTTP): from `base` when all are free, else any free ones.
 fn ports(base: u16, replicas: u64) -> anyhow::Result<Vec<(u16, u16)>> {
-    let wanted: Vec<(u16, u16)> = (0..replicas as u16).map(|i| (base + 2 * i, base + 2 * i + 1)).collect();
-    let all_free = base != 0 && wanted.iter().all(|(a, b)| [a, b].iter().all(|p| std::net::TcpListener::bind(("127.0.0.1", **p)).is_ok()));
+    let wanted: Vec<(u16, u16)> = (0..replicas as u16)
+        .map(|i| (base + 2 * i, base + 2 * i + 1))
+        .collect();
+    let all_free = base != 0
+        && wanted.iter().all(|(a, b)| {
+            [a, b]
+                .iter()
+                .all(|p| std::net::TcpListener::bind(("127.0.0.1", **p)).is_ok())
+        });
     if all_free {
         return Ok(wanted);
     }
-    (0..replicas).map(|_| Ok((free_port()?, free_port()?))).collect()
+    (0..replicas)
+        .map(|_| Ok((free_port()?, free_port()?)))
+        .collect()
 }
 
 struct Dev {
@@ -93,12 +104,18 @@ struct Dev {
 
 pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
     if !["text", "json"].contains(&args.output.as_str()) {
-        anyhow::bail!("unknown output format {:?}: expected text or json", args.output);
+        anyhow::bail!(
+            "unknown output format {:?}: expected text or json",
+            args.output
+        );
     }
     if args.clusters == 0 || args.replicas == 0 {
         anyhow::bail!("--clusters and --replicas must be at least 1");
     }
-    let dir = tempfile::Builder::new().prefix("starling-dev-").tempdir().context("cannot create a temporary directory")?;
+    let dir = tempfile::Builder::new()
+        .prefix("starling-dev-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
     let quiet = args.output == "json";
     let progress = Progress::new(quiet);
     progress.say(&format!("starling dev: data in {}", dir.path().display()));
@@ -111,19 +128,32 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
     })
     .await
     .context("cannot start fleetsim")?;
-    progress.say(&format!("fleetsim: {} simulated clusters at {}", args.clusters, sim.base_url()));
+    progress.say(&format!(
+        "fleetsim: {} simulated clusters at {}",
+        args.clusters,
+        sim.base_url()
+    ));
     let repo = DemoRepo::create(&dir.path().join("repo"))?;
     progress.say(&format!("demo repository: {}", repo.url()));
 
-    let mut dev = Dev { args, sim, nodes: BTreeMap::new(), stopped: Vec::new(), progress };
+    let mut dev = Dev {
+        args,
+        sim,
+        nodes: BTreeMap::new(),
+        stopped: Vec::new(),
+        progress,
+    };
     dev.start_replicas(dir.path().to_path_buf()).await?;
     dev.apply_specs(&repo).await?;
 
     let budget = dev.read(|state| state.group_budget(GROUP).map_or(1, |(_, b)| b));
     let first = dev.wait_rollout(None, false).await?;
     repo.commit("v2", "nginx:1.28", "second version of the demo app")?;
-    dev.progress.say("committed a second revision: rolling it out");
-    let second = dev.wait_rollout(Some(first.revision.clone()), dev.args.kill_node_mid_rollout).await?;
+    dev.progress
+        .say("committed a second revision: rolling it out");
+    let second = dev
+        .wait_rollout(Some(first.revision.clone()), dev.args.kill_node_mid_rollout)
+        .await?;
     let summary = dev.summary(budget, vec![first, second]);
     match dev.args.output.as_str() {
         "json" => println!("{}", serde_json::to_string_pretty(&summary)?),
@@ -136,7 +166,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
         println!("  export STARLING_SERVER={}", summary.server);
         println!("  starling status        # members, leader, load, rollouts");
         println!("  starling get syncgroups   /   starling get clusters   /   starling get syncs");
-        println!("fleetsim serves the clusters at {} (admin API at {}).", dev.sim.base_url(), dev.sim.admin_url());
+        println!(
+            "fleetsim serves the clusters at {} (admin API at {}).",
+            dev.sim.base_url(),
+            dev.sim.admin_url()
+        );
         println!("Ctrl-C stops everything.");
         serve::shutdown_signal().await;
     }
@@ -148,13 +182,21 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
 
 impl Dev {
     fn read<R>(&self, f: impl FnOnce(&FleetState) -> R) -> R {
-        let node = self.nodes.values().next().expect("at least one replica runs");
+        let node = self
+            .nodes
+            .values()
+            .next()
+            .expect("at least one replica runs");
         node.replica.raft.reader().read(f)
     }
 
     async fn start_replicas(&mut self, dir: PathBuf) -> anyhow::Result<()> {
         let ports = ports(self.args.port, self.args.replicas)?;
-        let peers: BTreeMap<u64, String> = ports.iter().enumerate().map(|(i, (grpc, _))| (i as u64 + 1, format!("127.0.0.1:{grpc}"))).collect();
+        let peers: BTreeMap<u64, String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (grpc, _))| (i as u64 + 1, format!("127.0.0.1:{grpc}")))
+            .collect();
         let down_after = Duration::from_secs(3);
         for (index, (grpc, http)) in ports.iter().enumerate() {
             let id = index as u64 + 1;
@@ -175,11 +217,24 @@ impl Dev {
         }
         let expected = self.args.replicas as usize;
         self.wait("the replicas to form a group", |state| {
-            state.members.values().filter(|m| m.state == MemberState::Live).count() == expected
+            state
+                .members
+                .values()
+                .filter(|m| m.state == MemberState::Live)
+                .count()
+                == expected
         })
         .await?;
-        let leader = self.nodes.values().next().and_then(|n| n.replica.raft.current_leader()).map_or(0, |(id, _)| id);
-        self.progress.say(&format!("{} replicas on loopback, leader: node {leader}", self.args.replicas));
+        let leader = self
+            .nodes
+            .values()
+            .next()
+            .and_then(|n| n.replica.raft.current_leader())
+            .map_or(0, |(id, _)| id);
+        self.progress.say(&format!(
+            "{} replicas on loopback, leader: node {leader}",
+            self.args.replicas
+        ));
         Ok(())
     }
 
@@ -192,7 +247,10 @@ impl Dev {
         let regions = ["eu-west", "us-east", "ap-south"];
         for (index, name) in self.sim.cluster_names().iter().enumerate() {
             let region = regions[index % regions.len()];
-            let kubeconfig = self.sim.kubeconfig(name).context("fleetsim has no kubeconfig for a cluster")?;
+            let kubeconfig = self
+                .sim
+                .kubeconfig(name)
+                .context("fleetsim has no kubeconfig for a cluster")?;
             let secret = serde_json::json!({
                 "apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
@@ -203,18 +261,33 @@ impl Dev {
                 serde_json::to_string(&secret)?
             ));
         }
-        let resources: Vec<Resource> = parse_manifests(&manifests).context("the demo manifests are invalid")?;
+        let resources: Vec<Resource> =
+            parse_manifests(&manifests).context("the demo manifests are invalid")?;
         let node = self.nodes.values().next().expect("a replica");
         let at = Replica::now_rfc3339();
         for batch in resources.chunks(500) {
-            let commands = batch.iter().map(|r| Command::UpsertSpec { resource: Box::new(r.clone()), at: at.clone() }).collect();
-            node.replica.raft.propose_many(commands).await.context("cannot apply the demo specs")?;
+            let commands = batch
+                .iter()
+                .map(|r| Command::UpsertSpec {
+                    resource: Box::new(r.clone()),
+                    at: at.clone(),
+                })
+                .collect();
+            node.replica
+                .raft
+                .propose_many(commands)
+                .await
+                .context("cannot apply the demo specs")?;
         }
         self.progress.say(&format!("applied a Source, {} Clusters with kubeconfig Secrets, and SyncGroup demo (maxUnavailable {})", self.args.clusters, self.args.max_unavailable));
         Ok(())
     }
 
-    async fn wait(&self, what: &str, condition: impl Fn(&FleetState) -> bool) -> anyhow::Result<()> {
+    async fn wait(
+        &self,
+        what: &str,
+        condition: impl Fn(&FleetState) -> bool,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + self.args.timeout;
         while !self.read(&condition) {
             if Instant::now() > deadline {
@@ -226,10 +299,17 @@ impl Dev {
     }
 
     /// Waits for a rollout of a revision other than `previous` to start and complete.
-    async fn wait_rollout(&mut self, previous: Option<String>, kill_midway: bool) -> anyhow::Result<RolloutTiming> {
+    async fn wait_rollout(
+        &mut self,
+        previous: Option<String>,
+        kill_midway: bool,
+    ) -> anyhow::Result<RolloutTiming> {
         let previous_clone = previous.clone();
         self.wait("the source to resolve a new revision", move |state| {
-            state.group_status(GROUP).and_then(|s| s.target_revision).is_some_and(|r| Some(r) != previous_clone)
+            state
+                .group_status(GROUP)
+                .and_then(|s| s.target_revision)
+                .is_some_and(|r| Some(r) != previous_clone)
         })
         .await?;
         let started = Instant::now();
@@ -240,15 +320,27 @@ impl Dev {
         let total = self.args.clusters as u64;
         let bar = self.progress.bar(total);
         let revision = loop {
-            let status = self.read(|state| state.group_status(GROUP)).context("the demo syncgroup is gone")?;
+            let status = self
+                .read(|state| state.group_status(GROUP))
+                .context("the demo syncgroup is gone")?;
             let summary = &status.summary;
             max_unavailable_seen = max_unavailable_seen.max(summary.in_progress + summary.failed);
             let revision = status.target_revision.clone().unwrap_or_default();
-            self.progress.update(&bar, summary.updated as u64, &format!(
-                "{}  updated {}/{}  in progress {}  failed {}",
-                short(&revision), summary.updated, summary.total, summary.in_progress, summary.failed
-            ));
-            if status.phase == Some(RolloutPhase::Complete) && summary.updated as usize == self.args.clusters {
+            self.progress.update(
+                &bar,
+                summary.updated as u64,
+                &format!(
+                    "{}  updated {}/{}  in progress {}  failed {}",
+                    short(&revision),
+                    summary.updated,
+                    summary.total,
+                    summary.in_progress,
+                    summary.failed
+                ),
+            );
+            if status.phase == Some(RolloutPhase::Complete)
+                && summary.updated as usize == self.args.clusters
+            {
                 break revision;
             }
             if kill_midway && !killed && summary.updated as u64 * 10 >= total * 3 {
@@ -256,11 +348,24 @@ impl Dev {
                 self.kill_one().await;
             }
             if Instant::now() > deadline {
-                anyhow::bail!("timed out after {:?}: rollout of {revision} stuck at {}/{} updated", self.args.timeout, summary.updated, summary.total);
+                anyhow::bail!(
+                    "timed out after {:?}: rollout of {revision} stuck at {}/{} updated",
+                    self.args.timeout,
+                    summary.updated,
+                    summary.total
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        self.progress.finish(bar, &format!("rolled out {} to {} clusters in {:.1}s", short(&revision), self.args.clusters, started.elapsed().as_secs_f64()));
+        self.progress.finish(
+            bar,
+            &format!(
+                "rolled out {} to {} clusters in {:.1}s",
+                short(&revision),
+                self.args.clusters,
+                started.elapsed().as_secs_f64()
+            ),
+        );
         Ok(RolloutTiming {
             revision,
             seconds: started.elapsed().as_secs_f64(),
@@ -274,7 +379,12 @@ impl Dev {
 
     /// Stops the replica (not the leader) that owns the most clusters.
     async fn kill_one(&mut self) {
-        let leader = self.nodes.values().next().and_then(|n| n.replica.raft.current_leader()).map(|(id, _)| id);
+        let leader = self
+            .nodes
+            .values()
+            .next()
+            .and_then(|n| n.replica.raft.current_leader())
+            .map(|(id, _)| id);
         let victim = self.read(|state| {
             state
                 .live_members()
@@ -282,7 +392,8 @@ impl Dev {
                 .max_by_key(|m| state.clusters_of(m.id).len())
                 .map(|m| m.id)
         });
-        let Some(victim) = victim.filter(|v| self.nodes.len() > 1 && self.nodes.contains_key(v)) else {
+        let Some(victim) = victim.filter(|v| self.nodes.len() > 1 && self.nodes.contains_key(v))
+        else {
             return;
         };
         if let Some(node) = self.nodes.remove(&victim) {
@@ -300,32 +411,72 @@ impl Dev {
             .chain(self.stopped.iter().cloned())
             .map(|r| r.metrics.sync_totals())
             .fold((Duration::ZERO, 0u64), |(t, c), (t2, c2)| (t + t2, c + c2));
-        let mean = if count == 0 { Duration::ZERO } else { total / count as u32 };
+        let mean = if count == 0 {
+            Duration::ZERO
+        } else {
+            total / count as u32
+        };
         let replicas = self.args.replicas as usize;
         for rollout in &mut rollouts {
-            let bound = report::physical_bound(self.args.clusters, replicas, self.args.max_concurrent_syncs, budget, mean);
+            let bound = report::physical_bound(
+                self.args.clusters,
+                replicas,
+                self.args.max_concurrent_syncs,
+                budget,
+                mean,
+            );
             rollout.bound_seconds = bound.as_secs_f64();
-            rollout.efficiency = if rollout.seconds > 0.0 { rollout.bound_seconds / rollout.seconds } else { 0.0 };
+            rollout.efficiency = if rollout.seconds > 0.0 {
+                rollout.bound_seconds / rollout.seconds
+            } else {
+                0.0
+            };
         }
         let records = self.sim.audit(&AuditFilter::default());
         for rollout in &mut rollouts {
-            rollout.max_concurrent_writes = report::concurrent_writes(&records, rollout.window_micros);
+            rollout.max_concurrent_writes =
+                report::concurrent_writes(&records, rollout.window_micros);
         }
         let mut checks = report::writer_checks(&records);
         let over_budget: Vec<String> = rollouts
             .iter()
             .filter(|r| r.max_unavailable_seen > budget)
-            .map(|r| format!("{} had {} unavailable", short(&r.revision), r.max_unavailable_seen))
+            .map(|r| {
+                format!(
+                    "{} had {} unavailable",
+                    short(&r.revision),
+                    r.max_unavailable_seen
+                )
+            })
             .collect();
-        checks.push(report::check("maxUnavailable never exceeded", &over_budget, &format!("at most {budget} clusters unavailable at once (rollout ledger, sampled)")));
+        checks.push(report::check(
+            "maxUnavailable never exceeded",
+            &over_budget,
+            &format!("at most {budget} clusters unavailable at once (rollout ledger, sampled)"),
+        ));
         let too_many: Vec<String> = rollouts
             .iter()
             .filter(|r| r.max_concurrent_writes > budget)
-            .map(|r| format!("{}: {} clusters written at once", short(&r.revision), r.max_concurrent_writes))
+            .map(|r| {
+                format!(
+                    "{}: {} clusters written at once",
+                    short(&r.revision),
+                    r.max_concurrent_writes
+                )
+            })
             .collect();
-        checks.push(report::check("writes within the budget", &too_many, &format!("never more than {budget} clusters written at once (audit log)")));
+        checks.push(report::check(
+            "writes within the budget",
+            &too_many,
+            &format!("never more than {budget} clusters written at once (audit log)"),
+        ));
         checks.push(self.converged_check());
-        let server = self.nodes.values().next().map(|n| n.replica.config.advertise.clone()).unwrap_or_default();
+        let server = self
+            .nodes
+            .values()
+            .next()
+            .map(|n| n.replica.config.advertise.clone())
+            .unwrap_or_default();
         Summary {
             clusters: self.args.clusters,
             replicas,
@@ -343,19 +494,36 @@ impl Dev {
     fn converged_check(&self) -> Check {
         let mut wrong = Vec::new();
         for name in self.sim.cluster_names() {
-            let object = self.sim.get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config").ok().flatten();
+            let object = self
+                .sim
+                .get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config")
+                .ok()
+                .flatten();
             let data = object.as_ref().map(|o| &o["data"]);
-            let good = data.is_some_and(|d| d["version"] == "v2" && d["cluster"] == name.as_str() && d["region"].as_str().is_some_and(|r| !r.is_empty()));
+            let good = data.is_some_and(|d| {
+                d["version"] == "v2"
+                    && d["cluster"] == name.as_str()
+                    && d["region"].as_str().is_some_and(|r| !r.is_empty())
+            });
             if !good {
-                wrong.push(format!("{name}: {}", data.map_or("missing".to_string(), |d| d.to_string())));
+                wrong.push(format!(
+                    "{name}: {}",
+                    data.map_or("missing".to_string(), |d| d.to_string())
+                ));
             }
         }
-        report::check("every cluster converged", &wrong, "every cluster holds version v2 of the app, rendered with its own name and region")
+        report::check(
+            "every cluster converged",
+            &wrong,
+            "every cluster holds version v2 of the app, rendered with its own name and region",
+        )
     }
 }
 
 fn unix_micros() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 fn short(revision: &str) -> String {
@@ -374,7 +542,11 @@ struct Progress {
 
 impl Progress {
     fn new(quiet: bool) -> Progress {
-        Progress { quiet, terminal: std::io::stderr().is_terminal(), last_line: std::sync::Mutex::new(Instant::now()) }
+        Progress {
+            quiet,
+            terminal: std::io::stderr().is_terminal(),
+            last_line: std::sync::Mutex::new(Instant::now()),
+        }
     }
 
     fn say(&self, line: &str) {
@@ -388,7 +560,9 @@ impl Progress {
             return None;
         }
         let bar = indicatif::ProgressBar::new(total);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40.cyan/blue} {pos:>5}/{len} {elapsed:>4} {msg}") {
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{bar:40.cyan/blue} {pos:>5}/{len} {elapsed:>4} {msg}",
+        ) {
             bar.set_style(style);
         }
         Some(bar)

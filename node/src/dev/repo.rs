@@ -39,7 +39,10 @@ impl DemoRepo {
         options.initial_head("main");
         let repo = git2::Repository::init_opts(path, &options)
             .with_context(|| format!("cannot create the demo repository in {}", path.display()))?;
-        let demo = DemoRepo { path: path.to_path_buf(), repo };
+        let demo = DemoRepo {
+            path: path.to_path_buf(),
+            repo,
+        };
         demo.commit("v1", "nginx:1.27", "first version of the demo app")?;
         Ok(demo)
     }
@@ -50,21 +53,55 @@ impl DemoRepo {
 
     /// Writes the app at `version` and commits it on `main`.
     pub fn commit(&self, version: &str, image: &str, message: &str) -> anyhow::Result<String> {
-        for (name, content) in files(version, image) {
+        self.commit_except(version, image, &[], message)
+    }
+
+    /// Like [`DemoRepo::commit`], without the files named in `left_out` (they are deleted).
+    pub fn commit_except(
+        &self,
+        version: &str,
+        image: &str,
+        left_out: &[&str],
+        message: &str,
+    ) -> anyhow::Result<String> {
+        for name in left_out {
+            let file = self.path.join(name);
+            if file.exists() {
+                std::fs::remove_file(&file)
+                    .with_context(|| format!("cannot remove {}", file.display()))?;
+            }
+        }
+        for (name, content) in files(version, image)
+            .into_iter()
+            .filter(|(name, _)| !left_out.contains(name))
+        {
             let file = self.path.join(name);
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent)?;
             }
-            std::fs::write(&file, content).with_context(|| format!("cannot write {}", file.display()))?;
+            std::fs::write(&file, content)
+                .with_context(|| format!("cannot write {}", file.display()))?;
         }
         let mut index = self.repo.index()?;
         index.add_all(["app"], git2::IndexAddOption::DEFAULT, None)?;
+        index.update_all(["app"], None)?;
         index.write()?;
         let tree = self.repo.find_tree(index.write_tree()?)?;
         let signature = git2::Signature::now("starling dev", "dev@starling.invalid")?;
-        let parent = self.repo.head().ok().and_then(|head| head.peel_to_commit().ok());
+        let parent = self
+            .repo
+            .head()
+            .ok()
+            .and_then(|head| head.peel_to_commit().ok());
         let parents: Vec<&git2::Commit> = parent.iter().collect();
-        let oid = self.repo.commit(Some("HEAD"), &signature, &signature, message, &tree, &parents)?;
+        let oid = self.repo.commit(
+            Some("HEAD"),
+            &signature,
+            &signature,
+            message,
+            &tree,
+            &parents,
+        )?;
         Ok(oid.to_string())
     }
 }

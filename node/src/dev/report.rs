@@ -53,8 +53,14 @@ impl Summary {
     pub fn print_text(&self) {
         println!();
         println!("summary");
-        println!("  clusters: {}   replicas: {}   workers per node: {}   budget (maxUnavailable): {}", self.clusters, self.replicas, self.max_concurrent_syncs, self.budget);
-        println!("  mean apply-and-ready latency L: {:.2}s", self.mean_sync_seconds);
+        println!(
+            "  clusters: {}   replicas: {}   workers per node: {}   budget (maxUnavailable): {}",
+            self.clusters, self.replicas, self.max_concurrent_syncs, self.budget
+        );
+        println!(
+            "  mean apply-and-ready latency L: {:.2}s",
+            self.mean_sync_seconds
+        );
         for rollout in &self.rollouts {
             println!(
                 "  rollout {}: {:.1}s measured, {:.1}s physical bound ceil(N / min(M·K, B))·L, bound/measured {:.2}",
@@ -70,13 +76,24 @@ impl Summary {
         }
         println!("  checks (from fleetsim's audit log and the targets):");
         for check in &self.checks {
-            println!("    [{}] {}: {}", if check.ok { "ok" } else { "FAILED" }, check.name, check.detail);
+            println!(
+                "    [{}] {}: {}",
+                if check.ok { "ok" } else { "FAILED" },
+                check.name,
+                check.detail
+            );
         }
     }
 }
 
 /// `ceil(N / min(M·K, B)) · L`.
-pub fn physical_bound(clusters: usize, nodes: usize, workers: usize, budget: u32, latency: Duration) -> Duration {
+pub fn physical_bound(
+    clusters: usize,
+    nodes: usize,
+    workers: usize,
+    budget: u32,
+    latency: Duration,
+) -> Duration {
     let parallel = (nodes * workers).min(budget.max(1) as usize).max(1);
     let waves = clusters.div_ceil(parallel);
     latency.mul_f64(waves as f64)
@@ -84,7 +101,9 @@ pub fn physical_bound(clusters: usize, nodes: usize, workers: usize, budget: u32
 
 /// Writes by Starling (they carry the writer headers).
 fn starling_writes(records: &[AuditRecord]) -> impl Iterator<Item = &AuditRecord> {
-    records.iter().filter(|r| r.writer.is_some() && (200..300).contains(&r.status))
+    records
+        .iter()
+        .filter(|r| r.writer.is_some() && (200..300).contains(&r.status))
 }
 
 /// At most one writer per cluster and owner generation, and no write with a generation older
@@ -106,17 +125,29 @@ pub fn writer_checks(records: &[AuditRecord]) -> Vec<Check> {
             if let Some(previous) = writer_of.insert(generation, writer)
                 && previous != writer
             {
-                two_writers.push(format!("{cluster}: generation {generation} written by {previous} and {writer}"));
+                two_writers.push(format!(
+                    "{cluster}: generation {generation} written by {previous} and {writer}"
+                ));
             }
             if generation < newest {
-                stale.push(format!("{cluster}: write at generation {generation} after generation {newest}"));
+                stale.push(format!(
+                    "{cluster}: write at generation {generation} after generation {newest}"
+                ));
             }
             newest = newest.max(generation);
         }
     }
     vec![
-        check("one writer per cluster and generation", &two_writers, "every cluster's writes came from one node per owner generation"),
-        check("no stale generation after a fence", &stale, "no write carried an older generation than one already written"),
+        check(
+            "one writer per cluster and generation",
+            &two_writers,
+            "every cluster's writes came from one node per owner generation",
+        ),
+        check(
+            "no stale generation after a fence",
+            &stale,
+            "no write carried an older generation than one already written",
+        ),
     ]
 }
 
@@ -126,12 +157,20 @@ pub fn writer_checks(records: &[AuditRecord]) -> Vec<Check> {
 pub fn concurrent_writes(records: &[AuditRecord], (since, until): (u64, u64)) -> u32 {
     let mut windows: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     let during = |r: &&AuditRecord| r.time_unix_micros >= since && r.time_unix_micros <= until;
-    for record in starling_writes(records).filter(during).filter(|r| r.namespace.as_deref() == Some("demo")) {
-        let window = windows.entry(&record.cluster).or_insert((record.time_unix_micros, record.time_unix_micros));
+    for record in starling_writes(records)
+        .filter(during)
+        .filter(|r| r.namespace.as_deref() == Some("demo"))
+    {
+        let window = windows
+            .entry(&record.cluster)
+            .or_insert((record.time_unix_micros, record.time_unix_micros));
         window.0 = window.0.min(record.time_unix_micros);
         window.1 = window.1.max(record.time_unix_micros);
     }
-    let mut edges: Vec<(u64, i32)> = windows.values().flat_map(|(start, end)| [(*start, 1), (*end + 1, -1)]).collect();
+    let mut edges: Vec<(u64, i32)> = windows
+        .values()
+        .flat_map(|(start, end)| [(*start, 1), (*end + 1, -1)])
+        .collect();
     edges.sort();
     let (mut current, mut most) = (0i32, 0i32);
     for (_, delta) in edges {
@@ -148,7 +187,16 @@ pub fn check(name: &str, violations: &[String], good: &str) -> Check {
         detail: if violations.is_empty() {
             good.to_string()
         } else {
-            format!("{} violation(s), e.g. {}", violations.len(), violations.iter().take(3).cloned().collect::<Vec<_>>().join("; "))
+            format!(
+                "{} violation(s), e.g. {}",
+                violations.len(),
+                violations
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
         },
     }
 }
@@ -160,8 +208,14 @@ mod tests {
     #[test]
     fn the_bound_counts_waves_of_the_narrowest_limit() {
         // 100 clusters, 3 nodes × 16 workers, budget 10: 10 waves of 1s.
-        assert_eq!(physical_bound(100, 3, 16, 10, Duration::from_secs(1)), Duration::from_secs(10));
+        assert_eq!(
+            physical_bound(100, 3, 16, 10, Duration::from_secs(1)),
+            Duration::from_secs(10)
+        );
         // Budget larger than the workers: workers limit (48 at once → 3 waves).
-        assert_eq!(physical_bound(100, 3, 16, 100, Duration::from_secs(1)), Duration::from_secs(3));
+        assert_eq!(
+            physical_bound(100, 3, 16, 100, Duration::from_secs(1)),
+            Duration::from_secs(3)
+        );
     }
 }

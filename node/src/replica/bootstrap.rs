@@ -22,11 +22,16 @@ pub async fn run(replica: Arc<Replica>) {
     let admin = &replica.raft;
     match admin.is_initialized().await {
         Ok(true) => {
-            tracing::info!(node = replica.id(), "raft state found on disk; rejoining as a member");
+            tracing::info!(
+                node = replica.id(),
+                "raft state found on disk; rejoining as a member"
+            );
             return;
         }
         Ok(false) => {}
-        Err(error) => tracing::warn!(%error, "cannot tell whether raft is initialised; trying to join"),
+        Err(error) => {
+            tracing::warn!(%error, "cannot tell whether raft is initialised; trying to join")
+        }
     }
     let lowest = replica.config.peers.keys().next().copied();
     if lowest == Some(replica.id()) && !any_peer_has_a_leader(&replica).await {
@@ -85,7 +90,9 @@ async fn join(replica: &Replica) {
                     tracing::info!(node = replica.id(), via = %address, "joined the group");
                     return;
                 }
-                Err(status) => tracing::debug!(via = %address, error = %status.message(), "join attempt failed"),
+                Err(status) => {
+                    tracing::debug!(via = %address, error = %status.message(), "join attempt failed")
+                }
             }
         }
         tokio::time::sleep(RETRY).await;

@@ -78,7 +78,8 @@ impl FailureDetector {
     /// Heard from since the election, within the last `down_after / 2`: a node that is back.
     fn recently_heard(&self, node: NodeId, now: Instant) -> bool {
         self.last_heard.get(&node).is_some_and(|heard| {
-            *heard >= self.leader_since && now.saturating_duration_since(*heard) < self.down_after / 2
+            *heard >= self.leader_since
+                && now.saturating_duration_since(*heard) < self.down_after / 2
         })
     }
 
@@ -104,7 +105,11 @@ mod tests {
         let start = Instant::now();
         let detector = FailureDetector::new(DOWN, start);
         let members = [(1, MemberState::Live), (2, MemberState::Live)];
-        assert!(detector.verdicts(start + Duration::from_millis(2900), &members).is_empty());
+        assert!(
+            detector
+                .verdicts(start + Duration::from_millis(2900), &members)
+                .is_empty()
+        );
         let verdicts = detector.verdicts(start + DOWN, &members);
         assert_eq!(verdicts.len(), 2);
         assert!(verdicts.iter().all(|v| v.state == MemberState::Down));
@@ -118,7 +123,13 @@ mod tests {
         detector.heard(2, start + Duration::from_secs(1));
         let members = [(1, MemberState::Live), (2, MemberState::Live)];
         let verdicts = detector.verdicts(start + Duration::from_millis(4500), &members);
-        assert_eq!(verdicts, vec![Verdict { node: 2, state: MemberState::Down }]);
+        assert_eq!(
+            verdicts,
+            vec![Verdict {
+                node: 2,
+                state: MemberState::Down
+            }]
+        );
     }
 
     #[test]
@@ -129,7 +140,13 @@ mod tests {
         detector.heard(3, start + Duration::from_secs(10));
         let members = [(2, MemberState::Down), (3, MemberState::Draining)];
         let verdicts = detector.verdicts(start + Duration::from_millis(10_500), &members);
-        assert_eq!(verdicts, vec![Verdict { node: 2, state: MemberState::Live }]);
+        assert_eq!(
+            verdicts,
+            vec![Verdict {
+                node: 2,
+                state: MemberState::Live
+            }]
+        );
     }
 
     #[test]
@@ -137,6 +154,9 @@ mod tests {
         let start = Instant::now();
         let mut detector = FailureDetector::new(DOWN, start + Duration::from_secs(5));
         detector.heard(2, start);
-        assert_eq!(detector.silence(2, start + Duration::from_secs(6)), Duration::from_secs(1));
+        assert_eq!(
+            detector.silence(2, start + Duration::from_secs(6)),
+            Duration::from_secs(1)
+        );
     }
 }

@@ -25,14 +25,18 @@ pub async fn run(replica: Arc<Replica>) {
         };
         if leader == replica.id() {
             // Bounded: a leader that cannot reach a quorum within the interval keeps no lease.
-            let confirmed = tokio::time::timeout(interval * 2, replica.raft.ensure_linearizable()).await;
+            let confirmed =
+                tokio::time::timeout(interval * 2, replica.raft.ensure_linearizable()).await;
             if matches!(confirmed, Ok(Ok(_))) {
                 replica.lease.acknowledged(sent_at);
                 replica.heard(replica.id());
             }
             continue;
         }
-        if channel.as_ref().is_none_or(|(address, _)| *address != peer.addr) {
+        if channel
+            .as_ref()
+            .is_none_or(|(address, _)| *address != peer.addr)
+        {
             channel = client_channel(&peer.addr, interval * 2)
                 .ok()
                 .map(|c| (peer.addr.clone(), c));
@@ -55,7 +59,9 @@ pub async fn run(replica: Arc<Replica>) {
                     .store(ack.get_ref().commit_index, Ordering::Relaxed);
             }
             Ok(Ok(_)) => tracing::debug!(leader, "heartbeat acknowledged by another leader"),
-            Ok(Err(status)) => tracing::debug!(leader, error = %status.message(), "heartbeat refused"),
+            Ok(Err(status)) => {
+                tracing::debug!(leader, error = %status.message(), "heartbeat refused")
+            }
             Err(_) => tracing::debug!(leader, "heartbeat timed out"),
         }
         if !replica.lease.is_valid() && replica.lease.remaining() == Duration::ZERO {

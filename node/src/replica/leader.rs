@@ -63,14 +63,15 @@ fn duties(replica: &Replica, detector: &mut FailureDetector) -> Vec<Command> {
                 });
             }
         }
-        for gone in detector.known().into_iter().filter(|id| !state.members.contains_key(id)) {
+        for gone in detector
+            .known()
+            .into_iter()
+            .filter(|id| !state.members.contains_key(id))
+        {
             detector.forget(gone);
         }
-        let members: Vec<(u64, MemberState)> = state
-            .members
-            .values()
-            .map(|m| (m.id, m.state))
-            .collect();
+        let members: Vec<(u64, MemberState)> =
+            state.members.values().map(|m| (m.id, m.state)).collect();
         for verdict in detector.verdicts(now, &members) {
             commands.push(Command::SetMemberState {
                 id: verdict.node,

@@ -23,8 +23,8 @@ pub mod leader;
 pub mod lease;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -60,8 +60,9 @@ pub struct Replica {
 impl Replica {
     /// Opens the Raft stores and builds the replica; nothing runs yet.
     pub async fn open(config: NodeConfig) -> anyhow::Result<Replica> {
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+        std::fs::create_dir_all(&config.data_dir).with_context(|| {
+            format!("cannot create data directory {}", config.data_dir.display())
+        })?;
         let raft_config = RaftConfig::new(config.id, &config.data_dir, &config.advertise);
         let raft = RaftNode::open(raft_config)
             .await
@@ -131,5 +132,7 @@ impl Replica {
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it.
 pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

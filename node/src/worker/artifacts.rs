@@ -40,14 +40,22 @@ pub async fn ensure(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<Store
         Ok(stored) => Ok(stored),
         Err(error) => {
             errors.push(error);
-            Err(format!("artifact {} unavailable: {}", need.digest, errors.join("; ")))
+            Err(format!(
+                "artifact {} unavailable: {}",
+                need.digest,
+                errors.join("; ")
+            ))
         }
     }
 }
 
 async fn from_peers(replica: &Arc<Replica>, digest: &Digest) -> Result<StoredArtifact, String> {
     let peers: Vec<(u64, String)> = replica.raft.reader().read(|state| {
-        state.live_members().filter(|m| m.id != replica.id()).map(|m| (m.id, m.address.clone())).collect()
+        state
+            .live_members()
+            .filter(|m| m.id != replica.id())
+            .map(|m| (m.id, m.address.clone()))
+            .collect()
     });
     for (peer, address) in peers {
         let Ok(channel) = client_channel(&address, PEER_TIMEOUT) else {
@@ -55,15 +63,28 @@ async fn from_peers(replica: &Arc<Replica>, digest: &Digest) -> Result<StoredArt
         };
         let mut client = proto::artifacts_client::ArtifactsClient::new(channel)
             .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
-        let has = client.has(proto::HasRequest { digest: digest.to_string() }).await;
+        let has = client
+            .has(proto::HasRequest {
+                digest: digest.to_string(),
+            })
+            .await;
         if !has.is_ok_and(|reply| reply.get_ref().present) {
             continue;
         }
-        let Ok(reply) = client.fetch(proto::FetchRequest { digest: digest.to_string() }).await else {
+        let Ok(reply) = client
+            .fetch(proto::FetchRequest {
+                digest: digest.to_string(),
+            })
+            .await
+        else {
             continue;
         };
         let chunks = reply.into_inner().map(|chunk| chunk.map(|c| c.data));
-        match replica.store.import_stream(*digest, MAX_ARTIFACT_BYTES, chunks).await {
+        match replica
+            .store
+            .import_stream(*digest, MAX_ARTIFACT_BYTES, chunks)
+            .await
+        {
             Ok(stored) => {
                 tracing::info!(%digest, peer, "artifact fetched from a peer");
                 return Ok(stored);
@@ -76,7 +97,10 @@ async fn from_peers(replica: &Arc<Replica>, digest: &Digest) -> Result<StoredArt
 
 async fn from_git(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredArtifact, String> {
     let url = source::RepoUrl::parse(&need.url).map_err(|e| e.to_string())?;
-    let revision: source::Revision = need.revision.parse().map_err(|e: source::SourceError| e.to_string())?;
+    let revision: source::Revision = need
+        .revision
+        .parse()
+        .map_err(|e: source::SourceError| e.to_string())?;
     let auth = match &need.secret {
         Some(data) => source::Auth::from_secret_data(data).map_err(|e| e.to_string())?,
         None => source::Auth::anonymous(),
@@ -85,8 +109,16 @@ async fn from_git(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredA
     let store: Arc<ArtifactStore> = replica.store.clone();
     let digest = need.digest;
     tokio::task::spawn_blocking(move || {
-        source::materialize(&mirrors, &store, &url, &auth, &revision, &digest, &source::Limits::default())
-            .map_err(|e| e.to_string())
+        source::materialize(
+            &mirrors,
+            &store,
+            &url,
+            &auth,
+            &revision,
+            &digest,
+            &source::Limits::default(),
+        )
+        .map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| format!("artifact build task failed: {e}"))?

@@ -22,6 +22,9 @@ const MAX_CONCURRENT_POLLS: usize = 4;
 /// How often the poller looks at ownership and due polls.
 const TICK: Duration = Duration::from_millis(250);
 
+/// An owned Source, with its credentials' Secret data.
+type OwnedSource = (Key, Source, Option<BTreeMap<String, Vec<u8>>>);
+
 struct Watched {
     generation: i64,
     /// `None` while a poll has it.
@@ -48,14 +51,23 @@ pub async fn run(replica: Arc<Replica>) {
                 continue;
             }
         }
-        let owned: Vec<(Key, Source, Option<BTreeMap<String, Vec<u8>>>)> = replica.raft.reader().read(|state| {
+        let owned: Vec<OwnedSource> = replica.raft.reader().read(|state| {
             state
                 .sources_of(replica.id())
                 .into_iter()
                 .filter_map(|key| {
                     let object = state.sources.get(&key)?.object.clone();
-                    let namespace = object.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-                    let secret = object.spec.secret_ref.as_ref().and_then(|r| state.secret(&namespace, &r.name)).map(secret_data);
+                    let namespace = object
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into());
+                    let secret = object
+                        .spec
+                        .secret_ref
+                        .as_ref()
+                        .and_then(|r| state.secret(&namespace, &r.name))
+                        .map(secret_data);
                     Some((key, object, secret))
                 })
                 .collect()
@@ -63,17 +75,38 @@ pub async fn run(replica: Arc<Replica>) {
         watched.retain(|key, _| owned.iter().any(|(k, ..)| k == key));
         for (key, object, secret) in owned {
             let generation = object.metadata.generation.unwrap_or(1);
-            let stale = watched.get(&key).is_none_or(|w| w.generation != generation && w.watcher.is_some());
+            let stale = watched
+                .get(&key)
+                .is_none_or(|w| w.generation != generation && w.watcher.is_some());
             if stale && !object.spec.suspend {
                 match watcher_for(&replica, &object, secret.as_ref()) {
                     Ok(watcher) => {
-                        watched.insert(key.clone(), Watched { generation, watcher: Some(watcher), next_poll: Instant::now(), polls: 0, reported_error: None });
+                        watched.insert(
+                            key.clone(),
+                            Watched {
+                                generation,
+                                watcher: Some(watcher),
+                                next_poll: Instant::now(),
+                                polls: 0,
+                                reported_error: None,
+                            },
+                        );
                     }
                     Err(message) => {
-                        let already = watched.get(&key).and_then(|w| w.reported_error.clone()) == Some(message.clone());
+                        let already = watched.get(&key).and_then(|w| w.reported_error.clone())
+                            == Some(message.clone());
                         if !already {
                             report_failure(&replica, &key, &message).await;
-                            watched.insert(key.clone(), Watched { generation, watcher: None, next_poll: Instant::now(), polls: 0, reported_error: Some(message) });
+                            watched.insert(
+                                key.clone(),
+                                Watched {
+                                    generation,
+                                    watcher: None,
+                                    next_poll: Instant::now(),
+                                    polls: 0,
+                                    reported_error: Some(message),
+                                },
+                            );
                         }
                     }
                 }
@@ -103,7 +136,13 @@ pub async fn run(replica: Arc<Replica>) {
     }
 }
 
-async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, key: Key, watcher: SourceWatcher, outcome: source::PollOutcome) {
+async fn finish_poll(
+    replica: &Replica,
+    watched: &mut BTreeMap<Key, Watched>,
+    key: Key,
+    watcher: SourceWatcher,
+    outcome: source::PollOutcome,
+) {
     let at = Replica::now_rfc3339();
     let mut command = None;
     if outcome.changed
@@ -112,7 +151,10 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, ke
         command = Some(Command::SourceResolved {
             source: key.clone(),
             revision: good.revision.to_string(),
-            artifact: Some(ArtifactRef { digest: good.artifact.digest.to_string(), size: good.artifact.size }),
+            artifact: Some(ArtifactRef {
+                digest: good.artifact.digest.to_string(),
+                size: good.artifact.size,
+            }),
             at: at.clone(),
         });
     }
@@ -124,7 +166,11 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, ke
         if entry.reported_error.as_deref() != Some(message.as_str()) {
             tracing::warn!(source = %key, reason = %error.reason, "source poll failed");
             entry.reported_error = Some(message.clone());
-            command = Some(Command::SourceFailed { source: key.clone(), message, at });
+            command = Some(Command::SourceFailed {
+                source: key.clone(),
+                message,
+                at,
+            });
         }
     } else {
         entry.reported_error = None;
@@ -144,7 +190,11 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, ke
 }
 
 async fn report_failure(replica: &Replica, key: &str, message: &str) {
-    let command = Command::SourceFailed { source: key.to_string(), message: message.to_string(), at: Replica::now_rfc3339() };
+    let command = Command::SourceFailed {
+        source: key.to_string(),
+        message: message.to_string(),
+        at: Replica::now_rfc3339(),
+    };
     if let Err(error) = replica.raft.propose(command).await {
         tracing::warn!(source = %key, %error, "cannot commit a source failure");
     }
@@ -156,7 +206,11 @@ fn xxhash(text: &str) -> u64 {
 
 /// A watcher for a Source spec, starting from its committed revision so an unchanged
 /// repository is not reported as a change after an ownership move.
-fn watcher_for(replica: &Replica, object: &Source, secret: Option<&BTreeMap<String, Vec<u8>>>) -> Result<SourceWatcher, String> {
+fn watcher_for(
+    replica: &Replica,
+    object: &Source,
+    secret: Option<&BTreeMap<String, Vec<u8>>>,
+) -> Result<SourceWatcher, String> {
     let spec = &object.spec;
     let reference = &spec.git.reference;
     let config = SourceConfig {
@@ -173,16 +227,23 @@ fn watcher_for(replica: &Replica, object: &Source, secret: Option<&BTreeMap<Stri
             None => source::Auth::anonymous(),
         },
         interval: fleet::validate::source_interval(spec),
-        limits: source::Limits { fetch_timeout: fleet::validate::source_timeout(spec), ..source::Limits::default() },
+        limits: source::Limits {
+            fetch_timeout: fleet::validate::source_timeout(spec),
+            ..source::Limits::default()
+        },
     };
-    let watcher = SourceWatcher::new(config, replica.mirrors.clone(), replica.store.clone()).map_err(|e| e.to_string())?;
+    let watcher = SourceWatcher::new(config, replica.mirrors.clone(), replica.store.clone())
+        .map_err(|e| e.to_string())?;
     let committed = object.status.as_ref().and_then(|status| {
         let revision = status.revision.as_ref()?.parse().ok()?;
         let artifact = status.artifact.as_ref()?;
         let digest = artifact.digest.parse().ok()?;
         Some(source::ResolvedRevision {
             revision,
-            artifact: source::StoredArtifact { digest, size: artifact.size },
+            artifact: source::StoredArtifact {
+                digest,
+                size: artifact.size,
+            },
             file_count: 0,
         })
     });

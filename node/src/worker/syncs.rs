@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use fleet::resources::{ObjectRef, Sync};
 use fleet::state::{FleetState, Key, SyncOutcome, SyncState};
 use fleet::{Command, Outcome};
-use starling_sync::{ArtifactSource, ClusterTarget, Connection, ErrorClass, RetryPolicy, SyncRequest};
+use starling_sync::{
+    ArtifactSource, ClusterTarget, Connection, ErrorClass, RetryPolicy, SyncRequest,
+};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::artifacts::{self, ArtifactNeed};
@@ -31,9 +33,10 @@ use crate::replica::{Replica, lock};
 const TICK: Duration = Duration::from_millis(200);
 /// How often owned Syncs are scanned for due drift corrections.
 const DRIFT_SCAN: Duration = Duration::from_secs(1);
-/// Retry delay of a failure whose class is not retried automatically (invalid manifests…):
-/// the next spec or revision change usually fixes it; until then, try rarely.
-const PERMANENT_FAILURE_RETRY: Duration = Duration::from_secs(300);
+/// Retry delay of a failure whose class is not retried automatically (invalid manifests,
+/// forbidden…): a new revision retries at once; otherwise an operator's fix (credentials, a
+/// resume) is picked up within this delay.
+const PERMANENT_FAILURE_RETRY: Duration = Duration::from_secs(30);
 
 /// One piece of work.
 #[derive(Clone, Debug)]
@@ -45,8 +48,17 @@ struct Work {
 /// What a finished task reports to the planner.
 enum Done {
     /// Not granted; try again after the delay.
-    Denied { sync: Key, retry_in: Duration },
-    Finished { sync: Key, failure: Option<ErrorClass>, drift_interval: Duration },
+    Denied {
+        sync: Key,
+        revision: String,
+        retry_in: Duration,
+    },
+    Finished {
+        sync: Key,
+        revision: String,
+        failure: Option<ErrorClass>,
+        drift_interval: Duration,
+    },
 }
 
 /// Everything a sync needs from the state, read under one lock.
@@ -60,7 +72,9 @@ struct Prepared {
 }
 
 struct Planner {
-    retry_at: BTreeMap<Key, (Instant, u32)>,
+    /// Backoff per Sync: until when, after how many attempts, for which target revision (a
+    /// new revision ends the backoff).
+    retry_at: BTreeMap<Key, (Instant, u32, String)>,
     drift_at: BTreeMap<Key, Instant>,
     first_seen: BTreeMap<(Key, String), Instant>,
     last_drift_scan: Instant,
@@ -87,7 +101,10 @@ pub async fn run(replica: Arc<Replica>) {
             continue;
         }
         let busy = lock(&running).clone();
-        let plan = replica.raft.reader().read(|state| planner.plan(state, replica.id(), &busy));
+        let plan = replica
+            .raft
+            .reader()
+            .read(|state| planner.plan(state, replica.id(), &busy));
         for work in plan {
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 break;
@@ -112,24 +129,50 @@ impl Planner {
     fn record(&mut self, report: Done) {
         let now = Instant::now();
         match report {
-            Done::Denied { sync, retry_in } => {
-                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a)| *a);
-                self.retry_at.insert(sync, (now + retry_in, attempts));
+            Done::Denied {
+                sync,
+                revision,
+                retry_in,
+            } => {
+                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a, _)| *a);
+                self.retry_at
+                    .insert(sync, (now + retry_in, attempts, revision));
             }
-            Done::Finished { sync, failure: None, drift_interval } => {
+            Done::Finished {
+                sync,
+                failure: None,
+                drift_interval,
+                ..
+            } => {
                 self.retry_at.remove(&sync);
-                let seed = starling_sync::retry::jitter_key(&sync) ^ now.elapsed().as_nanos() as u64;
-                self.drift_at.insert(sync, now + source::jittered_interval(drift_interval, seed));
+                let seed =
+                    starling_sync::retry::jitter_key(&sync) ^ now.elapsed().as_nanos() as u64;
+                self.drift_at
+                    .insert(sync, now + source::jittered_interval(drift_interval, seed));
             }
-            Done::Finished { sync, failure: Some(ErrorClass::Cancelled), .. } => {
+            Done::Finished {
+                sync,
+                revision,
+                failure: Some(ErrorClass::Cancelled),
+                ..
+            } => {
                 // Given back by this node (lease lapsed): try again as soon as it can.
-                self.retry_at.insert(sync, (now + Duration::from_secs(1), 0));
+                self.retry_at
+                    .insert(sync, (now + Duration::from_secs(1), 0, revision));
             }
-            Done::Finished { sync, failure: Some(class), .. } => {
-                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a)| *a) + 1;
+            Done::Finished {
+                sync,
+                revision,
+                failure: Some(class),
+                ..
+            } => {
+                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a, _)| *a) + 1;
                 let key = starling_sync::retry::jitter_key(&sync);
-                let delay = RetryPolicy::sync_default().delay(class, attempts, key).unwrap_or(PERMANENT_FAILURE_RETRY);
-                self.retry_at.insert(sync, (now + delay, attempts));
+                let delay = RetryPolicy::sync_default()
+                    .delay(class, attempts, key)
+                    .map_or(PERMANENT_FAILURE_RETRY, |d| d.min(PERMANENT_FAILURE_RETRY));
+                self.retry_at
+                    .insert(sync, (now + delay, attempts, revision));
             }
         }
     }
@@ -138,13 +181,31 @@ impl Planner {
         let now = Instant::now();
         let mut plan = Vec::new();
         for sync in state.actionable_for(node) {
-            if busy.contains(&sync) || self.retry_at.get(&sync).is_some_and(|(at, _)| *at > now) {
+            let revision = state
+                .target_of(&sync)
+                .map(|t| t.revision)
+                .unwrap_or_default();
+            let backing_off = self
+                .retry_at
+                .get(&sync)
+                .is_some_and(|(at, _, for_revision)| *at > now && *for_revision == revision);
+            if busy.contains(&sync) || backing_off {
                 continue;
             }
             if let Some(delay) = start_jitter(state, &sync) {
-                let revision = state.target_of(&sync).map(|t| t.revision).unwrap_or_default();
-                let seen = *self.first_seen.entry((sync.clone(), revision.clone())).or_insert(now);
-                let offset = delay.mul_f64((starling_sync::retry::jitter_key(&format!("{sync}@{revision}")) % 10_000) as f64 / 10_000.0);
+                let revision = state
+                    .target_of(&sync)
+                    .map(|t| t.revision)
+                    .unwrap_or_default();
+                let seen = *self
+                    .first_seen
+                    .entry((sync.clone(), revision.clone()))
+                    .or_insert(now);
+                let offset = delay.mul_f64(
+                    (starling_sync::retry::jitter_key(&format!("{sync}@{revision}")) % 10_000)
+                        as f64
+                        / 10_000.0,
+                );
                 if seen + offset > now {
                     continue;
                 }
@@ -162,27 +223,44 @@ impl Planner {
     }
 
     /// Updated Syncs on owned clusters whose drift correction is due.
-    fn due_drift(&mut self, state: &FleetState, node: u64, busy: &BTreeSet<Key>, now: Instant) -> Vec<Work> {
+    fn due_drift(
+        &mut self,
+        state: &FleetState,
+        node: u64,
+        busy: &BTreeSet<Key>,
+        now: Instant,
+    ) -> Vec<Work> {
         let mut due = Vec::new();
         let mut owned = BTreeSet::new();
         for cluster in state.clusters_of(node) {
             for sync in state.cluster_syncs.get(&cluster).into_iter().flatten() {
                 owned.insert(sync.clone());
-                let Some(entry) = state.syncs.get(sync) else { continue };
-                if !matches!(entry.rollout.state, SyncState::Updated | SyncState::Unready) || busy.contains(sync) {
+                let Some(entry) = state.syncs.get(sync) else {
+                    continue;
+                };
+                if !matches!(entry.rollout.state, SyncState::Updated | SyncState::Unready)
+                    || busy.contains(sync)
+                {
                     continue;
                 }
                 let interval = fleet::validate::sync_interval(&entry.object.spec.template);
                 let at = *self.drift_at.entry(sync.clone()).or_insert_with(|| {
-                    now + source::jittered_interval(interval, starling_sync::retry::jitter_key(sync))
+                    now + source::jittered_interval(
+                        interval,
+                        starling_sync::retry::jitter_key(sync),
+                    )
                 });
                 if at <= now {
-                    due.push(Work { sync: sync.clone(), drift: true });
+                    due.push(Work {
+                        sync: sync.clone(),
+                        drift: true,
+                    });
                 }
             }
         }
         self.drift_at.retain(|sync, _| owned.contains(sync));
-        self.retry_at.retain(|sync, _| owned.contains(sync) || state.actionable.contains(sync));
+        self.retry_at
+            .retain(|sync, _| owned.contains(sync) || state.actionable.contains(sync));
         due
     }
 }
@@ -195,12 +273,21 @@ fn start_jitter(state: &FleetState, sync: &str) -> Option<Duration> {
     let policy = &entry.object.spec.rollout;
     let total = entry.members.len() as u32;
     let jitter = fleet::validate::rollout_jitter(policy);
-    (!jitter.is_zero() && fleet::validate::max_unavailable(policy, total) >= total).then_some(jitter)
+    (!jitter.is_zero() && fleet::validate::max_unavailable(policy, total) >= total)
+        .then_some(jitter)
 }
 
 async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
-    let Some(prepared) = replica.raft.reader().read(|state| prepare(state, replica.id(), &work.sync)) else {
-        return Done::Denied { sync: work.sync.clone(), retry_in: TICK };
+    let Some(prepared) = replica
+        .raft
+        .reader()
+        .read(|state| prepare(state, replica.id(), &work.sync))
+    else {
+        return Done::Denied {
+            sync: work.sync.clone(),
+            revision: String::new(),
+            retry_in: TICK,
+        };
     };
     let begin = Command::BeginSync {
         sync: work.sync.clone(),
@@ -211,18 +298,38 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
     let ticket = match replica.raft.propose(begin).await {
         Ok((_, Outcome::Granted { ticket })) => ticket,
         Ok((_, Outcome::Denied { reason })) => {
-            let label = format!("{reason:?}").split([' ', '{', '(']).next().unwrap_or("Unknown").to_string();
-            replica.metrics.denials.get_or_create(&crate::metrics::ReasonLabel { reason: label }).inc();
+            let label = format!("{reason:?}")
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or("Unknown")
+                .to_string();
+            replica
+                .metrics
+                .denials
+                .get_or_create(&crate::metrics::ReasonLabel { reason: label })
+                .inc();
             tracing::debug!(sync = %work.sync, ?reason, "sync not granted");
-            return Done::Denied { sync: work.sync.clone(), retry_in: Duration::from_secs(1) };
+            return Done::Denied {
+                sync: work.sync.clone(),
+                revision: prepared.revision.clone(),
+                retry_in: Duration::from_secs(1),
+            };
         }
         Ok((_, other)) => {
             tracing::warn!(sync = %work.sync, ?other, "unexpected answer to BeginSync");
-            return Done::Denied { sync: work.sync.clone(), retry_in: Duration::from_secs(1) };
+            return Done::Denied {
+                sync: work.sync.clone(),
+                revision: prepared.revision.clone(),
+                retry_in: Duration::from_secs(1),
+            };
         }
         Err(error) => {
             tracing::debug!(sync = %work.sync, %error, "cannot propose BeginSync");
-            return Done::Denied { sync: work.sync.clone(), retry_in: Duration::from_secs(1) };
+            return Done::Denied {
+                sync: work.sync.clone(),
+                revision: prepared.revision.clone(),
+                retry_in: Duration::from_secs(1),
+            };
         }
     };
     replica.metrics.grants.inc();
@@ -230,23 +337,56 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
     let _guard = span.enter();
     let started = Instant::now();
     let drift_interval = fleet::validate::sync_interval(&prepared.object.spec.template);
+    let revision = prepared.revision.clone();
     let (outcome, failure) = apply(replica, &work.sync, prepared).await;
-    let result = if failure.is_some() { "failed" } else { "succeeded" };
-    replica.metrics.syncs.get_or_create(&crate::metrics::ResultLabel { result: result.into() }).inc();
+    let result = if failure.is_some() {
+        "failed"
+    } else {
+        "succeeded"
+    };
+    replica
+        .metrics
+        .syncs
+        .get_or_create(&crate::metrics::ResultLabel {
+            result: result.into(),
+        })
+        .inc();
     replica.metrics.record_sync_duration(started.elapsed());
-    let finish = Command::FinishSync { ticket: ticket.id, outcome, at: Replica::now_rfc3339() };
+    let finish = Command::FinishSync {
+        ticket: ticket.id,
+        outcome,
+        at: Replica::now_rfc3339(),
+    };
     match replica.raft.propose(finish).await {
-        Ok((_, Outcome::StaleTicket)) => tracing::info!("result discarded: the cluster changed owner meanwhile"),
+        Ok((_, Outcome::StaleTicket)) => {
+            tracing::info!("result discarded: the cluster changed owner meanwhile")
+        }
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "cannot commit the sync's result; it will be retried"),
     }
-    Done::Finished { sync: work.sync.clone(), failure, drift_interval }
+    Done::Finished {
+        sync: work.sync.clone(),
+        revision,
+        failure,
+        drift_interval,
+    }
 }
 
 /// Fetches the artifact and runs the sync engine, with the lease watched throughout.
-async fn apply(replica: &Arc<Replica>, sync: &str, prepared: Prepared) -> (SyncOutcome, Option<ErrorClass>) {
+async fn apply(
+    replica: &Arc<Replica>,
+    sync: &str,
+    prepared: Prepared,
+) -> (SyncOutcome, Option<ErrorClass>) {
     let fail = |class: ErrorClass, message: String| {
-        (SyncOutcome::Failed { class: class.as_str().into(), message, inventory: None }, Some(class))
+        (
+            SyncOutcome::Failed {
+                class: class.as_str().into(),
+                message,
+                inventory: None,
+            },
+            Some(class),
+        )
     };
     let target = match prepared.target {
         Ok(target) => target,
@@ -269,7 +409,12 @@ async fn apply(replica: &Arc<Replica>, sync: &str, prepared: Prepared) -> (SyncO
         prepared.object.spec.template.clone(),
     );
     request.revision = Some(prepared.revision);
-    request.previous_inventory = prepared.object.status.as_ref().map(|s| s.inventory.clone()).unwrap_or_default();
+    request.previous_inventory = prepared
+        .object
+        .status
+        .as_ref()
+        .map(|s| s.inventory.clone())
+        .unwrap_or_default();
     let cancel = request.cancel.clone();
     let watcher = {
         let replica = replica.clone();
@@ -288,17 +433,36 @@ async fn apply(replica: &Arc<Replica>, sync: &str, prepared: Prepared) -> (SyncO
     cancel.cancel();
     let _ = watcher.await;
     match result {
-        Ok(report) => (SyncOutcome::Succeeded { inventory: report.inventory, health: report.health }, None),
+        Ok(report) => (
+            SyncOutcome::Succeeded {
+                inventory: report.inventory,
+                health: report.health,
+            },
+            None,
+        ),
         Err(failure) if failure.class() == ErrorClass::Cancelled => {
             tracing::info!(error = %failure.error, "sync abandoned");
             let inventory: Option<Vec<ObjectRef>> = failure.inventory.clone();
-            (SyncOutcome::Abandoned { reason: failure.error.to_string(), inventory }, Some(ErrorClass::Cancelled))
+            (
+                SyncOutcome::Abandoned {
+                    reason: failure.error.to_string(),
+                    inventory,
+                },
+                Some(ErrorClass::Cancelled),
+            )
         }
         Err(failure) => {
             let class = failure.class();
             tracing::warn!(class = class.as_str(), error = %failure.error, "sync failed");
             let inventory: Option<Vec<ObjectRef>> = failure.inventory.clone();
-            (SyncOutcome::Failed { class: class.as_str().into(), message: failure.error.to_string(), inventory }, Some(class))
+            (
+                SyncOutcome::Failed {
+                    class: class.as_str().into(),
+                    message: failure.error.to_string(),
+                    inventory,
+                },
+                Some(class),
+            )
         }
     }
 }
@@ -306,7 +470,11 @@ async fn apply(replica: &Arc<Replica>, sync: &str, prepared: Prepared) -> (SyncO
 fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
     let entry = state.syncs.get(sync)?;
     let object = entry.object.clone();
-    let namespace = object.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let namespace = object
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let cluster_key = fleet::state::key_of(&namespace, &object.spec.cluster_ref.name);
     let (owner, generation) = state.cluster_owner(&cluster_key)?;
     if owner != node {
@@ -324,16 +492,32 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
     let artifact = match state.sources.get(&source_key) {
         None => Err(format!("source {source_key} not found")),
         Some(source) => {
-            let digest = source.object.status.as_ref().and_then(|s| s.artifact.as_ref()).map(|a| a.digest.clone());
+            let digest = source
+                .object
+                .status
+                .as_ref()
+                .and_then(|s| s.artifact.as_ref())
+                .map(|a| a.digest.clone());
             match digest.map(|d| d.parse::<source::Digest>()) {
                 Some(Ok(digest)) => Ok(ArtifactNeed {
                     digest,
                     url: source.object.spec.git.url.clone(),
                     revision: target.revision.clone(),
-                    secret: source.object.spec.secret_ref.as_ref().and_then(|r| state.secret(&namespace, &r.name)).map(secret_data),
+                    secret: source
+                        .object
+                        .spec
+                        .secret_ref
+                        .as_ref()
+                        .and_then(|r| state.secret(&namespace, &r.name))
+                        .map(secret_data),
                 }),
-                Some(Err(_)) => Err(format!("source {source_key} has a malformed artifact digest")),
-                None => Err(format!("source {source_key} has no artifact for {}", target.revision)),
+                Some(Err(_)) => Err(format!(
+                    "source {source_key} has a malformed artifact digest"
+                )),
+                None => Err(format!(
+                    "source {source_key} has no artifact for {}",
+                    target.revision
+                )),
             }
         }
     };
@@ -349,13 +533,22 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
 
 /// The connection of a push cluster: its kubeconfig Secret (`<name>-kubeconfig`, key `value`
 /// unless the Cluster says otherwise).
-fn connection(state: &FleetState, namespace: &str, cluster: &fleet::resources::Cluster) -> Result<Connection, String> {
+fn connection(
+    state: &FleetState,
+    namespace: &str,
+    cluster: &fleet::resources::Cluster,
+) -> Result<Connection, String> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let reference = cluster.spec.kubeconfig_secret_ref.clone();
-    let secret_name = reference.as_ref().map_or_else(|| format!("{name}-kubeconfig"), |r| r.name.clone());
+    let secret_name = reference
+        .as_ref()
+        .map_or_else(|| format!("{name}-kubeconfig"), |r| r.name.clone());
     let key = reference.and_then(|r| r.key);
-    let secret = state
-        .secret(namespace, &secret_name)
-        .ok_or_else(|| format!("kubeconfig secret {namespace}/{secret_name} of cluster {name} not found"))?;
-    Ok(Connection::Secret { data: secret_data(secret), key })
+    let secret = state.secret(namespace, &secret_name).ok_or_else(|| {
+        format!("kubeconfig secret {namespace}/{secret_name} of cluster {name} not found")
+    })?;
+    Ok(Connection::Secret {
+        data: secret_data(secret),
+        key,
+    })
 }

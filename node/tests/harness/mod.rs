@@ -78,7 +78,13 @@ impl Group {
             nodes.insert(id, node_process(id, &dir));
         }
         let peers = peers_flag(&nodes);
-        let mut group = Group { _serial: serial, dir, nodes, options, peers };
+        let mut group = Group {
+            _serial: serial,
+            dir,
+            nodes,
+            options,
+            peers,
+        };
         for id in 1..=count {
             group.spawn(id);
         }
@@ -98,9 +104,25 @@ impl Group {
         let node = self.nodes.get_mut(&id).expect("known node");
         let mut command = Command::new(binary());
         command
-            .args(["node", "--id", &id.to_string(), "--listen", &node.grpc, "--http-listen", &node.http])
-            .args(["--data-dir", node.data_dir.to_str().expect("utf-8 path"), "--peers", &peers])
-            .args(["--down-after", &format!("{}ms", self.options.down_after.as_millis())])
+            .args([
+                "node",
+                "--id",
+                &id.to_string(),
+                "--listen",
+                &node.grpc,
+                "--http-listen",
+                &node.http,
+            ])
+            .args([
+                "--data-dir",
+                node.data_dir.to_str().expect("utf-8 path"),
+                "--peers",
+                &peers,
+            ])
+            .args([
+                "--down-after",
+                &format!("{}ms", self.options.down_after.as_millis()),
+            ])
             .args(&self.options.extra_args)
             .env("STARLING_LOG", "warn,openraft=error")
             .stdout(Stdio::piped())
@@ -108,8 +130,13 @@ impl Group {
         let mut child = command.spawn().expect("starling node starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("node prints its listening line");
-        assert!(line.contains("\"listening\""), "unexpected first line from node {id}: {line}");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("node prints its listening line");
+        assert!(
+            line.contains("\"listening\""),
+            "unexpected first line from node {id}: {line}"
+        );
         node.child = Some(child);
     }
 
@@ -127,7 +154,10 @@ impl Group {
 
     pub fn signal(&self, id: u64, signal: &str) {
         let pid = self.nodes[&id].child.as_ref().expect("running node").id();
-        let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill runs");
         assert!(status.success(), "kill {signal} {pid} failed");
     }
 
@@ -158,7 +188,11 @@ impl Group {
 
     pub async fn status_of(&self, id: u64) -> Option<proto::StatusResponse> {
         let mut client = self.fleet(id).await;
-        client.status(proto::StatusRequest {}).await.ok().map(|r| r.into_inner())
+        client
+            .status(proto::StatusRequest {})
+            .await
+            .ok()
+            .map(|r| r.into_inner())
     }
 
     /// Waits until a leader is known and `count` members are Live.
@@ -172,10 +206,18 @@ impl Group {
     }
 
     /// Applies manifests through node `id`.
-    pub async fn apply(&self, id: u64, manifests: &str) -> Result<proto::ApplyResponse, tonic::Status> {
+    pub async fn apply(
+        &self,
+        id: u64,
+        manifests: &str,
+    ) -> Result<proto::ApplyResponse, tonic::Status> {
         let mut client = self.fleet(id).await;
         client
-            .apply(proto::ApplyRequest { manifests: manifests.as_bytes().to_vec(), origin: "test".into(), dry_run: false })
+            .apply(proto::ApplyRequest {
+                manifests: manifests.as_bytes().to_vec(),
+                origin: "test".into(),
+                dry_run: false,
+            })
             .await
             .map(|r| r.into_inner())
     }
@@ -183,7 +225,11 @@ impl Group {
     /// Shards (cluster ownership) as seen by node `id`.
     pub async fn shards(&self, id: u64) -> Option<proto::ShardsResponse> {
         let mut client = self.admin(id).await;
-        client.shards(proto::ShardsRequest { node_id: 0 }).await.ok().map(|r| r.into_inner())
+        client
+            .shards(proto::ShardsRequest { node_id: 0 })
+            .await
+            .ok()
+            .map(|r| r.into_inner())
     }
 }
 
@@ -191,7 +237,9 @@ impl Drop for Group {
     fn drop(&mut self) {
         for node in self.nodes.values_mut() {
             if let Some(mut child) = node.child.take() {
-                let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+                let _ = Command::new("kill")
+                    .args(["-CONT", &child.id().to_string()])
+                    .status();
                 let _ = child.kill();
                 let _ = child.wait();
             }
@@ -210,7 +258,11 @@ fn node_process(id: u64, dir: &tempfile::TempDir) -> NodeProcess {
 }
 
 fn peers_flag(nodes: &BTreeMap<u64, NodeProcess>) -> String {
-    nodes.values().map(|n| format!("{}={}", n.id, n.grpc)).collect::<Vec<_>>().join(",")
+    nodes
+        .values()
+        .map(|n| format!("{}={}", n.id, n.grpc))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 pub fn channel(address: &str) -> Channel {
@@ -232,7 +284,10 @@ where
         if condition().await {
             return;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -163,8 +163,6 @@ enum CallError {
     Status { addr: String, status: tonic::Status },
     #[error("rpc to {addr} timed out")]
     Elapsed { addr: String },
-    #[error(transparent)]
-    Codec(#[from] codec::CodecError),
 }
 
 impl PeerClient {
@@ -274,7 +272,6 @@ impl PeerClient {
                 }),
                 _ => RPCError::Network(NetworkError::new(&error)),
             },
-            CallError::Codec(_) => RPCError::Network(NetworkError::new(&error)),
         }
     }
 }
@@ -292,7 +289,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         if entries > 1 && data.len() as u64 > limit {
             // openraft retries at once with at most this many entries, for the next few RPCs.
             let hint = (entries * limit / data.len() as u64).clamp(1, entries - 1);
-            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint)));
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint),
+            ));
         }
         self.call_encoded(Rpc::AppendEntries, data, &option).await
     }

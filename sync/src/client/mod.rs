@@ -162,9 +162,43 @@ pub async fn build_client(
 ) -> Result<(kube::Client, String), SyncError> {
     let config = client_config(target, writer, generation, settings).await?;
     let namespace = config.default_namespace.clone();
-    let client = kube::Client::try_from(config)
-        .map_err(|error| SyncError::from_kube(&target.name, "building its client", error))?;
+    let built = if config.cluster_url.scheme() == Some(&http::uri::Scheme::HTTP)
+        && config.proxy_url.is_none()
+    {
+        plain_http_client(config)
+    } else {
+        kube::Client::try_from(config)
+    };
+    let client =
+        built.map_err(|error| SyncError::from_kube(&target.name, "building its client", error))?;
     Ok((client, namespace))
+}
+
+/// A client for a plain `http://` API server (fleetsim, `kubectl proxy`): kube's default stack
+/// minus TLS. kube builds a rustls configuration for every client, even for http, and without a
+/// CA that loads the platform's roots: about 100 KiB per client, which a fleet of simulated
+/// clusters pays thousands of times for nothing.
+fn plain_http_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    use kube::client::ConfigExt;
+    use tower::{BoxError, ServiceBuilder};
+
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_connect_timeout(config.connect_timeout);
+    let mut connector = hyper_timeout::TimeoutConnector::new(connector);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(http);
+    Ok(kube::Client::new(service, config.default_namespace))
 }
 
 #[cfg(test)]

@@ -1,0 +1,415 @@
+//! `starling bench`: the control plane's figures, measured (never asserted by timed tests).
+//!
+//! - `failover`: real `starling node` processes on loopback; repeatedly `kill -9` a follower
+//!   and time until every cluster it owned is owned by a live node; p50 and p99.
+//! - `admission`: replicas in this process; BeginSync + FinishSync pairs committed per second
+//!   through the leader, in batches.
+//! - Both report the peak resident memory of the nodes holding the fleet's specs and status.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use fleet::state::{MemberState, SyncOutcome};
+use fleet::{Command, Outcome};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    which: Which,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Which {
+    /// Failover time after kill -9 of a node, over many kills.
+    Failover {
+        /// Clusters in the fleet (a node of 3 owns about a third).
+        #[arg(long, default_value_t = 3000)]
+        clusters: usize,
+        #[arg(long, default_value_t = 20)]
+        kills: usize,
+    },
+    /// BeginSync + FinishSync pairs committed per second, and node memory.
+    Admission {
+        #[arg(long, default_value_t = 10_000)]
+        clusters: usize,
+        /// Commands per log entry.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Batches in flight at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+    },
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.which {
+        Which::Failover { clusters, kills } => failover(clusters, kills).await,
+        Which::Admission {
+            clusters,
+            batch,
+            concurrency,
+        } => admission(clusters, batch, concurrency).await,
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn cluster_manifests(from: usize, to: usize) -> String {
+    (from..to)
+        .map(|i| format!("apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: c{i:05}}}\nspec: {{}}\n"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Peak resident set (`VmHWM`) of a process, in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+struct Proc {
+    child: Child,
+    grpc: String,
+    args: Vec<String>,
+}
+
+fn spawn(args: &[String]) -> anyhow::Result<Child> {
+    let mut child = Process::new(std::env::current_exe()?)
+        .args(args)
+        .env("STARLING_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    Ok(child)
+}
+
+async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, String>)> {
+    let channel = crate::client_channel(address, Duration::from_secs(5)).ok()?;
+    let mut admin = proto::admin_client::AdminClient::new(channel.clone());
+    let mut fleet = proto::fleet_client::FleetClient::new(channel);
+    let shards = admin
+        .shards(proto::ShardsRequest { node_id: 0 })
+        .await
+        .ok()?
+        .into_inner();
+    let status = fleet
+        .status(proto::StatusRequest {})
+        .await
+        .ok()?
+        .into_inner();
+    Some((
+        shards
+            .shards
+            .into_iter()
+            .map(|s| (s.node_id, s.clusters.len()))
+            .collect(),
+        status
+            .members
+            .into_iter()
+            .map(|m| (m.id, m.state))
+            .collect(),
+    ))
+}
+
+async fn failover(clusters: usize, kills: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut procs: BTreeMap<u64, Proc> = BTreeMap::new();
+    let ports: Vec<u16> = (0..6).map(|_| free_port()).collect::<anyhow::Result<_>>()?;
+    let peers = (1..=3)
+        .map(|id| format!("{id}=127.0.0.1:{}", ports[(id - 1) * 2]))
+        .collect::<Vec<_>>()
+        .join(",");
+    for id in 1..=3u64 {
+        let i = (id as usize - 1) * 2;
+        let args: Vec<String> = vec![
+            "node".into(),
+            "--id".into(),
+            id.to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", ports[i]),
+            "--http-listen".into(),
+            format!("127.0.0.1:{}", ports[i + 1]),
+            "--data-dir".into(),
+            dir.path().join(format!("n{id}")).display().to_string(),
+            "--peers".into(),
+            peers.clone(),
+        ];
+        procs.insert(
+            id,
+            Proc {
+                child: spawn(&args)?,
+                grpc: format!("127.0.0.1:{}", ports[i]),
+                args,
+            },
+        );
+    }
+    let first = procs[&1].grpc.clone();
+    wait_for(Duration::from_secs(60), || async {
+        shards(&first)
+            .await
+            .is_some_and(|(_, s)| s.values().filter(|v| *v == "Live").count() == 3)
+    })
+    .await?;
+    let channel = crate::client_channel(&first, Duration::from_secs(120))?;
+    let mut fleet =
+        proto::fleet_client::FleetClient::new(channel).max_encoding_message_size(64 << 20);
+    for start in (0..clusters).step_by(1000) {
+        let text = cluster_manifests(start, (start + 1000).min(clusters));
+        fleet
+            .apply(proto::ApplyRequest {
+                manifests: text.into_bytes(),
+                origin: "bench".into(),
+                dry_run: false,
+            })
+            .await?;
+    }
+    let mut times = Vec::new();
+    for round in 0..kills {
+        let observer_status = shards(&first).await;
+        let leader = {
+            let channel = crate::client_channel(&first, Duration::from_secs(5))?;
+            proto::fleet_client::FleetClient::new(channel)
+                .status(proto::StatusRequest {})
+                .await?
+                .into_inner()
+                .leader_id
+        };
+        let victim = procs
+            .keys()
+            .copied()
+            .filter(|id| *id != leader)
+            .nth(round % 2)
+            .context("a follower")?;
+        let observer = procs
+            .iter()
+            .find(|(id, _)| **id != victim)
+            .map(|(_, p)| p.grpc.clone())
+            .context("an observer")?;
+        let owned = observer_status
+            .and_then(|(s, _)| s.get(&victim).copied())
+            .unwrap_or(0);
+        let proc = procs.get_mut(&victim).context("victim")?;
+        let killed = Instant::now();
+        proc.child.kill()?;
+        let _ = proc.child.wait();
+        wait_for(Duration::from_secs(60), || async {
+            shards(&observer).await.is_some_and(|(s, states)| {
+                s.get(&victim).copied().unwrap_or(0) == 0
+                    && states.get(&victim).map(String::as_str) == Some("Down")
+            })
+        })
+        .await?;
+        let took = killed.elapsed();
+        times.push(took);
+        eprintln!(
+            "kill {}: node {victim} owned {owned} clusters; all owned by live nodes after {:.2}s",
+            round + 1,
+            took.as_secs_f64()
+        );
+        proc.child = spawn(&proc.args)?;
+        wait_for(Duration::from_secs(60), || async {
+            shards(&observer).await.is_some_and(|(s, states)| {
+                states.get(&victim).map(String::as_str) == Some("Live")
+                    && s.get(&victim).copied().unwrap_or(0) > 0
+            })
+        })
+        .await?;
+    }
+    times.sort();
+    let percentile =
+        |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize].as_secs_f64();
+    let rss: Vec<String> = procs
+        .values()
+        .filter_map(|p| peak_rss_mib(p.child.id()))
+        .map(|m| format!("{m:.0} MiB"))
+        .collect();
+    println!(
+        "failover over {} kills with {clusters} clusters on 3 nodes (down_after 3s): p50 {:.2}s, p99 {:.2}s, max {:.2}s",
+        times.len(),
+        percentile(0.5),
+        percentile(0.99),
+        percentile(1.0)
+    );
+    println!("peak resident memory per node: {}", rss.join(", "));
+    for proc in procs.values_mut() {
+        let _ = proc.child.kill();
+        let _ = proc.child.wait();
+    }
+    Ok(())
+}
+
+async fn wait_for<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        if Instant::now() > deadline {
+            anyhow::bail!("timed out after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ports: Vec<u16> = (0..6).map(|_| free_port()).collect::<anyhow::Result<_>>()?;
+    let peers: BTreeMap<u64, String> = (1..=3u64)
+        .map(|id| (id, format!("127.0.0.1:{}", ports[(id as usize - 1) * 2])))
+        .collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let i = (id as usize - 1) * 2;
+        let config = crate::config::NodeConfig {
+            id,
+            listen: format!("127.0.0.1:{}", ports[i]).parse()?,
+            advertise: peers[&id].clone(),
+            http_listen: format!("127.0.0.1:{}", ports[i + 1]).parse()?,
+            data_dir: dir.path().join(format!("n{id}")),
+            peers: peers.clone(),
+            max_voters: 5,
+            down_after: Duration::from_secs(3),
+            lease: Duration::from_secs(2),
+            heartbeat_interval: Duration::from_millis(500),
+            // No sync workers compete with the benchmark's own grants.
+            max_concurrent_syncs: 1,
+        };
+        nodes.push(crate::serve::start(config).await?);
+    }
+    let raft = nodes[0].replica.raft.clone();
+    let reader = raft.reader();
+    wait_for(Duration::from_secs(60), || async {
+        reader.read(|s| {
+            s.members
+                .values()
+                .filter(|m| m.state == MemberState::Live)
+                .count()
+                == 3
+        })
+    })
+    .await?;
+    let group = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"https://git.example/r.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: all}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"100%\"}\n";
+    let at = crate::replica::Replica::now_rfc3339();
+    let mut resources = fleet::manifest::parse_manifests(group)?;
+    for start in (0..clusters).step_by(1000) {
+        resources.extend(fleet::manifest::parse_manifests(&cluster_manifests(
+            start,
+            (start + 1000).min(clusters),
+        ))?);
+    }
+    for chunk in resources.chunks(1000) {
+        raft.propose_many(
+            chunk
+                .iter()
+                .map(|r| Command::UpsertSpec {
+                    resource: Box::new(r.clone()),
+                    at: at.clone(),
+                })
+                .collect(),
+        )
+        .await?;
+    }
+    let mut round = 0u32;
+    let mut pairs = 0usize;
+    let started = Instant::now();
+    // Each round: a new revision admits every Sync (no budget), then every Sync is granted and
+    // finished through the log. (The replicas' own workers may take a few; they are not counted.)
+    while started.elapsed() < Duration::from_secs(20) {
+        round += 1;
+        raft.propose(Command::SourceResolved {
+            source: "default/repo".into(),
+            revision: format!("main@sha1:{round:040}"),
+            artifact: None,
+            at: at.clone(),
+        })
+        .await?;
+        let begins: Vec<Command> = reader.read(|state| {
+            state
+                .actionable
+                .iter()
+                .filter_map(|sync| {
+                    let target = state.target_of(sync)?;
+                    let cluster = fleet::state::key_of(
+                        "default",
+                        &state.syncs.get(sync)?.object.spec.cluster_ref.name,
+                    );
+                    let (node, generation) = state.cluster_owner(&cluster)?;
+                    Some(Command::BeginSync {
+                        sync: sync.clone(),
+                        node,
+                        generation,
+                        revision: target.revision,
+                    })
+                })
+                .collect()
+        });
+        let tickets = commit_all(&raft, begins, batch, concurrency)
+            .await?
+            .into_iter()
+            .filter_map(|o| match o {
+                Outcome::Granted { ticket } => Some(ticket.id),
+                _ => None,
+            });
+        let finishes: Vec<Command> = tickets
+            .map(|ticket| Command::FinishSync {
+                ticket,
+                outcome: SyncOutcome::Succeeded {
+                    inventory: Vec::new(),
+                    health: fleet::resources::ResourceStatus::Current,
+                },
+                at: at.clone(),
+            })
+            .collect();
+        pairs += finishes.len();
+        commit_all(&raft, finishes, batch, concurrency).await?;
+    }
+    let rate = pairs as f64 / started.elapsed().as_secs_f64();
+    let rss = peak_rss_mib(std::process::id()).unwrap_or(0.0);
+    println!(
+        "admission: {pairs} BeginSync+FinishSync pairs in {:.1}s over {round} rounds: {rate:.0} pairs/s (3 replicas, batches of {batch}, {concurrency} in flight)",
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "peak resident memory of this process (3 replicas, {clusters} clusters with status): {rss:.0} MiB"
+    );
+    for node in nodes {
+        node.stop().await;
+    }
+    Ok(())
+}
+
+async fn commit_all(
+    raft: &starling_raft::RaftNode,
+    commands: Vec<Command>,
+    batch: usize,
+    concurrency: usize,
+) -> anyhow::Result<Vec<Outcome>> {
+    let mut outcomes = Vec::with_capacity(commands.len());
+    let chunks: Vec<Vec<Command>> = commands
+        .chunks(batch.max(1))
+        .map(<[Command]>::to_vec)
+        .collect();
+    for group in chunks.chunks(concurrency.max(1)) {
+        let results =
+            futures::future::join_all(group.iter().map(|chunk| raft.propose_many(chunk.clone())))
+                .await;
+        for result in results {
+            outcomes.extend(result?.outcomes);
+        }
+    }
+    Ok(outcomes)
+}

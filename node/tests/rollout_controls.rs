@@ -1,0 +1,251 @@
+//! Rollout controls end to end, with real `starling node` processes, fleetsim and a git
+//! repository served over `git daemon`: pause and resume; a file removed in git is pruned on
+//! every cluster; drift on a target is restored within the Sync's interval; failing clusters
+//! past `maxFailures` halt the rollout and a resume continues it; restarting every node in the
+//! middle of a rollout continues it where it was.
+
+mod harness;
+
+#[path = "../src/dev/repo.rs"]
+#[allow(dead_code)]
+mod repo;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fleetsim::{Fault, FleetSim};
+use harness::{Group, Options, free_port, wait_until};
+
+const CLUSTERS: usize = 30;
+
+struct GitDaemon(Child);
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn manifests(sim: &FleetSim, url: &str) -> String {
+    let mut out = format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 1s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    interval: 3s\n    timeout: 20s\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: 5\n    maxFailures: 2\n"
+    );
+    for name in sim.cluster_names() {
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+            "stringData": {"value": sim.kubeconfig(&name).expect("kubeconfig")},
+        });
+        out.push_str(&format!("---\n{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r1}}}}\nspec: {{}}\n"));
+    }
+    out
+}
+
+async fn rollout(group: &Group) -> Option<proto::Rollout> {
+    group
+        .status()
+        .await?
+        .rollouts
+        .into_iter()
+        .find(|r| r.name == "demo")
+}
+
+fn summary(status: &Option<proto::Rollout>) -> proto::RolloutSummary {
+    status
+        .as_ref()
+        .and_then(|s| s.summary)
+        .unwrap_or_default()
+}
+
+async fn wait_complete(group: &Group, not: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(150);
+    loop {
+        let status = rollout(group).await;
+        if let Some(current) = &status
+            && current.phase == "Complete"
+            && current.target_revision != not
+            && summary(&status).updated as usize == CLUSTERS
+        {
+            return current.target_revision.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rollout did not complete: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn versions(sim: &FleetSim) -> Vec<String> {
+    sim.cluster_names()
+        .iter()
+        .map(|name| {
+            sim.get_object(name, "v1", "ConfigMap", Some("demo"), "demo-config")
+                .ok()
+                .flatten()
+                .and_then(|o| o["data"]["version"].as_str().map(str::to_string))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+async fn pause(group: &Group, resume: bool) {
+    let mut fleet = group.fleet(1).await;
+    let request = proto::RolloutRequest {
+        namespace: "default".into(),
+        name: "demo".into(),
+    };
+    if resume {
+        fleet.rollout_resume(request).await.expect("resume");
+    } else {
+        fleet.rollout_pause(request).await.expect("pause");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_prune_drift_halt_and_restart() {
+    let sim = FleetSim::start(fleetsim::Config {
+        clusters: CLUSTERS,
+        ready_delay: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await
+    .expect("fleetsim starts");
+    let work = tempfile::tempdir().expect("temp dir");
+    let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
+    let port = free_port();
+    let _daemon = GitDaemon(
+        Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+                &format!("--port={port}"),
+            ])
+            .arg(format!("--base-path={}", work.path().display()))
+            .arg(work.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("git daemon starts"),
+    );
+    let mut group = Group::start(3, Options::default()).await;
+    group
+        .apply(1, &manifests(&sim, &format!("git://127.0.0.1:{port}/demo")))
+        .await
+        .expect("specs applied");
+    let v1 = wait_complete(&group, "").await;
+
+    // Pause stops admissions: a new revision is resolved but nobody starts it.
+    pause(&group, false).await;
+    demo.commit("v2", "nginx:1.28", "v2").expect("commit");
+    wait_until(
+        Duration::from_secs(30),
+        "v2 resolved while paused",
+        || async {
+            rollout(&group)
+                .await
+                .is_some_and(|s| s.target_revision != v1 && s.phase == "Paused")
+        },
+    )
+    .await;
+    let paused_at = Instant::now();
+    while paused_at.elapsed() < Duration::from_secs(2) {
+        let status = rollout(&group).await;
+        assert_eq!(summary(&status).in_progress, 0, "no admission while paused");
+        assert!(
+            versions(&sim).iter().all(|v| v == "v1"),
+            "nothing applied while paused"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Resume continues it.
+    pause(&group, true).await;
+    let v2 = wait_complete(&group, &v1).await;
+    assert!(versions(&sim).iter().all(|v| v == "v2"));
+
+    // A file removed in git is pruned on every cluster.
+    demo.commit_except(
+        "v3",
+        "nginx:1.28",
+        &["app/deployment.yaml"],
+        "drop the deployment",
+    )
+    .expect("commit");
+    let v3 = wait_complete(&group, &v2).await;
+    for name in sim.cluster_names() {
+        let deployment = sim
+            .get_object(&name, "apps/v1", "Deployment", Some("demo"), "demo-web")
+            .expect("fleetsim answers");
+        assert!(
+            deployment.is_none(),
+            "{name} still has the removed deployment"
+        );
+    }
+
+    // Drift on a target is restored within the Sync's interval (3s ±10%).
+    let target = sim.cluster_names()[0].clone();
+    let mut drifted = sim
+        .get_object(&target, "v1", "ConfigMap", Some("demo"), "demo-config")
+        .expect("get")
+        .expect("exists");
+    drifted["data"]["version"] = serde_json::json!("tampered");
+    sim.set_object(&target, drifted).expect("drift");
+    wait_until(Duration::from_secs(20), "drift corrected", || async {
+        versions(&sim)[0] == "v3"
+    })
+    .await;
+
+    // Failing clusters past maxFailures (2) halt the rollout; a resume continues it.
+    let failing: Vec<String> = sim.cluster_names().into_iter().take(CLUSTERS).collect();
+    for name in &failing {
+        sim.set_fault(
+            name,
+            Fault::Errors {
+                rate: 1.0,
+                code: 403,
+                retry_after_seconds: None,
+            },
+        )
+        .expect("fault");
+    }
+    demo.commit("v4", "nginx:1.29", "v4").expect("commit");
+    wait_until(Duration::from_secs(60), "rollout halted", || async {
+        let status = rollout(&group).await;
+        status
+            .as_ref()
+            .is_some_and(|s| s.phase == "Halted" && s.target_revision != v3)
+            && summary(&status).failed > 2
+    })
+    .await;
+    let halted = summary(&rollout(&group).await);
+    assert!(
+        halted.failed <= 5,
+        "no more than the budget failed before the halt: {halted:?}"
+    );
+    for name in &failing {
+        sim.clear_faults(name).expect("clear");
+    }
+    pause(&group, true).await;
+    let v4 = wait_complete(&group, &v3).await;
+    assert!(versions(&sim).iter().all(|v| v == "v4"));
+
+    // Restarting every node mid-rollout: the rollout continues from where it was.
+    demo.commit("v5", "nginx:1.30", "v5").expect("commit");
+    wait_until(Duration::from_secs(60), "v5 under way", || async {
+        let status = rollout(&group).await;
+        status.as_ref().is_some_and(|s| s.target_revision != v4) && summary(&status).updated >= 5
+    })
+    .await;
+    for id in 1..=3 {
+        group.kill(id);
+    }
+    for id in 1..=3 {
+        group.restart(id);
+    }
+    group.wait_for_members(3).await;
+    wait_complete(&group, &v4).await;
+    assert!(versions(&sim).iter().all(|v| v == "v5"));
+}
