@@ -33,6 +33,8 @@ use crate::replica::{Replica, lock};
 const TICK: Duration = Duration::from_millis(200);
 /// How often owned Syncs are scanned for due drift corrections.
 const DRIFT_SCAN: Duration = Duration::from_secs(1);
+/// How often tickets held by this node without a running sync are given back.
+const ORPHAN_SCAN: Duration = Duration::from_secs(2);
 /// Retry delay of a failure whose class is not retried automatically (invalid manifests,
 /// forbidden…): a new revision retries at once; otherwise an operator's fix (credentials, a
 /// resume) is picked up within this delay.
@@ -91,11 +93,17 @@ pub async fn run(replica: Arc<Replica>) {
         first_seen: BTreeMap::new(),
         last_drift_scan: Instant::now(),
     };
+    let mut last_orphan_scan = Instant::now();
     loop {
         tokio::select! {
             _ = events.recv() => {}
             Some(report) = done.recv() => planner.record(report),
             _ = tokio::time::sleep(TICK) => {}
+        }
+        if last_orphan_scan.elapsed() >= ORPHAN_SCAN && replica.is_ready() {
+            last_orphan_scan = Instant::now();
+            let busy = lock(&running).clone();
+            release_orphans(&replica, &busy).await;
         }
         if !replica.lease.is_valid() || slots.available_permits() == 0 {
             continue;
@@ -122,6 +130,42 @@ pub async fn run(replica: Arc<Replica>) {
                 let _ = done_sender.send(report).await;
             });
         }
+    }
+}
+
+/// Gives back tickets this node holds for Syncs it is not running: granted to an earlier
+/// process of this node (restarted faster than `down_after`, so ownership did not move), or
+/// whose result could not be committed. Without this the Sync would stay Applying for ever.
+async fn release_orphans(replica: &Replica, running: &BTreeSet<Key>) {
+    let orphans: Vec<u64> = replica.raft.reader().read(|state| {
+        state
+            .tickets
+            .values()
+            .filter(|t| t.node == replica.id() && !running.contains(&t.sync))
+            .map(|t| t.id)
+            .collect()
+    });
+    if orphans.is_empty() {
+        return;
+    }
+    tracing::info!(
+        count = orphans.len(),
+        "giving back tickets of syncs this node is not running"
+    );
+    let at = Replica::now_rfc3339();
+    let commands = orphans
+        .into_iter()
+        .map(|ticket| Command::FinishSync {
+            ticket,
+            outcome: SyncOutcome::Abandoned {
+                reason: "the node restarted or lost the sync".into(),
+                inventory: None,
+            },
+            at: at.clone(),
+        })
+        .collect();
+    if let Err(error) = replica.raft.propose_many(commands).await {
+        tracing::warn!(%error, "cannot give back orphaned tickets; retrying");
     }
 }
 
