@@ -10,37 +10,12 @@ mod harness;
 #[allow(dead_code)]
 mod repo;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetsim::{Fault, FleetSim};
-use harness::{Group, Options, free_port, wait_until};
+use harness::{GitDaemon, Group, Options, demo_manifests, free_port, wait_until};
 
 const CLUSTERS: usize = 30;
-
-struct GitDaemon(Child);
-
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn manifests(sim: &FleetSim, url: &str) -> String {
-    let mut out = format!(
-        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 1s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    force: true\n    interval: 3s\n    timeout: 20s\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: 5\n    maxFailures: 2\n"
-    );
-    for name in sim.cluster_names() {
-        let secret = serde_json::json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
-            "stringData": {"value": sim.kubeconfig(&name).expect("kubeconfig")},
-        });
-        out.push_str(&format!("---\n{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r1}}}}\nspec: {{}}\n"));
-    }
-    out
-}
 
 async fn rollout(group: &Group) -> Option<proto::Rollout> {
     group
@@ -112,25 +87,18 @@ async fn pause_prune_drift_halt_and_restart() {
     let work = tempfile::tempdir().expect("temp dir");
     let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
     let port = free_port();
-    let _daemon = GitDaemon(
-        Command::new("git")
-            .args([
-                "daemon",
-                "--reuseaddr",
-                "--export-all",
-                "--listen=127.0.0.1",
-                &format!("--port={port}"),
-            ])
-            .arg(format!("--base-path={}", work.path().display()))
-            .arg(work.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("git daemon starts"),
-    );
+    let _daemon = GitDaemon::start(work.path(), port);
     let mut group = Group::start(3, Options::default()).await;
     group
-        .apply(1, &manifests(&sim, &format!("git://127.0.0.1:{port}/demo")))
+        .apply(
+            1,
+            &demo_manifests(
+                &sim,
+                &format!("git://127.0.0.1:{port}/demo"),
+                "    force: true\n    interval: 3s\n    timeout: 20s\n",
+                "    maxUnavailable: 5\n    maxFailures: 2\n",
+            ),
+        )
         .await
         .expect("specs applied");
     let v1 = wait_complete(&group, "").await;

@@ -14,59 +14,13 @@ mod repo;
 #[allow(dead_code)]
 mod report;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fleetsim::{AuditFilter, FleetSim};
-use harness::{Group, Options, free_port, wait_until};
+use harness::{GitDaemon, Group, Options, demo_manifests, free_port, wait_until};
 
 const CLUSTERS: usize = 300;
 const BUDGET: u32 = 30;
-
-struct GitDaemon(Child);
-
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn git_daemon(base: &std::path::Path, port: u16) -> GitDaemon {
-    let child = Command::new("git")
-        .args([
-            "daemon",
-            "--reuseaddr",
-            "--export-all",
-            "--listen=127.0.0.1",
-        ])
-        .arg(format!("--port={port}"))
-        .arg(format!("--base-path={}", base.display()))
-        .arg(base)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("git daemon starts");
-    GitDaemon(child)
-}
-
-fn manifests(sim: &FleetSim, url: &str) -> String {
-    let mut out = format!(
-        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 1s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"10%\"\n"
-    );
-    for name in sim.cluster_names() {
-        let secret = serde_json::json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
-            "stringData": {"value": sim.kubeconfig(&name).expect("kubeconfig")},
-        });
-        out.push_str(&format!(
-            "---\n{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r{}}}}}\nspec: {{}}\n",
-            name.len() % 3
-        ));
-    }
-    out
-}
 
 async fn group_status(group: &Group) -> Option<proto::Rollout> {
     group
@@ -128,7 +82,7 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
     let work = tempfile::tempdir().expect("temp dir");
     let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
     let port = free_port();
-    let _daemon = git_daemon(work.path(), port);
+    let _daemon = GitDaemon::start(work.path(), port);
     let url = format!("git://127.0.0.1:{port}/demo");
 
     let mut group = Group::start(
@@ -140,7 +94,10 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
     )
     .await;
     group
-        .apply(1, &manifests(&sim, &url))
+        .apply(
+            1,
+            &demo_manifests(&sim, &url, "", "    maxUnavailable: \"10%\"\n"),
+        )
         .await
         .expect("specs applied");
 
@@ -283,11 +240,14 @@ async fn a_node_without_the_git_host_gets_artifacts_from_peers() {
     let work = tempfile::tempdir().expect("temp dir");
     let _demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
     let port = free_port();
-    let daemon = git_daemon(work.path(), port);
+    let daemon = GitDaemon::start(work.path(), port);
     let url = format!("git://127.0.0.1:{port}/demo");
     let mut group = Group::start(3, Options::default()).await;
     group
-        .apply(1, &manifests(&sim, &url))
+        .apply(
+            1,
+            &demo_manifests(&sim, &url, "", "    maxUnavailable: \"10%\"\n"),
+        )
         .await
         .expect("specs applied");
     wait_until(Duration::from_secs(120), "first rollout", || async {
@@ -315,7 +275,7 @@ async fn a_node_without_the_git_host_gets_artifacts_from_peers() {
     .await;
     // A template change needs a re-apply at the same revision everywhere, node 4's clusters
     // included: node 4 has no mirror and the git host is down, so it must ask its peers.
-    let changed = manifests(&sim, &url).replacen(
+    let changed = demo_manifests(&sim, &url, "", "    maxUnavailable: \"10%\"\n").replacen(
         "      REGION: \"${cluster.labels.region}\"\n",
         "      REGION: \"${cluster.labels.region}\"\n      GREETING: bonjour\n",
         1,

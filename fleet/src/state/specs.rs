@@ -66,6 +66,28 @@ fn stamp(
     ApplyResult::Configured
 }
 
+/// The `namespace/name` key of an incoming object.
+fn object_key(meta: &ObjectMeta) -> Key {
+    key_of(namespace_of(meta), meta.name.as_deref().unwrap_or(""))
+}
+
+/// [`stamp`] of an incoming object against the stored one (metadata and spec), deciding
+/// whether the spec changed.
+fn stamp_against<S: PartialEq>(
+    incoming: &mut ObjectMeta,
+    spec: &S,
+    stored: Option<(&ObjectMeta, &S)>,
+    revision: u64,
+) -> ApplyResult {
+    let spec_changed = stored.is_none_or(|(_, stored_spec)| stored_spec != spec);
+    stamp(
+        incoming,
+        stored.map(|(meta, _)| meta),
+        spec_changed,
+        revision,
+    )
+}
+
 /// Sets a condition, keeping `lastTransitionTime` when the status did not change.
 pub(super) fn set_condition(
     conditions: &mut Vec<Condition>,
@@ -108,10 +130,7 @@ impl FleetState {
             Resource::Sync(object) => self.upsert_sync(object),
             Resource::SyncGroup(object) => self.upsert_group(object),
             Resource::Secret(mut object) => {
-                let key = key_of(
-                    namespace_of(&object.metadata),
-                    object.metadata.name.as_deref().unwrap_or(""),
-                );
+                let key = object_key(&object.metadata);
                 let existing = self.secrets.get(&key);
                 let changed = existing.is_none_or(|e| {
                     e.data != object.data
@@ -172,18 +191,10 @@ impl FleetState {
     }
 
     fn upsert_source(&mut self, mut object: Source) -> Outcome {
-        let key = key_of(
-            namespace_of(&object.metadata),
-            object.metadata.name.as_deref().unwrap_or(""),
-        );
+        let key = object_key(&object.metadata);
         let existing = self.sources.get(&key);
-        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
-        let result = stamp(
-            &mut object.metadata,
-            existing.map(|e| &e.object.metadata),
-            spec_changed,
-            self.revision,
-        );
+        let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
+        let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         match result {
             ApplyResult::Unchanged => {}
             ApplyResult::Configured => {
@@ -210,18 +221,10 @@ impl FleetState {
     }
 
     fn upsert_cluster(&mut self, mut object: Cluster) -> Outcome {
-        let key = key_of(
-            namespace_of(&object.metadata),
-            object.metadata.name.as_deref().unwrap_or(""),
-        );
+        let key = object_key(&object.metadata);
         let existing = self.clusters.get(&key);
-        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
-        let result = stamp(
-            &mut object.metadata,
-            existing.map(|e| &e.object.metadata),
-            spec_changed,
-            self.revision,
-        );
+        let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
+        let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         match result {
             ApplyResult::Unchanged => return Outcome::Applied(result),
             ApplyResult::Configured => {
@@ -275,10 +278,7 @@ impl FleetState {
     }
 
     fn upsert_sync(&mut self, mut object: Sync) -> Outcome {
-        let key = key_of(
-            namespace_of(&object.metadata),
-            object.metadata.name.as_deref().unwrap_or(""),
-        );
+        let key = object_key(&object.metadata);
         if let Some(group) = self.syncs.get(&key).and_then(|s| s.group.clone()) {
             return Outcome::Rejected {
                 message: format!(
@@ -287,13 +287,8 @@ impl FleetState {
             };
         }
         let existing = self.syncs.get(&key);
-        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
-        let result = stamp(
-            &mut object.metadata,
-            existing.map(|e| &e.object.metadata),
-            spec_changed,
-            self.revision,
-        );
+        let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
+        let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         if result == ApplyResult::Unchanged {
             return Outcome::Applied(result);
         }
@@ -412,10 +407,7 @@ impl FleetState {
     }
 
     fn upsert_group(&mut self, mut object: SyncGroup) -> Outcome {
-        let key = key_of(
-            namespace_of(&object.metadata),
-            object.metadata.name.as_deref().unwrap_or(""),
-        );
+        let key = object_key(&object.metadata);
         let parsed = object
             .spec
             .cluster_selector
@@ -439,12 +431,8 @@ impl FleetState {
         };
         let existing = self.groups.get(&key);
         let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
-        let result = stamp(
-            &mut object.metadata,
-            existing.map(|e| &e.object.metadata),
-            spec_changed,
-            self.revision,
-        );
+        let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
+        let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         match result {
             ApplyResult::Unchanged => return Outcome::Applied(result),
             ApplyResult::Configured => {
@@ -589,13 +577,8 @@ impl FleetState {
             (CLUSTER_LABEL.to_string(), cluster_name.to_string()),
         ]));
         let existing = self.syncs.get(&sync_key);
-        let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
-        let result = stamp(
-            &mut object.metadata,
-            existing.map(|e| &e.object.metadata),
-            spec_changed,
-            self.revision,
-        );
+        let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
+        let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         if result != ApplyResult::Unchanged {
             self.store_sync(sync_key.clone(), object, Some(group_key.to_string()));
         }

@@ -304,3 +304,59 @@ pub fn fleet_manifests(count: usize) -> String {
     }
     out
 }
+
+/// `git daemon` serving every repository under a directory on loopback; killed on drop.
+pub struct GitDaemon(std::process::Child);
+
+impl GitDaemon {
+    pub fn start(base: &std::path::Path, port: u16) -> GitDaemon {
+        let child = Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.display()))
+            .arg(base)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("git daemon starts");
+        GitDaemon(child)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Manifests for the demo app over every fleetsim cluster: Source `demo` (polled every
+/// second), SyncGroup `demo` with the given extra template and rollout lines (each indented
+/// four spaces), and per cluster its kubeconfig Secret and a `Cluster` with a `region` label.
+pub fn demo_manifests(
+    sim: &fleetsim::FleetSim,
+    url: &str,
+    template: &str,
+    rollout: &str,
+) -> String {
+    let mut out = format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 1s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n{template}    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n{rollout}"
+    );
+    for (index, name) in sim.cluster_names().into_iter().enumerate() {
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+            "stringData": {"value": sim.kubeconfig(&name).expect("kubeconfig")},
+        });
+        out.push_str(&format!(
+            "---\n{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r{}}}}}\nspec: {{}}\n",
+            index % 3
+        ));
+    }
+    out
+}
