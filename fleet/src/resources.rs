@@ -234,7 +234,8 @@ pub enum ResourceStatus {
 pub struct Dependency {
     /// The name of the other Sync, or of the other SyncGroup (its Sync for the same cluster).
     pub name: String,
-    /// The least status the dependency must have reached; `Current` when unset.
+    /// The least status the dependency must have reached; `Current` when unset. A dependency
+    /// on the same source must also have applied the revision about to be applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_status: Option<ResourceStatus>,
 }

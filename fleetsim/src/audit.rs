@@ -62,6 +62,9 @@ pub struct AuditRecord {
     pub origin: Origin,
     /// The answer was an injected fault, not the outcome of the write.
     pub injected: bool,
+    /// The request body, at audit level `Request` (creates, updates, patches, applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_object: Option<serde_json::Value>,
 }
 
 /// Criteria for querying the audit log; unset fields match everything.
@@ -131,6 +134,8 @@ pub(crate) struct Entry {
     pub resource_version: Option<u64>,
     pub origin: Origin,
     pub injected: bool,
+    /// The request body as compact JSON, at audit level `Request`.
+    pub request: Option<Box<str>>,
 }
 
 impl Entry {
@@ -153,6 +158,7 @@ impl Entry {
             resource_version: None,
             origin,
             injected: false,
+            request: None,
         }
     }
 
@@ -190,6 +196,10 @@ impl Entry {
             resource_version: self.resource_version.map(|rv| rv.to_string()),
             origin: self.origin,
             injected: self.injected,
+            request_object: self
+                .request
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok()),
         }
     }
 }

@@ -6,6 +6,28 @@ use std::time::Duration;
 
 use crate::error::FleetSimError;
 
+/// How much an audit record keeps (the Kubernetes audit policy levels that apply to writes).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "PascalCase")]
+pub enum AuditLevel {
+    /// Who wrote what object, when, and the answer; no bodies.
+    #[default]
+    Metadata,
+    /// Also the request body of creates, updates, patches and applies (`requestObject`).
+    /// Costs memory in proportion to the bodies; meant for tests that check what was written.
+    Request,
+}
+
 /// Settings for [`crate::FleetSim::start`].
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -23,6 +45,8 @@ pub struct Config {
     pub watch_history: usize,
     /// Audit records kept in total (oldest dropped first).
     pub audit_capacity: usize,
+    /// What each audit record keeps, as Kubernetes audit policy levels do.
+    pub audit_level: AuditLevel,
     /// How often watches with `allowWatchBookmarks` get a BOOKMARK event.
     pub bookmark_interval: Duration,
     /// Longest time a hanging request is held before it gets a 504.
@@ -45,6 +69,7 @@ impl Default for Config {
             latency: Duration::ZERO,
             watch_history: 100,
             audit_capacity: 1_000_000,
+            audit_level: AuditLevel::Metadata,
             bookmark_interval: Duration::from_secs(30),
             hang_limit: Duration::from_secs(300),
             max_body_bytes: 3 * 1024 * 1024,

@@ -46,7 +46,7 @@ pub(crate) mod store;
 
 pub use audit::{AuditFilter, AuditRecord, AuditStats, Origin};
 pub use cluster::Behaviour;
-pub use config::Config;
+pub use config::{AuditLevel, Config};
 pub use controller::workloads::NEVER_READY_ANNOTATION;
 pub use error::FleetSimError;
 pub use faults::{ErrorFault, Fault, FaultKind, FaultState};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use fleetsim::{Config, FleetSim};
+use fleetsim::{AuditLevel, Config, FleetSim};
 
 /// Simulated Kubernetes API servers for thousands of clusters.
 #[derive(Debug, Parser)]
@@ -37,6 +37,9 @@ struct Args {
     /// Audit records kept in total.
     #[arg(long, env = "FLEETSIM_AUDIT_CAPACITY", default_value_t = Config::default().audit_capacity)]
     audit_capacity: usize,
+    /// What audit records keep: Metadata, or Request to keep request bodies too.
+    #[arg(long, env = "FLEETSIM_AUDIT_LEVEL", value_enum, default_value_t = AuditLevel::Metadata)]
+    audit_level: AuditLevel,
     /// Interval of watch bookmarks.
     #[arg(long, env = "FLEETSIM_BOOKMARK_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     bookmark_interval: Duration,
@@ -61,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
         latency: args.latency,
         watch_history: args.watch_history,
         audit_capacity: args.audit_capacity,
+        audit_level: args.audit_level,
         bookmark_interval: args.bookmark_interval,
         ..Config::default()
     };

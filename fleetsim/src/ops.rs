@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::audit::{Entry, Origin};
 use crate::cluster::Cluster;
+use crate::config::AuditLevel;
 use crate::error::ApiError;
 use crate::ids;
 use crate::managed::Scope;
@@ -92,6 +93,16 @@ impl Write {
         }
     }
 
+    fn body(&self) -> Option<&Value> {
+        match self {
+            Write::Create { body }
+            | Write::Update { body, .. }
+            | Write::Patch { body, .. }
+            | Write::Apply { body, .. } => Some(body),
+            Write::Delete { .. } => None,
+        }
+    }
+
     fn name(&self) -> Option<&str> {
         match self {
             Write::Create { body } => body.pointer("/metadata/name").and_then(Value::as_str),
@@ -155,6 +166,9 @@ pub(crate) fn write(
     record.dry_run = dry_run;
     record.status_subresource = write.scope() == Some(Scope::Status);
     record.name = write.name().map(Box::from);
+    if shared.config.audit_level == AuditLevel::Request {
+        record.request = write.body().map(|body| Box::from(body.to_string()));
+    }
     let scope = write.scope();
     let result = cluster.with_state(|state| {
         let result = match write {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::rollout::SyncState;
 use super::{
     DenyReason, FleetState, Key, MemberState, NodeId, Outcome, SyncKind, SyncOutcome, Ticket,
-    cluster_key_of, key_of,
+    cluster_key_of, key_of, source_key_of,
 };
 use crate::resources::{ObjectRef, ResourceStatus, SyncResult};
 
@@ -225,14 +225,24 @@ impl FleetState {
 
     /// The dependencies of a Sync that are not yet at their required status, by name; or the
     /// path of a dependency cycle.
+    ///
+    /// A dependency is met when it has applied something and its health is at least the
+    /// required status. A dependency on the same source must also have applied the revision
+    /// this Sync is about to apply (or a newer one), as Flux does: a new commit rolls the
+    /// dependency out first, then the dependent, on every cluster.
     pub fn pending_dependencies(&self, sync: &str) -> Result<Vec<String>, Vec<String>> {
         let mut pending = Vec::new();
         let Some(entry) = self.syncs.get(sync) else {
             return Ok(pending);
         };
+        if entry.object.spec.template.depends_on.is_empty() {
+            return Ok(pending);
+        }
         if let Some(path) = self.find_cycle(sync) {
             return Err(path);
         }
+        let source = source_key_of(&entry.object);
+        let target_seq = self.target_of(sync).map(|t| t.seq);
         for dependency in &entry.object.spec.template.depends_on {
             let required = dependency
                 .required_status
@@ -240,7 +250,15 @@ impl FleetState {
             let met = self
                 .resolve_dependency(sync, &dependency.name)
                 .and_then(|key| self.syncs.get(&key))
-                .is_some_and(|dep| dep.rollout.applied.is_some() && dep.rollout.health >= required);
+                .is_some_and(|dep| {
+                    let current = source_key_of(&dep.object) != source
+                        || dep
+                            .rollout
+                            .applied
+                            .zip(target_seq)
+                            .is_some_and(|((seq, _), target)| seq >= target);
+                    dep.rollout.applied.is_some() && dep.rollout.health >= required && current
+                });
             if !met {
                 pending.push(dependency.name.clone());
             }

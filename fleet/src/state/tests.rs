@@ -401,7 +401,24 @@ fn dependencies_wait_and_cycles_are_reported() {
     );
     let ticket = granted(begin(&mut state, "fleet/app-c000", "main@sha1:aaa"));
     finish_ok(&mut state, ticket.id);
-    granted(begin(&mut state, "fleet/web-c000", "main@sha1:aaa"));
+    let web = granted(begin(&mut state, "fleet/web-c000", "main@sha1:aaa"));
+    finish_ok(&mut state, web.id);
+
+    // A new commit of the shared source: the dependency goes first again.
+    resolve(&mut state, "main@sha1:bbb");
+    assert_eq!(
+        begin(&mut state, "fleet/web-c000", "main@sha1:bbb"),
+        Outcome::Denied {
+            reason: DenyReason::Dependencies {
+                pending: vec!["app".into()]
+            }
+        },
+        "the dependency has applied only the old revision"
+    );
+    let ticket = granted(begin(&mut state, "fleet/app-c000", "main@sha1:bbb"));
+    finish_ok(&mut state, ticket.id);
+    let web = granted(begin(&mut state, "fleet/web-c000", "main@sha1:bbb"));
+    finish_ok(&mut state, web.id);
 
     let cyclic = group_yaml("app", "100%", "").replace(
         "    path: apps\n",
@@ -409,7 +426,7 @@ fn dependencies_wait_and_cycles_are_reported() {
     );
     upsert(&mut state, &cyclic);
     assert!(matches!(
-        begin(&mut state, "fleet/app-c000", "main@sha1:aaa"),
+        begin(&mut state, "fleet/app-c000", "main@sha1:bbb"),
         Outcome::Denied {
             reason: DenyReason::DependencyCycle { .. }
         }

@@ -146,3 +146,44 @@ async fn bounded_with_a_dropped_counter() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn request_level_keeps_request_bodies_and_metadata_level_does_not() {
+    for level in [
+        fleetsim::AuditLevel::Metadata,
+        fleetsim::AuditLevel::Request,
+    ] {
+        let sim = fleetsim::FleetSim::start(fleetsim::Config {
+            audit_level: level,
+            ..crate::common::quick_config(1)
+        })
+        .await
+        .expect("fleetsim starts");
+        let api: Api<ConfigMap> = Api::namespaced(crate::common::client(&sim, "c0"), "default");
+        let body = json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"version": "v2"}
+        });
+        api.patch("cm", &PatchParams::apply("starling"), &Patch::Apply(&body))
+            .await
+            .expect("apply");
+        api.delete("cm", &Default::default()).await.expect("delete");
+        let records = sim.audit(&AuditFilter {
+            origin: Some(Origin::Api),
+            ..AuditFilter::cluster("c0")
+        });
+        assert_eq!(records.len(), 2);
+        let (apply, delete) = (&records[0], &records[1]);
+        assert_eq!(
+            (apply.verb.as_str(), delete.verb.as_str()),
+            ("apply", "delete")
+        );
+        assert_eq!(delete.request_object, None, "a delete has no body");
+        match level {
+            fleetsim::AuditLevel::Metadata => assert_eq!(apply.request_object, None),
+            fleetsim::AuditLevel::Request => {
+                let object = apply.request_object.as_ref().expect("request body kept");
+                assert_eq!(object["data"]["version"], "v2");
+            }
+        }
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fleet::manifest::{Kind, ObjectKey, Resource};
 use fleet::selector::Selector;
-use fleet::state::{FleetState, Key};
+use fleet::state::{FleetState, Key, key_of};
 use fleet::{Command, Outcome};
 use futures::Stream;
 use proto::ApiError;
@@ -111,14 +111,15 @@ pub fn start(
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             };
-            let changes = reader.read(|state| {
-                touched(state, &entry.commands)
+            // Objects and revision from one read: each event shows its object as of `revision`.
+            let (changes, revision) = reader.read(|state| {
+                let changes = touched(state, &entry.commands)
                     .into_iter()
                     .filter(|key| filter.key_matches(key))
                     .map(|key| (state.get(&key), key))
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>();
+                (changes, state.revision)
             });
-            let revision = reader.read(|state| state.revision);
             for (resource, key) in changes {
                 let sent = match resource {
                     Some(resource) if filter.matches(&resource) => {
@@ -191,6 +192,13 @@ fn touched(state: &FleetState, commands: &[(Command, Outcome)]) -> BTreeSet<Obje
             }
             (Command::SourceResolved { source, .. } | Command::SourceFailed { source, .. }, _) => {
                 keys.insert(object_key(Kind::Source, source));
+                // A new revision moves the target of every SyncGroup rolling this source out.
+                for (key, group) in &state.groups {
+                    let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
+                    if key_of(namespace, &group.object.spec.source_ref.name) == *source {
+                        keys.insert(object_key(Kind::SyncGroup, key));
+                    }
+                }
             }
             (Command::BeginSync { sync, .. } | Command::ReportHealth { sync, .. }, _)
             | (Command::FinishSync { .. }, Outcome::Finished { sync }) => add_sync(&mut keys, sync),

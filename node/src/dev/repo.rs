@@ -71,10 +71,17 @@ impl DemoRepo {
                     .with_context(|| format!("cannot remove {}", file.display()))?;
             }
         }
-        for (name, content) in files(version, image)
+        let files: Vec<(&str, String)> = files(version, image)
             .into_iter()
             .filter(|(name, _)| !left_out.contains(name))
-        {
+            .collect();
+        self.commit_files(&files, message)
+    }
+
+    /// Writes `files` (path relative to the repository, content) and commits everything in
+    /// the work tree, deletions included, on `main`.
+    pub fn commit_files(&self, files: &[(&str, String)], message: &str) -> anyhow::Result<String> {
+        for (name, content) in files {
             let file = self.path.join(name);
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent)?;
@@ -83,8 +90,8 @@ impl DemoRepo {
                 .with_context(|| format!("cannot write {}", file.display()))?;
         }
         let mut index = self.repo.index()?;
-        index.add_all(["app"], git2::IndexAddOption::DEFAULT, None)?;
-        index.update_all(["app"], None)?;
+        index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
+        index.update_all(["*"], None)?;
         index.write()?;
         let tree = self.repo.find_tree(index.write_tree()?)?;
         let signature = git2::Signature::now("starling dev", "dev@starling.invalid")?;

@@ -236,6 +236,14 @@ impl Planner {
             if busy.contains(&sync) || backing_off {
                 continue;
             }
+            // Unmet dependencies (or a cycle) are read locally: no BeginSync is proposed until
+            // they are met, and every applied entry plans again. The Sync's status names them.
+            if !state
+                .pending_dependencies(&sync)
+                .is_ok_and(|p| p.is_empty())
+            {
+                continue;
+            }
             if let Some(delay) = start_jitter(state, &sync) {
                 let revision = state
                     .target_of(&sync)
