@@ -387,8 +387,14 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
+/// A JSON stream (objects one after another, as `kubectl get -o json` prints them). Text that
+/// starts with a JSON object but has YAML document separators is YAML (JSON documents are YAML
+/// too); a raw `---` line cannot occur inside JSON.
 fn looks_like_json(text: &str) -> bool {
     text.trim_start().starts_with(['{', '['])
+        && !text
+            .lines()
+            .any(|line| line == "---" || line.starts_with("--- ") || line.starts_with("---\t"))
 }
 
 fn json_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
@@ -444,6 +450,21 @@ mod tests {
         assert_eq!(json["apiVersion"], "starling.dev/v1alpha1");
         let back: Resource = serde_json::from_value(json).unwrap();
         assert_eq!(back, resource);
+    }
+
+    #[test]
+    fn a_json_document_followed_by_yaml_documents_is_yaml() {
+        let secret = r#"{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c1-kubeconfig"}, "stringData": {"value": "x"}}"#;
+        let text = format!("{secret}\n---\n{SOURCE}");
+        let kinds: Vec<Kind> = parse_manifests(&text)
+            .unwrap()
+            .iter()
+            .map(|r| r.key().kind)
+            .collect();
+        assert_eq!(kinds, vec![Kind::Secret, Kind::Source]);
+        // A JSON stream without separators is still read as JSON.
+        let stream = format!("{secret}\n{secret}");
+        assert_eq!(parse_manifests(&stream).unwrap().len(), 2);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! shows the rolling update (optionally stopping a replica in the middle); then prints a
 //! summary with the physical bound and invariant checks from fleetsim's audit log.
 
-mod repo;
-mod report;
+pub(crate) mod repo;
+pub(crate) mod report;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -180,6 +180,36 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
+/// The demo's specs as YAML documents: Source `demo` (polled every 2s), SyncGroup `demo` over
+/// every cluster with the given budget, then per fleetsim cluster its kubeconfig Secret and a
+/// `Cluster` labelled with a region (one document each).
+pub(crate) fn demo_manifests(
+    sim: &FleetSim,
+    url: &str,
+    max_unavailable: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut documents = vec![format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"{max_unavailable}\"\n"
+    )];
+    let regions = ["eu-west", "us-east", "ap-south"];
+    for (index, name) in sim.cluster_names().iter().enumerate() {
+        let region = regions[index % regions.len()];
+        let kubeconfig = sim
+            .kubeconfig(name)
+            .context("fleetsim has no kubeconfig for a cluster")?;
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+            "stringData": {"value": kubeconfig},
+        });
+        documents.push(format!(
+            "{}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n",
+            serde_json::to_string(&secret)?
+        ));
+    }
+    Ok(documents)
+}
+
 impl Dev {
     fn read<R>(&self, f: impl FnOnce(&FleetState) -> R) -> R {
         let node = self
@@ -239,28 +269,8 @@ impl Dev {
     }
 
     async fn apply_specs(&self, repo: &DemoRepo) -> anyhow::Result<()> {
-        let mut manifests = format!(
-            "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"{}\"\n",
-            repo.url(),
-            self.args.max_unavailable
-        );
-        let regions = ["eu-west", "us-east", "ap-south"];
-        for (index, name) in self.sim.cluster_names().iter().enumerate() {
-            let region = regions[index % regions.len()];
-            let kubeconfig = self
-                .sim
-                .kubeconfig(name)
-                .context("fleetsim has no kubeconfig for a cluster")?;
-            let secret = serde_json::json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
-                "stringData": {"value": kubeconfig},
-            });
-            manifests.push_str(&format!(
-                "---\n{}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n",
-                serde_json::to_string(&secret)?
-            ));
-        }
+        let manifests =
+            demo_manifests(&self.sim, &repo.url(), &self.args.max_unavailable)?.join("---\n");
         let resources: Vec<Resource> =
             parse_manifests(&manifests).context("the demo manifests are invalid")?;
         let node = self.nodes.values().next().expect("a replica");

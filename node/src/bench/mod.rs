@@ -4,7 +4,12 @@
 //!   and time until every cluster it owned is owned by a live node; p50 and p99.
 //! - `admission`: replicas in this process; BeginSync + FinishSync pairs committed per second
 //!   through the leader, in batches.
-//! - Both report the peak resident memory of the nodes holding the fleet's specs and status.
+//! - `rollout`: real `starling node` processes, fleetsim in this process with a latency, and a
+//!   demo repository; the time to roll a revision to every cluster beside the physical bound,
+//!   and the peak resident memory of each node.
+//! - All report the peak resident memory of the nodes holding the fleet's specs and status.
+
+mod rollout;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -31,6 +36,9 @@ enum Which {
         #[arg(long, default_value_t = 20)]
         kills: usize,
     },
+    /// Time to roll a revision to the fleet against the physical bound, and peak memory per
+    /// node, with node processes and fleetsim.
+    Rollout(rollout::RolloutArgs),
     /// BeginSync + FinishSync pairs committed per second, and node memory.
     Admission {
         #[arg(long, default_value_t = 10_000)]
@@ -52,6 +60,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             batch,
             concurrency,
         } => admission(clusters, batch, concurrency).await,
+        Which::Rollout(args) => rollout::run(args).await,
     }
 }
 
@@ -70,8 +79,17 @@ fn cluster_manifests(from: usize, to: usize) -> String {
 
 /// Peak resident set (`VmHWM`) of a process, in MiB.
 fn peak_rss_mib(pid: u32) -> Option<f64> {
+    proc_status_mib(pid, "VmHWM:")
+}
+
+/// Current resident set (`VmRSS`) of a process, in MiB.
+fn rss_mib(pid: u32) -> Option<f64> {
+    proc_status_mib(pid, "VmRSS:")
+}
+
+fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
 }
@@ -79,7 +97,15 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
 struct Proc {
     child: Child,
     grpc: String,
+    http: String,
     args: Vec<String>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn spawn(args: &[String]) -> anyhow::Result<Child> {
@@ -93,6 +119,58 @@ fn spawn(args: &[String]) -> anyhow::Result<Child> {
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line)?;
     Ok(child)
+}
+
+/// Starts `count` `starling node` processes on free loopback ports, with data under `dir` and
+/// `extra` flags, and waits until all of them are Live members.
+async fn spawn_group(
+    dir: &std::path::Path,
+    count: u64,
+    extra: &[String],
+) -> anyhow::Result<BTreeMap<u64, Proc>> {
+    let ports: Vec<(u16, u16)> = (0..count)
+        .map(|_| Ok((free_port()?, free_port()?)))
+        .collect::<anyhow::Result<_>>()?;
+    let peers = (1..=count)
+        .map(|id| format!("{id}=127.0.0.1:{}", ports[id as usize - 1].0))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut procs = BTreeMap::new();
+    for id in 1..=count {
+        let (grpc, http) = ports[id as usize - 1];
+        let mut args: Vec<String> = vec![
+            "node".into(),
+            "--id".into(),
+            id.to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{grpc}"),
+            "--http-listen".into(),
+            format!("127.0.0.1:{http}"),
+            "--data-dir".into(),
+            dir.join(format!("n{id}")).display().to_string(),
+            "--peers".into(),
+            peers.clone(),
+        ];
+        args.extend(extra.iter().cloned());
+        procs.insert(
+            id,
+            Proc {
+                child: spawn(&args)?,
+                grpc: format!("127.0.0.1:{grpc}"),
+                http: format!("127.0.0.1:{http}"),
+                args,
+            },
+        );
+    }
+    let first = procs[&1].grpc.clone();
+    wait_for(Duration::from_secs(60), || async {
+        shards(&first)
+            .await
+            .is_some_and(|(_, s)| s.values().filter(|v| *v == "Live").count() == count as usize)
+    })
+    .await
+    .context("the nodes did not form a group")?;
+    Ok(procs)
 }
 
 async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, String>)> {
@@ -125,43 +203,8 @@ async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, St
 
 async fn failover(clusters: usize, kills: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let mut procs: BTreeMap<u64, Proc> = BTreeMap::new();
-    let ports: Vec<u16> = (0..6).map(|_| free_port()).collect::<anyhow::Result<_>>()?;
-    let peers = (1..=3)
-        .map(|id| format!("{id}=127.0.0.1:{}", ports[(id - 1) * 2]))
-        .collect::<Vec<_>>()
-        .join(",");
-    for id in 1..=3u64 {
-        let i = (id as usize - 1) * 2;
-        let args: Vec<String> = vec![
-            "node".into(),
-            "--id".into(),
-            id.to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{}", ports[i]),
-            "--http-listen".into(),
-            format!("127.0.0.1:{}", ports[i + 1]),
-            "--data-dir".into(),
-            dir.path().join(format!("n{id}")).display().to_string(),
-            "--peers".into(),
-            peers.clone(),
-        ];
-        procs.insert(
-            id,
-            Proc {
-                child: spawn(&args)?,
-                grpc: format!("127.0.0.1:{}", ports[i]),
-                args,
-            },
-        );
-    }
+    let mut procs = spawn_group(dir.path(), 3, &[]).await?;
     let first = procs[&1].grpc.clone();
-    wait_for(Duration::from_secs(60), || async {
-        shards(&first)
-            .await
-            .is_some_and(|(_, s)| s.values().filter(|v| *v == "Live").count() == 3)
-    })
-    .await?;
     let channel = crate::client_channel(&first, Duration::from_secs(120))?;
     let mut fleet =
         proto::fleet_client::FleetClient::new(channel).max_encoding_message_size(64 << 20);
@@ -243,10 +286,6 @@ async fn failover(clusters: usize, kills: usize) -> anyhow::Result<()> {
         percentile(1.0)
     );
     println!("peak resident memory per node: {}", rss.join(", "));
-    for proc in procs.values_mut() {
-        let _ = proc.child.kill();
-        let _ = proc.child.wait();
-    }
     Ok(())
 }
 
