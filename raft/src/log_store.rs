@@ -52,10 +52,84 @@ pub const STORE_VERSION: u8 = 1;
 /// Entries kept in memory by default.
 pub const DEFAULT_TAIL_ENTRIES: usize = 4096;
 
+/// Encoded bytes of entries kept in memory by default: a few large entries (a batch of specs
+/// applied at once can be megabytes) must not pin the memory of thousands of small ones.
+pub const DEFAULT_TAIL_BYTES: usize = 16 * 1024 * 1024;
+
+/// redb's page cache for the log. Reads are served from the in-memory tail, and only followers
+/// far behind read the database, so a small cache is enough; redb's own default (1 GiB) would
+/// let every page ever written stay resident until a snapshot purges it.
+const DB_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The newest entries of the log, contiguous, each with its encoded size.
+#[derive(Default)]
+struct Tail {
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl Tail {
+    fn front(&self) -> Option<&Entry> {
+        self.entries.front().map(|(entry, _)| entry)
+    }
+
+    fn back(&self) -> Option<&Entry> {
+        self.entries.back().map(|(entry, _)| entry)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().map(|(entry, _)| entry)
+    }
+
+    fn push_back(&mut self, entry: Entry, bytes: usize) {
+        self.bytes += bytes;
+        self.entries.push_back((entry, bytes));
+    }
+
+    fn push_front(&mut self, entry: Entry, bytes: usize) {
+        self.bytes += bytes;
+        self.entries.push_front((entry, bytes));
+    }
+
+    fn pop_front(&mut self) {
+        if let Some((_, bytes)) = self.entries.pop_front() {
+            self.bytes -= bytes;
+        }
+    }
+
+    fn pop_back(&mut self) {
+        if let Some((_, bytes)) = self.entries.pop_back() {
+            self.bytes -= bytes;
+        }
+    }
+
+    /// Whether the tail holds more than `limit` allows.
+    fn exceeds(&self, limit: TailLimit) -> bool {
+        self.entries.len() > limit.entries || self.bytes > limit.bytes
+    }
+}
+
+/// How much of the newest log is kept in memory: at most `entries` entries and `bytes` encoded
+/// bytes (the newest entry always stays, whatever its size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailLimit {
+    pub entries: usize,
+    pub bytes: usize,
+}
+
+impl Default for TailLimit {
+    fn default() -> TailLimit {
+        TailLimit {
+            entries: DEFAULT_TAIL_ENTRIES,
+            bytes: DEFAULT_TAIL_BYTES,
+        }
+    }
+}
+
 /// The in-memory view of the log, always at least as new as the database.
 struct Mirror {
     /// The newest entries, contiguous; older ones are only in redb.
-    tail: VecDeque<Entry>,
+    tail: Tail,
     last_purged: Option<LogId>,
     vote: Option<Vote>,
     committed: Option<LogId>,
@@ -95,7 +169,7 @@ struct Inner {
     /// One past the highest index the writer has made durable; entries below it may leave the
     /// in-memory tail.
     durable_upto: Arc<AtomicU64>,
-    tail_capacity: usize,
+    tail_limit: TailLimit,
     closed: watch::Receiver<bool>,
 }
 
@@ -108,18 +182,24 @@ pub struct LogStore {
 impl LogStore {
     /// Opens (or creates) the log database at `path`, checking its store version.
     pub fn open(path: &Path) -> Result<LogStore, StoreError> {
-        LogStore::open_with_tail(path, DEFAULT_TAIL_ENTRIES)
+        LogStore::open_with_tail(path, TailLimit::default())
     }
 
-    /// Like [`LogStore::open`], keeping at most `tail_capacity` entries in memory.
-    pub fn open_with_tail(path: &Path, tail_capacity: usize) -> Result<LogStore, StoreError> {
-        let db = Database::create(path).map_err(|source| StoreError::Open {
-            path: path.to_owned(),
-            source: Box::new(source),
-        })?;
+    /// Like [`LogStore::open`], keeping at most `tail_limit` of the newest log in memory.
+    pub fn open_with_tail(path: &Path, tail_limit: TailLimit) -> Result<LogStore, StoreError> {
+        let db = redb::Builder::new()
+            .set_cache_size(DB_CACHE_BYTES)
+            .create(path)
+            .map_err(|source| StoreError::Open {
+                path: path.to_owned(),
+                source: Box::new(source),
+            })?;
         check_store_version(&db, path)?;
-        let tail_capacity = tail_capacity.max(1);
-        let mirror = load_mirror(&db, tail_capacity)?;
+        let tail_limit = TailLimit {
+            entries: tail_limit.entries.max(1),
+            bytes: tail_limit.bytes,
+        };
+        let mirror = load_mirror(&db, tail_limit)?;
         let durable_upto = Arc::new(AtomicU64::new(
             mirror.last_log_id().map_or(0, |log_id| log_id.index + 1),
         ));
@@ -130,7 +210,7 @@ impl LogStore {
             mirror: RwLock::new(mirror),
             writer,
             durable_upto,
-            tail_capacity,
+            tail_limit,
             closed,
         };
         Ok(LogStore {
@@ -230,8 +310,8 @@ impl LogStore {
     /// Reloads the in-memory tail from the database after a truncation below it.
     async fn reload_tail(&self) -> Result<(), StoreError> {
         let db = self.inner.db.clone();
-        let capacity = self.inner.tail_capacity;
-        let tail = tokio::task::spawn_blocking(move || read_last(&db, capacity))
+        let limit = self.inner.tail_limit;
+        let tail = tokio::task::spawn_blocking(move || read_last(&db, limit))
             .await
             .map_err(StoreError::task)??;
         self.mirror_mut().tail = tail;
@@ -295,10 +375,10 @@ fn read_meta<T: DeserializeOwned>(
     Ok(Some(codec::decode(what, value.value())?))
 }
 
-fn load_mirror(db: &Database, tail_capacity: usize) -> Result<Mirror, StoreError> {
+fn load_mirror(db: &Database, tail_limit: TailLimit) -> Result<Mirror, StoreError> {
     let committed: Option<Option<LogId>> = read_meta(db, KEY_COMMITTED, "committed log id")?;
     Ok(Mirror {
-        tail: read_last(db, tail_capacity)?,
+        tail: read_last(db, tail_limit)?,
         last_purged: read_meta(db, KEY_PURGED, "purged log id")?,
         vote: read_meta(db, KEY_VOTE, "vote")?,
         committed: committed.flatten(),
@@ -316,13 +396,20 @@ fn read_range(db: &Database, start: u64, end: u64) -> Result<Vec<Entry>, StoreEr
     Ok(entries)
 }
 
-fn read_last(db: &Database, count: usize) -> Result<VecDeque<Entry>, StoreError> {
+/// The newest entries within `limit` (at least one, if the log has any).
+fn read_last(db: &Database, limit: TailLimit) -> Result<Tail, StoreError> {
     let txn = db.begin_read().map_err(StoreError::db)?;
     let table = txn.open_table(LOG).map_err(StoreError::db)?;
-    let mut tail = VecDeque::with_capacity(count.min(1024));
-    for item in table.iter().map_err(StoreError::db)?.rev().take(count) {
+    let mut tail = Tail::default();
+    for item in table.iter().map_err(StoreError::db)?.rev() {
         let (_, value) = item.map_err(StoreError::db)?;
-        tail.push_front(codec::decode("log entry", value.value())?);
+        let bytes = value.value().len();
+        if !tail.entries.is_empty()
+            && (tail.entries.len() >= limit.entries || tail.bytes + bytes > limit.bytes)
+        {
+            break;
+        }
+        tail.push_front(codec::decode("log entry", value.value())?, bytes);
     }
     Ok(tail)
 }
@@ -434,7 +521,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         };
         {
             let mut mirror = self.mirror_mut();
-            for entry in entries {
+            for (entry, (_, record)) in entries.into_iter().zip(&records) {
                 // openraft truncates before overwriting; this keeps the tail contiguous if not.
                 mirror.truncate_tail(entry.log_id.index);
                 debug_assert!(
@@ -444,10 +531,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                         .is_none_or(|last| last.log_id.index + 1 == entry.log_id.index),
                     "appended entries must follow the log"
                 );
-                mirror.tail.push_back(entry);
+                mirror.tail.push_back(entry, record.len());
             }
             let durable_upto = self.inner.durable_upto.load(Ordering::Acquire);
-            while mirror.tail.len() > self.inner.tail_capacity
+            while mirror.tail.exceeds(self.inner.tail_limit)
+                && mirror.tail.entries.len() > 1
                 && mirror
                     .tail
                     .front()
@@ -541,5 +629,68 @@ mod tests {
         assert_eq!(index_bounds(&(3..=7)), (3, 8));
         assert_eq!(index_bounds(&(..)), (0, u64::MAX));
         assert_eq!(index_bounds(&(5..)), (5, u64::MAX));
+    }
+
+    #[test]
+    fn the_tail_read_back_is_bounded_by_entries_and_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Database::create(dir.path().join("raft.redb")).expect("create");
+        let mut sizes = Vec::new();
+        let txn = db.begin_write().expect("begin");
+        {
+            let mut table = txn.open_table(LOG).expect("log");
+            for index in 1..=10u64 {
+                let command = fleet::state::Command::PauseRollout {
+                    group: "x".repeat(100 * index as usize),
+                };
+                let entry = Entry {
+                    log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+                    payload: openraft::EntryPayload::Normal(crate::Proposal::single(command)),
+                };
+                let bytes = codec::encode("log entry", &entry).expect("encode");
+                sizes.push(bytes.len());
+                table.insert(index, bytes.as_slice()).expect("insert");
+            }
+        }
+        txn.commit().expect("commit");
+        let indexes = |tail: &Tail| -> Vec<u64> { tail.iter().map(|e| e.log_id.index).collect() };
+
+        let by_count = read_last(
+            &db,
+            TailLimit {
+                entries: 3,
+                bytes: usize::MAX,
+            },
+        )
+        .expect("read");
+        assert_eq!(indexes(&by_count), vec![8, 9, 10]);
+
+        // Room for the last two entries and not a byte more.
+        let budget = sizes[8] + sizes[9];
+        let by_bytes = read_last(
+            &db,
+            TailLimit {
+                entries: 100,
+                bytes: budget,
+            },
+        )
+        .expect("read");
+        assert_eq!(indexes(&by_bytes), vec![9, 10]);
+        assert_eq!(by_bytes.bytes, budget);
+        assert!(!by_bytes.exceeds(TailLimit {
+            entries: 100,
+            bytes: budget
+        }));
+
+        // The newest entry stays even when it alone is over the budget.
+        let tiny = read_last(
+            &db,
+            TailLimit {
+                entries: 100,
+                bytes: 1,
+            },
+        )
+        .expect("read");
+        assert_eq!(indexes(&tiny), vec![10]);
     }
 }

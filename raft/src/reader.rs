@@ -12,10 +12,12 @@
 //! [`StateEvent::SnapshotInstalled`]). Commands are only cloned for the broadcast while someone
 //! is subscribed.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use fleet::{Command, FleetState, Outcome};
+use fleet::FleetState;
+use fleet::manifest::ObjectKey;
 use tokio::sync::{broadcast, watch};
 
 use crate::types::{LogId, StoredMembership};
@@ -90,8 +92,11 @@ fn applied_index(last_applied: Option<&LogId>) -> u64 {
 pub struct AppliedEntry {
     pub index: u64,
     pub term: u64,
-    /// Each command of the entry with the outcome applying it produced.
-    pub commands: Vec<(Command, Outcome)>,
+    /// How many commands the entry held.
+    pub commands: usize,
+    /// The objects the entry's commands changed (see [`fleet::state::Touch`]); keys only, so a
+    /// buffer of recent events stays small whatever the entries carried.
+    pub changed: BTreeSet<ObjectKey>,
 }
 
 /// A change to the applied state.

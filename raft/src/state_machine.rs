@@ -15,12 +15,14 @@
 //! store keeps the committed marker for that). Logs are only purged up to a snapshot that is
 //! already durable, so nothing committed is lost.
 
+use std::collections::BTreeSet;
 use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fleet::FleetState;
+use fleet::state::Touch;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 
@@ -219,17 +221,14 @@ fn apply_entries(
                 responses.push(Response::default());
             }
             EntryPayload::Normal(proposal) => {
-                let mut outcomes = Vec::with_capacity(proposal.commands.len());
-                let mut pairs = Vec::with_capacity(if with_events {
-                    proposal.commands.len()
-                } else {
-                    0
-                });
+                let count = proposal.commands.len();
+                let mut outcomes = Vec::with_capacity(count);
+                let mut changed = BTreeSet::new();
                 for command in proposal.commands {
-                    let copy = with_events.then(|| command.clone());
+                    let touch = with_events.then(|| Touch::of(&applied.state, &command));
                     let outcome = applied.state.apply(command);
-                    if let Some(command) = copy {
-                        pairs.push((command, outcome.clone()));
+                    if let Some(touch) = touch {
+                        applied.state.touched(touch, &outcome, &mut changed);
                     }
                     outcomes.push(outcome);
                 }
@@ -237,7 +236,8 @@ fn apply_entries(
                     events.push(StateEvent::Applied(Arc::new(AppliedEntry {
                         index: entry.log_id.index,
                         term: entry.log_id.leader_id.term,
-                        commands: pairs,
+                        commands: count,
+                        changed,
                     })));
                 }
                 responses.push(Response { outcomes });

@@ -1,22 +1,23 @@
 //! openraft's own storage conformance suite, run against the redb log store and the fleet state
-//! machine (once with the default in-memory tail, once with a tail of two entries so that reads
-//! go to redb), plus reopening the log store.
+//! machine (with the default in-memory tail, with a tail of two entries and with a tail of a few
+//! hundred bytes, so that reads go to redb), plus reopening the log store.
 
 use openraft::storage::RaftLogStorage;
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{CommittedLeaderId, LogId, RaftLogReader, StorageIOError, Vote};
+use starling_raft::log_store::TailLimit;
 use starling_raft::types::StorageError;
 use starling_raft::{LogStore, StateMachineStore, TypeConfig};
 use tempfile::TempDir;
 
 struct RedbStoreBuilder {
-    tail_entries: usize,
+    tail: TailLimit,
 }
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbStoreBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().map_err(|error| StorageIOError::write(&error))?;
-        let log = LogStore::open_with_tail(&dir.path().join("log.redb"), self.tail_entries)
+        let log = LogStore::open_with_tail(&dir.path().join("log.redb"), self.tail)
             .map_err(|error| StorageIOError::write(&error))?;
         let state_machine = StateMachineStore::open(&dir.path().join("snapshots"), 16)
             .map_err(|error| StorageIOError::write(&error))?;
@@ -27,14 +28,27 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbStor
 #[test]
 fn redb_store_passes_the_openraft_storage_suite() {
     let builder = RedbStoreBuilder {
-        tail_entries: starling_raft::log_store::DEFAULT_TAIL_ENTRIES,
+        tail: TailLimit::default(),
     };
     Suite::test_all(builder).expect("storage suite");
 }
 
 #[test]
 fn redb_store_passes_the_suite_reading_old_entries_from_disk() {
-    Suite::test_all(RedbStoreBuilder { tail_entries: 2 }).expect("storage suite");
+    let tail = TailLimit {
+        entries: 2,
+        ..TailLimit::default()
+    };
+    Suite::test_all(RedbStoreBuilder { tail }).expect("storage suite");
+}
+
+#[test]
+fn redb_store_passes_the_suite_with_a_tail_bounded_by_bytes() {
+    let tail = TailLimit {
+        bytes: 300,
+        ..TailLimit::default()
+    };
+    Suite::test_all(RedbStoreBuilder { tail }).expect("storage suite");
 }
 
 #[tokio::test]

@@ -15,11 +15,14 @@
 //! Modules: [`members`] (membership and ownership), [`specs`] (resource specs and SyncGroup
 //! expansion), [`rollout`] (the per-Sync rollout state and admission), [`syncs`] (grants and
 //! results, dependencies), [`invariants`] (the checks of design section 5 that the state machine
-//! alone can break), [`view`] (read-only projections with status).
+//! alone can break), [`view`] (read-only projections with status), [`changes`] (which objects a
+//! command changed, for watchers).
 
+mod changes;
 mod invariants;
 mod members;
 mod rollout;
+mod shared_map;
 mod specs;
 mod syncs;
 mod view;
@@ -32,9 +35,11 @@ use crate::manifest::{Kind, ObjectKey, Resource};
 use crate::resources::{Cluster, ObjectRef, ResourceStatus, Source, Sync, SyncGroup};
 use crate::selector::Selector;
 
+pub use changes::Touch;
 pub use invariants::InvariantViolation;
 pub use rollout::SyncState;
 pub use shard::NodeId;
+pub use shared_map::SharedMap;
 
 /// The format version of [`FleetState::encode_snapshot`].
 pub const SNAPSHOT_FORMAT: u32 = 1;
@@ -142,16 +147,16 @@ pub struct FleetState {
     /// `resourceVersion`.
     pub revision: u64,
     pub members: BTreeMap<NodeId, Member>,
-    pub sources: BTreeMap<Key, SourceEntry>,
-    pub clusters: BTreeMap<Key, ClusterEntry>,
-    pub syncs: BTreeMap<Key, SyncEntry>,
-    pub groups: BTreeMap<Key, GroupEntry>,
+    pub sources: SharedMap<SourceEntry>,
+    pub clusters: SharedMap<ClusterEntry>,
+    pub syncs: SharedMap<SyncEntry>,
+    pub groups: SharedMap<GroupEntry>,
     /// Index: cluster key → keys of the Syncs targeting it (whether or not the cluster exists).
     pub cluster_syncs: BTreeMap<Key, BTreeSet<Key>>,
     /// Index: source key → keys of the Syncs using it (whether or not the source exists).
     pub source_syncs: BTreeMap<Key, BTreeSet<Key>>,
     /// Kubeconfig and credential Secrets (standalone mode). Never printed back.
-    pub secrets: BTreeMap<Key, k8s_openapi::api::core::v1::Secret>,
+    pub secrets: SharedMap<k8s_openapi::api::core::v1::Secret>,
     pub cluster_placement: shard::Placement,
     pub source_placement: shard::Placement,
     pub tickets: BTreeMap<u64, Ticket>,
@@ -470,7 +475,7 @@ impl FleetState {
             .iter()
             .filter(|key| {
                 self.syncs
-                    .get(*key)
+                    .get(key)
                     .and_then(|s| self.clusters.get(&cluster_key_of(&s.object)))
                     .and_then(|c| c.owner)
                     == Some(node)

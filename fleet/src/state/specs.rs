@@ -475,7 +475,7 @@ impl FleetState {
         let prefix = format!("{namespace}/");
         let selected: Vec<Key> = self
             .clusters
-            .range(prefix.clone()..)
+            .range_from(&prefix)
             .take_while(|(k, _)| k.starts_with(&prefix))
             .filter(|(_, c)| selects(group, c))
             .map(|(k, _)| k.clone())
@@ -515,7 +515,7 @@ impl FleetState {
         let prefix = format!("{namespace}/");
         let groups: Vec<(Key, bool)> = self
             .groups
-            .range(prefix.clone()..)
+            .range_from(&prefix)
             .take_while(|(k, _)| k.starts_with(&prefix))
             .map(|(k, g)| (k.clone(), selects(g, cluster)))
             .collect();

@@ -518,3 +518,102 @@ fn a_template_change_rolls_out_again_at_the_same_revision() {
     );
     assert_eq!(state.actionable.len(), 4);
 }
+
+#[test]
+fn applied_commands_name_the_objects_they_changed() {
+    let mut state = fleet(3, "1", "");
+    let apply = |state: &mut FleetState, command: Command| {
+        let touch = Touch::of(state, &command);
+        let outcome = state.apply(command);
+        let mut keys = BTreeSet::new();
+        state.touched(touch, &outcome, &mut keys);
+        keys.into_iter()
+            .map(|k| format!("{:?}/{}/{}", k.kind, k.namespace, k.name))
+            .collect::<Vec<_>>()
+    };
+    let resolved = apply(
+        &mut state,
+        Command::SourceResolved {
+            source: "fleet/repo".into(),
+            revision: "main@sha1:1".into(),
+            artifact: None,
+            at: AT.into(),
+        },
+    );
+    assert_eq!(resolved, ["Source/fleet/repo", "SyncGroup/fleet/app"]);
+
+    let sync = state
+        .actionable
+        .iter()
+        .next()
+        .expect("one admitted")
+        .clone();
+    let cluster = cluster_key_of(&state.syncs[&sync].object);
+    let (node, generation) = state.cluster_owner(&cluster).expect("owned");
+    let begin = Command::BeginSync {
+        sync: sync.clone(),
+        node,
+        generation,
+        revision: "main@sha1:1".into(),
+    };
+    let pause = Command::PauseRollout {
+        group: "fleet/app".into(),
+    };
+    let began = apply(&mut state, Command::Batch(vec![begin, pause]));
+    let sync_name = sync.split_once('/').expect("namespaced").1;
+    assert_eq!(
+        began,
+        [
+            format!("Sync/fleet/{sync_name}"),
+            "SyncGroup/fleet/app".to_string()
+        ]
+    );
+
+    let ticket = *state.tickets.keys().next().expect("ticket out");
+    let finished = apply(
+        &mut state,
+        Command::FinishSync {
+            ticket,
+            outcome: SyncOutcome::Succeeded {
+                inventory: vec![],
+                health: ResourceStatus::Current,
+            },
+            at: AT.into(),
+        },
+    );
+    assert_eq!(finished, began);
+
+    let upserted = apply(
+        &mut state,
+        Command::UpsertSpec {
+            resource: Box::new(resource(&cluster_yaml("c100", &[]))),
+            at: AT.into(),
+        },
+    );
+    // The new cluster is selected by the group: its generated Sync appears, and the group's
+    // summary moves.
+    assert_eq!(
+        upserted,
+        [
+            "Cluster/fleet/c100",
+            "Sync/fleet/app-c100",
+            "SyncGroup/fleet/app"
+        ]
+    );
+    let deleted = apply(
+        &mut state,
+        Command::DeleteSpec {
+            key: ObjectKey::new(Kind::Cluster, "fleet", "c100"),
+        },
+    );
+    assert_eq!(deleted, upserted);
+    let joined = apply(
+        &mut state,
+        Command::AddMember {
+            id: 9,
+            address: "127.0.0.1:7009".into(),
+            at: AT.into(),
+        },
+    );
+    assert!(joined.is_empty(), "members are not objects: {joined:?}");
+}

@@ -4,14 +4,11 @@
 //! falls behind the bounded event buffer, or a replica that installs a snapshot, ends the
 //! stream with an error telling the client to list again, as Kubernetes does with 410 Gone.
 
-use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use fleet::manifest::{Kind, ObjectKey, Resource};
 use fleet::selector::Selector;
-use fleet::state::{FleetState, Key, key_of};
-use fleet::{Command, Outcome};
 use futures::Stream;
 use proto::ApiError;
 use starling_raft::StateEvent;
@@ -113,10 +110,11 @@ pub fn start(
             };
             // Objects and revision from one read: each event shows its object as of `revision`.
             let (changes, revision) = reader.read(|state| {
-                let changes = touched(state, &entry.commands)
-                    .into_iter()
+                let changes = entry
+                    .changed
+                    .iter()
                     .filter(|key| filter.key_matches(key))
-                    .map(|key| (state.get(&key), key))
+                    .map(|key| (state.get(key), key.clone()))
                     .collect::<Vec<_>>();
                 (changes, state.revision)
             });
@@ -165,56 +163,4 @@ async fn send(
         Err(error) => Err(proto::status_from(&error)),
     };
     sender.send(event).await.map_err(|_| ())
-}
-
-fn object_key(kind: Kind, key: &Key) -> ObjectKey {
-    let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
-    ObjectKey::new(kind, namespace, name)
-}
-
-/// The objects a log entry changed, as far as the commands tell: the object itself, and for
-/// Syncs their SyncGroup (its rollout summary moved).
-fn touched(state: &FleetState, commands: &[(Command, Outcome)]) -> BTreeSet<ObjectKey> {
-    let mut keys = BTreeSet::new();
-    let add_sync = |keys: &mut BTreeSet<ObjectKey>, sync: &Key| {
-        keys.insert(object_key(Kind::Sync, sync));
-        if let Some(group) = state.syncs.get(sync).and_then(|s| s.group.as_ref()) {
-            keys.insert(object_key(Kind::SyncGroup, group));
-        }
-    };
-    for (command, outcome) in commands {
-        match (command, outcome) {
-            (Command::UpsertSpec { resource, .. }, _) => {
-                keys.insert(resource.key());
-            }
-            (Command::DeleteSpec { key }, _) => {
-                keys.insert(key.clone());
-            }
-            (Command::SourceResolved { source, .. } | Command::SourceFailed { source, .. }, _) => {
-                keys.insert(object_key(Kind::Source, source));
-                // A new revision moves the target of every SyncGroup rolling this source out.
-                for (key, group) in &state.groups {
-                    let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
-                    if key_of(namespace, &group.object.spec.source_ref.name) == *source {
-                        keys.insert(object_key(Kind::SyncGroup, key));
-                    }
-                }
-            }
-            (Command::BeginSync { sync, .. } | Command::ReportHealth { sync, .. }, _)
-            | (Command::FinishSync { .. }, Outcome::Finished { sync }) => add_sync(&mut keys, sync),
-            (Command::PauseRollout { group } | Command::ResumeRollout { group }, _) => {
-                keys.insert(object_key(Kind::SyncGroup, group));
-            }
-            (Command::Batch(inner), Outcome::Batch(outcomes)) => {
-                let pairs: Vec<(Command, Outcome)> = inner
-                    .iter()
-                    .cloned()
-                    .zip(outcomes.iter().cloned())
-                    .collect();
-                keys.extend(touched(state, &pairs));
-            }
-            _ => {}
-        }
-    }
-    keys
 }

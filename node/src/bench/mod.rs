@@ -108,8 +108,21 @@ impl Drop for Proc {
     }
 }
 
+/// Names a program to start each node through (a profiler such as heaptrack, via a script
+/// that passes the node's standard output through): `WRAPPER starling node …`.
+pub const NODE_WRAPPER_ENV: &str = "STARLING_BENCH_NODE_WRAPPER";
+
 fn spawn(args: &[String]) -> anyhow::Result<Child> {
-    let mut child = Process::new(std::env::current_exe()?)
+    let binary = std::env::current_exe()?;
+    let mut command = match std::env::var_os(NODE_WRAPPER_ENV) {
+        Some(wrapper) => {
+            let mut command = Process::new(wrapper);
+            command.arg(binary);
+            command
+        }
+        None => Process::new(binary),
+    };
+    let mut child = command
         .args(args)
         .env("STARLING_LOG", "error")
         .stdout(Stdio::piped())
