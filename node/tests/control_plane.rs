@@ -11,23 +11,36 @@ use std::time::{Duration, Instant};
 use harness::{Group, Options, fleet_manifests, wait_until};
 
 /// Clusters owned per node, and the members' states, as one node sees them.
+/// Which node owns which clusters, with each member's state, as one consistent view: the
+/// shards and the member states come from two calls, so the states are read before and after
+/// the shards and the view is taken only when they agree (a node marked Down moves its
+/// clusters in the same command, between the two reads).
 async fn ownership(
     group: &Group,
     via: u64,
 ) -> Option<(BTreeMap<u64, BTreeSet<String>>, BTreeMap<u64, String>)> {
-    let shards = group.shards(via).await?;
-    let status = group.status_of(via).await?;
-    let owned = shards
-        .shards
-        .into_iter()
-        .map(|s| (s.node_id, s.clusters.into_iter().collect()))
-        .collect();
-    let states = status
-        .members
-        .into_iter()
-        .map(|m| (m.id, m.state))
-        .collect();
-    Some((owned, states))
+    let states_of = |status: proto::StatusResponse| -> BTreeMap<u64, String> {
+        status
+            .members
+            .into_iter()
+            .map(|m| (m.id, m.state))
+            .collect()
+    };
+    for _ in 0..50 {
+        let before = states_of(group.status_of(via).await?);
+        let shards = group.shards(via).await?;
+        let states = states_of(group.status_of(via).await?);
+        if before != states {
+            continue;
+        }
+        let owned = shards
+            .shards
+            .into_iter()
+            .map(|s| (s.node_id, s.clusters.into_iter().collect()))
+            .collect();
+        return Some((owned, states));
+    }
+    None
 }
 
 async fn cluster_generations(group: &Group, via: u64) -> BTreeMap<String, (String, u64)> {
