@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetsim::{AuditFilter, AuditLevel, AuditRecord, FleetSim, Origin};
-use harness::{GitDaemon, Group, Options, demo_manifests, free_port, wait_until};
+use harness::{GitDaemon, Group, Options, demo_manifests, free_port, start_demo_group, wait_until};
 use serde_json::Value;
 
 async fn group_status(group: &Group, name: &str) -> Option<proto::Rollout> {
@@ -131,21 +131,7 @@ async fn a_superseded_revision_is_never_applied_to_clusters_that_had_not_started
     let port = free_port();
     let _daemon = GitDaemon::start(work.path(), port);
     let url = format!("git://127.0.0.1:{port}/demo");
-    let group = Group::start(
-        3,
-        Options {
-            extra_args: vec!["--max-concurrent-syncs".into(), "16".into()],
-            ..Options::default()
-        },
-    )
-    .await;
-    group
-        .apply(
-            1,
-            &demo_manifests(&sim, &url, "", "    maxUnavailable: \"10%\"\n"),
-        )
-        .await
-        .expect("specs applied");
+    let group = start_demo_group(&sim, &url).await;
     let v1 = wait_complete(&group, "demo", "", CLUSTERS).await;
 
     let watch = Watch::start(&group.nodes[&1].grpc).await;

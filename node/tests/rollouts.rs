@@ -17,7 +17,7 @@ mod report;
 use std::time::{Duration, Instant};
 
 use fleetsim::{AuditFilter, FleetSim};
-use harness::{GitDaemon, Group, Options, demo_manifests, free_port, wait_until};
+use harness::{GitDaemon, Group, Options, demo_manifests, free_port, start_demo_group, wait_until};
 
 const CLUSTERS: usize = 300;
 const BUDGET: u32 = 30;
@@ -85,21 +85,7 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
     let _daemon = GitDaemon::start(work.path(), port);
     let url = format!("git://127.0.0.1:{port}/demo");
 
-    let mut group = Group::start(
-        3,
-        Options {
-            extra_args: vec!["--max-concurrent-syncs".into(), "16".into()],
-            ..Options::default()
-        },
-    )
-    .await;
-    group
-        .apply(
-            1,
-            &demo_manifests(&sim, &url, "", "    maxUnavailable: \"10%\"\n"),
-        )
-        .await
-        .expect("specs applied");
+    let mut group = start_demo_group(&sim, &url).await;
 
     // 1. The first sync converges everywhere, with correct statuses.
     let (first, most) = rollout(&group, "").await;

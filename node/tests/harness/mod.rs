@@ -335,6 +335,27 @@ impl Drop for GitDaemon {
     }
 }
 
+/// Three nodes syncing up to 16 clusters each, with the demo app applied from `url` over every
+/// fleetsim cluster at a budget of 10%: the base set-up of the rollout tests.
+pub async fn start_demo_group(sim: &fleetsim::FleetSim, url: &str) -> Group {
+    let group = Group::start(
+        3,
+        Options {
+            extra_args: vec!["--max-concurrent-syncs".into(), "16".into()],
+            ..Options::default()
+        },
+    )
+    .await;
+    group
+        .apply(
+            1,
+            &demo_manifests(sim, url, "", "    maxUnavailable: \"10%\"\n"),
+        )
+        .await
+        .expect("specs applied");
+    group
+}
+
 /// Manifests for the demo app over every fleetsim cluster: Source `demo` (polled every
 /// second), SyncGroup `demo` with the given extra template and rollout lines (each indented
 /// four spaces), and per cluster its kubeconfig Secret and a `Cluster` with a `region` label.
