@@ -71,6 +71,10 @@ enum Step {
     Finish(u8, bool, u8),
     Health(u8, bool),
     Pause(u8, bool),
+    /// The leader revokes a held ticket (no worker runs it).
+    Revoke(u8),
+    /// The leader releases a revoked ticket (its holder's lease ran out).
+    Release(u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -85,6 +89,8 @@ fn step() -> impl Strategy<Value = Step> {
         6 => (any::<u8>(), proptest::bool::weighted(0.8), 0u8..4).prop_map(|(i, ok, h)| Step::Finish(i, ok, h)),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(i, ready)| Step::Health(i, ready)),
         1 => (1u8..=2, any::<bool>()).prop_map(|(g, p)| Step::Pause(g, p)),
+        1 => any::<u8>().prop_map(Step::Revoke),
+        2 => any::<u8>().prop_map(Step::Release),
     ]
 }
 
@@ -157,7 +163,13 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
             }
         }
         Step::Finish(index, ok, health) => {
-            let tickets: Vec<u64> = state.tickets.keys().copied().collect();
+            // Results also arrive for revoked tickets (their holders stop and report).
+            let tickets: Vec<u64> = state
+                .tickets
+                .keys()
+                .chain(state.revoked.keys())
+                .copied()
+                .collect();
             let ticket = pick(&tickets, index).unwrap_or(u64::MAX);
             let outcome = if ok {
                 let health = [
@@ -208,6 +220,18 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
         Step::Pause(g, false) => Command::ResumeRollout {
             group: format!("fleet/g{g}"),
         },
+        Step::Revoke(index) => {
+            let tickets: Vec<u64> = state.tickets.keys().copied().collect();
+            Command::RevokeTickets {
+                tickets: pick(&tickets, index).into_iter().collect(),
+            }
+        }
+        Step::Release(index) => {
+            let revoked: Vec<u64> = state.revoked.keys().copied().collect();
+            Command::ReleaseTickets {
+                tickets: pick(&revoked, index).into_iter().collect(),
+            }
+        }
     }
 }
 

@@ -51,6 +51,7 @@ impl Touch {
                 Touch::Sync(sync.clone())
             }
             Command::FinishSync { .. } => Touch::Finish,
+            Command::RevokeTickets { .. } | Command::ReleaseTickets { .. } => Touch::Finish,
             Command::PauseRollout { group } | Command::ResumeRollout { group } => {
                 Touch::Group(group.clone())
             }
@@ -96,7 +97,9 @@ impl FleetState {
                 }
             }
             (Touch::Sync(sync), _) => self.touched_sync(&sync, keys),
-            (Touch::Finish, Outcome::Finished { sync }) => self.touched_sync(sync, keys),
+            (Touch::Finish, Outcome::Finished { sync } | Outcome::Released { sync }) => {
+                self.touched_sync(sync, keys)
+            }
             (Touch::Group(group), _) => {
                 keys.insert(object_key(Kind::SyncGroup, &group));
             }

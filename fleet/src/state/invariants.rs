@@ -69,6 +69,24 @@ impl FleetState {
             }
         }
 
+        // A revoked ticket is no longer held, and its cluster gets no new ticket before it is
+        // released (the handover: one writer per cluster).
+        for (id, revoked) in &self.revoked {
+            if self.tickets.contains_key(id) {
+                return fail(format!("ticket {id} is both held and revoked"));
+            }
+            if let Some(held) = self
+                .tickets
+                .values()
+                .find(|t| t.cluster == revoked.ticket.cluster && t.id > revoked.granted_upto)
+            {
+                return fail(format!(
+                    "ticket {} granted on cluster {} while revoked ticket {id} is not released",
+                    held.id, revoked.ticket.cluster
+                ));
+            }
+        }
+
         // Each Sync's state is what its facts call for; ledgers and indexes agree with states.
         let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
         for (key, sync) in &self.syncs {

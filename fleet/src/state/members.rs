@@ -38,6 +38,9 @@ impl FleetState {
         } else {
             0
         };
+        if member.state == MemberState::Down {
+            self.release_tickets_of_node(id);
+        }
         Outcome::MembershipChanged { moved }
     }
 
@@ -58,6 +61,10 @@ impl FleetState {
             (_, MemberState::Live) => self.place_on_node(id),
             _ => 0,
         };
+        if state == MemberState::Down {
+            // Marked Down only after `down_after`, longer than its lease: it stopped writing.
+            self.release_tickets_of_node(id);
+        }
         Outcome::MembershipChanged { moved }
     }
 
@@ -79,7 +86,10 @@ impl FleetState {
         cluster_moves.len() + source_moves.len()
     }
 
-    /// Records new owners, bumps owner generations and voids the tickets of moved clusters.
+    /// Records new owners and bumps owner generations. The tickets on a moved cluster are
+    /// voided when the previous owner is Down (its lease lapsed before it was marked Down),
+    /// and revoked otherwise: a live previous owner may be mid-apply, so the new owner gets no
+    /// ticket until the old one is released (the handover).
     pub(super) fn apply_cluster_moves(&mut self, moves: &[shard::Move]) {
         for movement in moves {
             let Some(entry) = self.clusters.get_mut(&movement.item) else {
@@ -88,6 +98,7 @@ impl FleetState {
             if entry.owner == movement.to {
                 continue;
             }
+            let previous = entry.owner;
             entry.owner = movement.to;
             entry.owner_generation += 1;
             project_cluster_owner(entry);
@@ -96,8 +107,17 @@ impl FleetState {
                 .get(&movement.item)
                 .map(|set| set.iter().cloned().collect())
                 .unwrap_or_default();
+            let previous_down = previous.is_none_or(|node| {
+                self.members
+                    .get(&node)
+                    .is_some_and(|m| m.state == MemberState::Down)
+            });
             for sync in syncs {
-                self.void_ticket_of(&sync);
+                if previous_down {
+                    self.void_ticket_of(&sync);
+                } else {
+                    self.revoke_ticket_of(&sync);
+                }
             }
         }
     }

@@ -104,6 +104,22 @@ pub struct Ticket {
     pub kind: SyncKind,
 }
 
+/// A ticket taken back while its holder may still be applying: its cluster moved to another
+/// live node, or the leader found no worker running it. Until it is released, no new ticket is
+/// granted on its cluster (the handover of design section 5, see `docs/architecture.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoked {
+    pub ticket: Ticket,
+    /// The state revision that holds the revocation. The leader renews the holder's lease only
+    /// once the holder reports having applied it, so the holder either stops its sync or lets
+    /// its lease lapse.
+    pub revoked_at: u64,
+    /// The newest ticket id granted when it was revoked: no later ticket is granted on its
+    /// cluster until it is released.
+    #[serde(default)]
+    pub granted_upto: u64,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SourceEntry {
     pub object: Source,
@@ -160,6 +176,9 @@ pub struct FleetState {
     pub cluster_placement: shard::Placement,
     pub source_placement: shard::Placement,
     pub tickets: BTreeMap<u64, Ticket>,
+    /// Tickets revoked and not yet released, by id; their clusters get no new ticket.
+    #[serde(default)]
+    pub revoked: BTreeMap<u64, Revoked>,
     pub next_ticket: u64,
     /// Syncs a node may act on now: admitted and not started, or failed (to retry).
     pub actionable: BTreeSet<Key>,
@@ -225,6 +244,17 @@ pub enum Command {
     },
     PauseRollout {
         group: Key,
+    },
+    /// The leader takes back tickets that no worker of their node is running (the grant's
+    /// answer was lost, or the node restarted): they are revoked, as in a handover.
+    RevokeTickets {
+        tickets: Vec<u64>,
+    },
+    /// The leader releases revoked tickets whose holders can no longer be writing: a full
+    /// lease (plus margin) passed since the revocation, so the holder either applied it and
+    /// stopped or lost its lease.
+    ReleaseTickets {
+        tickets: Vec<u64>,
     },
     /// Resumes a paused or halted rollout.
     ResumeRollout {
@@ -297,6 +327,11 @@ pub enum DenyReason {
     DependencyCycle {
         path: Vec<String>,
     },
+    /// The cluster is being handed over: these revoked tickets of its previous holder are not
+    /// released yet.
+    Handover {
+        tickets: Vec<u64>,
+    },
 }
 
 /// What applying a command produced.
@@ -322,6 +357,11 @@ pub enum Outcome {
     },
     /// A `FinishSync` with a ticket that was voided (ownership moved) or already finished.
     StaleTicket,
+    /// A `FinishSync` (or the leader's release) of a revoked ticket: the result is discarded,
+    /// what it applied is kept in the inventory, and the cluster can be handed over.
+    Released {
+        sync: Key,
+    },
     /// Membership changed; `moved` clusters and sources changed owner.
     MembershipChanged {
         moved: usize,
@@ -399,6 +439,8 @@ impl FleetState {
                 health,
             } => self.report_health(&sync, node, generation, health),
             Command::PauseRollout { group } => self.set_operator_pause(&group, true),
+            Command::RevokeTickets { tickets } => self.revoke_tickets(&tickets),
+            Command::ReleaseTickets { tickets } => self.release_tickets(&tickets),
             Command::ResumeRollout { group } => self.set_operator_pause(&group, false),
             Command::Batch(commands) => {
                 return Outcome::Batch(commands.into_iter().map(|c| self.apply(c)).collect());

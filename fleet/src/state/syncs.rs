@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 
 use super::rollout::SyncState;
 use super::{
-    DenyReason, FleetState, Key, MemberState, NodeId, Outcome, SyncKind, SyncOutcome, Ticket,
-    cluster_key_of, key_of, source_key_of,
+    DenyReason, FleetState, Key, MemberState, NodeId, Outcome, Revoked, SyncKind, SyncOutcome,
+    Ticket, cluster_key_of, key_of, source_key_of,
 };
 use crate::resources::{ObjectRef, ResourceStatus, SyncResult};
 
@@ -38,6 +38,10 @@ impl FleetState {
             return denied(DenyReason::StaleGeneration {
                 current: cluster.owner_generation,
             });
+        }
+        let releasing = self.revoked_on(&cluster_key);
+        if !releasing.is_empty() {
+            return denied(DenyReason::Handover { tickets: releasing });
         }
         let Some((target, mark)) = self.desired_mark(sync) else {
             return denied(DenyReason::NotEligible);
@@ -91,6 +95,9 @@ impl FleetState {
         outcome: SyncOutcome,
         at: &str,
     ) -> Outcome {
+        if self.revoked.contains_key(&ticket_id) {
+            return self.release_revoked(ticket_id, Some(outcome));
+        }
         let Some(ticket) = self.tickets.remove(&ticket_id) else {
             return Outcome::StaleTicket;
         };
@@ -114,7 +121,9 @@ impl FleetState {
         status.observed_generation = Some(generation);
         match outcome {
             SyncOutcome::Abandoned { reason, inventory } => {
-                entry.rollout.admitted = ticket.kind == SyncKind::Rollout && desired == Some(mark);
+                // The apply may be half done, whatever the revision is now: a rollout keeps
+                // its slot (the cluster stays unavailable) and is retried at the newest mark.
+                entry.rollout.admitted = ticket.kind == SyncKind::Rollout;
                 status.message = Some(format!("abandoned: {reason}"));
                 if let Some(partial) = inventory {
                     let merged: BTreeSet<ObjectRef> =
@@ -144,9 +153,10 @@ impl FleetState {
                 inventory,
             } => {
                 entry.rollout.failed = Some(mark);
-                // A failure at the newest mark keeps its slot (Failed is unavailable and is
-                // retried); a failure at a superseded revision is simply queued again.
-                entry.rollout.admitted = desired == Some(mark);
+                // A failure keeps its slot: the cluster may be half applied, so it stays
+                // unavailable until a retry (at the newest mark) succeeds. A drift re-apply
+                // that failed at a superseded mark queues again like any outdated Sync.
+                entry.rollout.admitted = desired == Some(mark) || ticket.kind == SyncKind::Rollout;
                 status.result = Some(SyncResult::Failed);
                 status.message = Some(format!("{class}: {message}"));
                 if let Some(partial) = inventory {
@@ -221,6 +231,122 @@ impl FleetState {
         }
         self.tickets.remove(&ticket);
         self.settle_and_admit(sync);
+    }
+
+    /// Revokes a Sync's outstanding ticket while its holder may still be applying (the cluster
+    /// moved between live nodes, or the leader found no worker running it). Like a void, the
+    /// Sync is free to be granted again and a rollout keeps its slot; unlike a void, its
+    /// cluster gets no new ticket until the revoked one is released.
+    pub(super) fn revoke_ticket_of(&mut self, sync: &str) {
+        let Some(entry) = self.syncs.get_mut(sync) else {
+            return;
+        };
+        let Some((id, kind)) = entry.rollout.ticket.take() else {
+            return;
+        };
+        if kind == SyncKind::Rollout {
+            entry.rollout.admitted = true;
+        }
+        if let Some(ticket) = self.tickets.remove(&id) {
+            // The revision this command produces (every command that revokes bumps it).
+            let revoked_at = self.revision + 1;
+            let granted_upto = self.next_ticket;
+            self.revoked.insert(
+                id,
+                Revoked {
+                    ticket,
+                    revoked_at,
+                    granted_upto,
+                },
+            );
+        }
+        self.settle_and_admit(sync);
+    }
+
+    /// `RevokeTickets`: the leader found these tickets held by no worker.
+    pub(super) fn revoke_tickets(&mut self, ids: &[u64]) -> Outcome {
+        for id in ids {
+            if let Some(sync) = self.tickets.get(id).map(|t| t.sync.clone()) {
+                self.revoke_ticket_of(&sync);
+            }
+        }
+        Outcome::Ok
+    }
+
+    /// `ReleaseTickets`: the leader waited out the holders' leases.
+    pub(super) fn release_tickets(&mut self, ids: &[u64]) -> Outcome {
+        let mut released = Outcome::Ok;
+        for id in ids {
+            if self.revoked.contains_key(id) {
+                released = self.release_revoked(*id, None);
+            }
+        }
+        released
+    }
+
+    /// Releases every revoked ticket a node held: it is Down or gone, so its lease lapsed.
+    pub(super) fn release_tickets_of_node(&mut self, node: NodeId) {
+        let held: Vec<u64> = self
+            .revoked
+            .values()
+            .filter(|r| r.ticket.node == node)
+            .map(|r| r.ticket.id)
+            .collect();
+        for id in held {
+            self.release_revoked(id, None);
+        }
+    }
+
+    /// Drops a revoked ticket, keeping in the Sync's inventory whatever its holder reports
+    /// having applied (so a later prune finds it). The result itself is discarded: the cluster
+    /// is re-synced by its new owner.
+    fn release_revoked(&mut self, id: u64, outcome: Option<SyncOutcome>) -> Outcome {
+        let Some(revoked) = self.revoked.remove(&id) else {
+            return Outcome::StaleTicket;
+        };
+        let applied = match outcome {
+            Some(SyncOutcome::Succeeded { inventory, .. }) => Some(inventory),
+            Some(
+                SyncOutcome::Failed { inventory, .. } | SyncOutcome::Abandoned { inventory, .. },
+            ) => inventory,
+            None => None,
+        };
+        let sync = revoked.ticket.sync;
+        if let Some(applied) = applied
+            && let Some(entry) = self.syncs.get_mut(&sync)
+        {
+            let status = entry.object.status.get_or_insert_with(Default::default);
+            let merged: BTreeSet<ObjectRef> = status.inventory.drain(..).chain(applied).collect();
+            status.inventory = merged.into_iter().collect();
+        }
+        Outcome::Released { sync }
+    }
+
+    /// The revoked, unreleased tickets on a cluster.
+    pub fn revoked_on(&self, cluster: &str) -> Vec<u64> {
+        self.revoked
+            .values()
+            .filter(|r| r.ticket.cluster == cluster)
+            .map(|r| r.ticket.id)
+            .collect()
+    }
+
+    /// The state revision a node must have applied before its lease may be renewed: the
+    /// newest revocation of a ticket it holds (0 when none).
+    pub fn revocations_pending_for(&self, node: NodeId) -> u64 {
+        self.revoked
+            .values()
+            .filter(|r| r.ticket.node == node)
+            .map(|r| r.revoked_at)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether a ticket granted to this node no longer entitles it to write: revoked, or
+    /// voided or finished (known here, and no longer held).
+    pub fn ticket_withdrawn(&self, id: u64) -> bool {
+        self.revoked.contains_key(&id)
+            || (id <= self.next_ticket && !self.tickets.contains_key(&id))
     }
 
     /// The dependencies of a Sync that are not yet at their required status, by name; or the
