@@ -11,7 +11,9 @@ use anyhow::{Context as _, anyhow};
 use fleet::manifest::{DEFAULT_NAMESPACE, Kind};
 use serde_json::Value;
 
-use super::output::{Format, NONE, Table, emit, object_name, short_revision, to_json, to_yaml};
+use super::output::{
+    NONE, OutputFormat, Table, emit, object_name, short_revision, to_json, to_yaml,
+};
 use crate::client::{Client, ServerArgs, block_on};
 
 #[derive(clap::Args, Debug)]
@@ -32,9 +34,9 @@ pub struct GetArgs {
     /// Only objects whose labels match (`env=prod,tier in (a,b),!canary`).
     #[arg(short = 'l', long, value_parser = parse_selector)]
     pub selector: Option<String>,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = Format::Table)]
-    pub output: Format,
+    /// Output format: text (a table), json, yaml or name.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -56,7 +58,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
         let client = Client::connect(&args.server).await?;
         fetch(&client, &args, namespace).await
     })?;
-    if fetched.is_empty() && args.output == Format::Table {
+    if fetched.is_empty() && args.output == OutputFormat::Text {
         match args.all_namespaces {
             true => eprintln!("no {} found", args.kind.plural()),
             false => eprintln!("no {} found in namespace {namespace}", args.kind.plural()),
@@ -141,13 +143,13 @@ fn decode(object: &proto::Object) -> anyhow::Result<Value> {
 pub fn render(
     kind: Kind,
     objects: &[Value],
-    format: Format,
+    format: OutputFormat,
     all_namespaces: bool,
     single: bool,
 ) -> anyhow::Result<String> {
     match format {
-        Format::Table => Ok(table(kind, objects, all_namespaces).render()),
-        Format::Name => Ok(objects
+        OutputFormat::Text => Ok(table(kind, objects, all_namespaces).render()),
+        OutputFormat::Name => Ok(objects
             .iter()
             .map(|object| {
                 format!(
@@ -156,7 +158,7 @@ pub fn render(
                 )
             })
             .collect()),
-        Format::Json | Format::Yaml => {
+        OutputFormat::Json | OutputFormat::Yaml => {
             let mut redacted: Vec<Value> = objects.to_vec();
             if kind == Kind::Secret {
                 redacted.iter_mut().for_each(redact_secret);
@@ -166,7 +168,7 @@ pub fn render(
                 _ => serde_json::json!({"apiVersion": "v1", "kind": "List", "items": redacted}),
             };
             match format {
-                Format::Json => to_json(&document),
+                OutputFormat::Json => to_json(&document),
                 _ => to_yaml(&document),
             }
         }
@@ -349,7 +351,12 @@ mod tests {
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c1-kubeconfig"},
             "data": {"value": "c2VjcmV0"}, "stringData": {"token": "hunter2", "value": "x"}});
         assert_eq!(columns(Kind::Secret, &secret), ["Opaque", "2"]);
-        for format in [Format::Json, Format::Yaml, Format::Table, Format::Name] {
+        for format in [
+            OutputFormat::Json,
+            OutputFormat::Yaml,
+            OutputFormat::Text,
+            OutputFormat::Name,
+        ] {
             let text = render(
                 Kind::Secret,
                 std::slice::from_ref(&secret),
@@ -370,21 +377,21 @@ mod tests {
     fn several_objects_print_as_a_list_and_one_alone() {
         let objects = [source("a", "default"), source("b", "default")];
         let list: Value = serde_json::from_str(
-            &render(Kind::Source, &objects, Format::Json, false, false).unwrap(),
+            &render(Kind::Source, &objects, OutputFormat::Json, false, false).unwrap(),
         )
         .unwrap();
         assert_eq!(list["kind"], "List");
         assert_eq!(list["items"].as_array().map(Vec::len), Some(2));
         let one: Value = serde_yaml_ng::from_str(
-            &render(Kind::Source, &objects[..1], Format::Yaml, false, true).unwrap(),
+            &render(Kind::Source, &objects[..1], OutputFormat::Yaml, false, true).unwrap(),
         )
         .unwrap();
         assert_eq!(one["metadata"]["name"], "a");
         // A list printed as YAML is a valid manifest again.
-        let yaml = render(Kind::Source, &objects, Format::Yaml, false, false).unwrap();
+        let yaml = render(Kind::Source, &objects, OutputFormat::Yaml, false, false).unwrap();
         assert_eq!(fleet::manifest::parse_manifests(&yaml).unwrap().len(), 2);
         assert_eq!(
-            render(Kind::Source, &objects, Format::Name, false, false).unwrap(),
+            render(Kind::Source, &objects, OutputFormat::Name, false, false).unwrap(),
             "source.starling.dev/a\nsource.starling.dev/b\n"
         );
     }
@@ -406,12 +413,12 @@ mod tests {
             namespace: None,
             all_namespaces: false,
             selector: None,
-            output: Format::Name,
+            output: OutputFormat::Name,
             server: server.clone(),
         };
         let listed = fetch(&client, &args(None), "default").await.unwrap();
         assert_eq!(
-            render(Kind::Source, &listed, Format::Name, false, false).unwrap(),
+            render(Kind::Source, &listed, OutputFormat::Name, false, false).unwrap(),
             "source.starling.dev/app\n"
         );
         let error = fetch(&client, &args(Some("nope")), "default")

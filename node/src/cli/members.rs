@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::output::{ReportFormat, emit, to_json};
+use super::output::{OutputFormat, ReportFormat, emit, to_json};
 use super::status::{member_json, members_table};
 use crate::client::{Client, ServerArgs, block_on};
 
@@ -13,8 +13,8 @@ pub struct MembersArgs {
     #[command(subcommand)]
     pub command: Option<MembersCommand>,
     /// Output format: of the list, or of a change's result.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = ReportFormat::Text)]
-    pub output: ReportFormat,
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -48,9 +48,10 @@ pub enum MembersCommand {
 
 pub fn run(args: MembersArgs) -> anyhow::Result<()> {
     let command = args.command.unwrap_or(MembersCommand::List);
+    let format = ReportFormat::from_output(args.output, "starling members")?;
     let text = block_on(async {
         let client = Client::connect(&args.server).await?;
-        execute(&client, command, args.output).await
+        execute(&client, command, format).await
     })?;
     emit(&text)
 }
@@ -211,12 +212,12 @@ mod tests {
             Some(MembersCommand::TransferLeader { id: None })
         ));
         let args = parse("members --server 10.0.0.1:7400 remove 3 --timeout 2s -o json");
-        assert_eq!(args.output, ReportFormat::Json);
+        assert_eq!(args.output, OutputFormat::Json);
         assert_eq!(
             parse("members list -o json").command,
             Some(MembersCommand::List)
         );
-        assert_eq!(parse("members -o json").output, ReportFormat::Json);
+        assert_eq!(parse("members -o json").output, OutputFormat::Json);
         assert_eq!(args.server.server, "10.0.0.1:7400");
         assert_eq!(args.server.timeout, std::time::Duration::from_secs(2));
         assert!(Line::try_parse_from(["starling", "members", "add", "four", "x:1"]).is_err());

@@ -14,22 +14,52 @@ use serde::Serialize;
 /// Shown in a table cell whose field is unset.
 pub const NONE: &str = "-";
 
-/// Output formats of `starling get`.
+/// `-o/--output`, one type for every command: the flag is global (accepted before or after the
+/// subcommand, as `starling -o json status`), so clap hands the same value to whichever command
+/// runs. Each command takes the formats it can print and refuses the others with one line.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// Aligned columns, as `kubectl get`.
-    Table,
+pub enum OutputFormat {
+    /// For people: aligned columns as `kubectl get`, or a report.
+    #[value(alias = "table")]
+    Text,
     Json,
+    /// `starling get` only.
     Yaml,
-    /// `kind.group/name`, one per line.
+    /// `kind.group/name`, one per line; `starling get` only.
     Name,
 }
 
-/// Output formats of the reports (`status`, `members`, `rollout status`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+impl OutputFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputFormat::Text => "text",
+            OutputFormat::Json => "json",
+            OutputFormat::Yaml => "yaml",
+            OutputFormat::Name => "name",
+        }
+    }
+}
+
+/// Output formats of the reports (`status`, `members`, `rollout status`, `placement`,
+/// `source resolve`, `dev`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReportFormat {
     Text,
     Json,
+}
+
+impl ReportFormat {
+    /// The report format `-o` asks for, or an error naming what `command` prints.
+    pub fn from_output(output: OutputFormat, command: &str) -> anyhow::Result<ReportFormat> {
+        match output {
+            OutputFormat::Text => Ok(ReportFormat::Text),
+            OutputFormat::Json => Ok(ReportFormat::Json),
+            other => anyhow::bail!(
+                "{command} prints text or json, not {} (-o text|json)",
+                other.as_str()
+            ),
+        }
+    }
 }
 
 /// The name of an object as kubectl prints it: `syncgroup.starling.dev/web`, `secret/web`.
@@ -221,6 +251,17 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reports_take_text_or_json_and_name_the_command_otherwise() {
+        let report = |output| ReportFormat::from_output(output, "starling status");
+        assert_eq!(report(OutputFormat::Text).unwrap(), ReportFormat::Text);
+        assert_eq!(report(OutputFormat::Json).unwrap(), ReportFormat::Json);
+        assert_eq!(
+            report(OutputFormat::Yaml).unwrap_err().to_string(),
+            "starling status prints text or json, not yaml (-o text|json)"
+        );
+    }
 
     #[test]
     fn object_names_follow_kubectl() {

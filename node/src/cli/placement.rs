@@ -7,12 +7,7 @@ use anyhow::Context as _;
 use shard::whatif::{WhatIfChange, WhatIfRequest, what_if};
 use shard::{DEFAULT_EPSILON_PERMILLE, DEFAULT_VIRTUAL_NODES, NodeId, PlacementConfig};
 
-/// Output formats of `starling placement`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    Text,
-    Json,
-}
+use super::output::{OutputFormat, ReportFormat};
 
 #[derive(clap::Args, Debug)]
 pub struct PlacementArgs {
@@ -34,9 +29,9 @@ pub struct PlacementArgs {
     /// Points per node on the hash ring.
     #[arg(long, default_value_t = DEFAULT_VIRTUAL_NODES)]
     pub virtual_nodes: u32,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
+    /// Output format: text or json.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 impl PlacementArgs {
@@ -59,10 +54,11 @@ impl PlacementArgs {
 }
 
 pub fn run(args: PlacementArgs) -> anyhow::Result<()> {
+    let format = ReportFormat::from_output(args.output, "starling placement")?;
     let report = what_if(&args.request()).context("placement what-if failed")?;
-    match args.output {
-        Output::Text => print!("{report}"),
-        Output::Json => {
+    match format {
+        ReportFormat::Text => print!("{report}"),
+        ReportFormat::Json => {
             let json = serde_json::to_string_pretty(&report).context("encoding the report")?;
             println!("{json}");
         }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::get::text_at;
 use super::output::{
-    NONE, Progress, ReportFormat, emit, object_name, progress_bar, progress_ratio,
+    NONE, OutputFormat, Progress, ReportFormat, emit, object_name, progress_bar, progress_ratio,
     stdout_is_terminal, to_json,
 };
 use super::status::BAR_WIDTH;
@@ -55,9 +55,9 @@ pub struct Target {
 pub struct StatusArgs {
     #[command(flatten)]
     pub target: Target,
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = ReportFormat::Text)]
-    pub output: ReportFormat,
+    /// Output format: text or json.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
     /// Wait until the rollout completes (exit 0) or halts (exit 1), reporting progress.
     #[arg(short = 'w', long)]
     pub watch: bool,
@@ -71,8 +71,9 @@ pub fn run(args: RolloutArgs) -> anyhow::Result<()> {
             RolloutCommand::Resume(target) => emit(&resume(&client, &target).await?),
             RolloutCommand::Status(status) if status.watch => watch(&client, &status.target).await,
             RolloutCommand::Status(status) => {
+                let format = ReportFormat::from_output(status.output, "starling rollout status")?;
                 let view = fetch(&client, &status.target).await?;
-                emit(&render(&view, status.output, stdout_is_terminal())?)
+                emit(&render(&view, format, stdout_is_terminal())?)
             }
         }
     })

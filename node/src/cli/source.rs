@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use super::output::{OutputFormat, ReportFormat};
+
 /// Inspect git sources.
 #[derive(clap::Args, Debug)]
 pub struct SourceArgs {
@@ -37,7 +39,7 @@ struct ResolveArgs {
     #[arg(long)]
     path: Option<String>,
 
-    /// Output format.
+    /// Output format: text or json.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     output: OutputFormat,
 
@@ -50,9 +52,10 @@ struct ResolveArgs {
     #[arg(long)]
     secret_dir: Option<PathBuf>,
 
-    /// Time limit of the fetch, e.g. 30s or 2m.
-    #[arg(long, default_value = "60s")]
-    timeout: String,
+    /// Time limit of the fetch, e.g. 30s or 2m. The global `--timeout` sets it too, so its
+    /// type is the same as there (clap hands one value to both).
+    #[arg(long, default_value = "60s", value_parser = parse_fetch_timeout)]
+    timeout: std::time::Duration,
 
     /// Largest artifact (tar.gz) in bytes.
     #[arg(long)]
@@ -81,16 +84,14 @@ struct ReferenceArgs {
     commit: Option<String>,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum OutputFormat {
-    Text,
-    Json,
-}
-
 pub fn run(args: SourceArgs) -> anyhow::Result<()> {
     match args.command {
         SourceCommand::Resolve(args) => resolve(args),
     }
+}
+
+fn parse_fetch_timeout(text: &str) -> Result<std::time::Duration, String> {
+    ::source::parse_duration(text).map_err(|error| error.to_string())
 }
 
 fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
@@ -109,7 +110,7 @@ fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
         None => ::source::Auth::anonymous(),
     };
     let mut limits = ::source::Limits {
-        fetch_timeout: ::source::parse_duration(&args.timeout).map_err(one_line)?,
+        fetch_timeout: args.timeout,
         ..::source::Limits::default()
     };
     if let Some(bytes) = args.max_artifact_bytes {
@@ -127,9 +128,9 @@ fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
         limits,
     };
     let report = ::source::resolve_once(&request).map_err(one_line)?;
-    match args.output {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        OutputFormat::Text => print!("{}", render_text(&report)),
+    match ReportFormat::from_output(args.output, "starling source resolve")? {
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        ReportFormat::Text => print!("{}", render_text(&report)),
     }
     Ok(())
 }

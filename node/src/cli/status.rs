@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::output::{
-    NONE, Progress, ReportFormat, Table, capitalized, emit, millis_ago, progress_bar,
+    NONE, OutputFormat, Progress, ReportFormat, Table, capitalized, emit, millis_ago, progress_bar,
     progress_ratio, short_revision, stdout_is_terminal, to_json,
 };
 use crate::client::{Client, ServerArgs, block_on};
@@ -27,9 +27,9 @@ const CLEAR_SCREEN: &str = "\x1b[2J\x1b[H";
 
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
-    /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = ReportFormat::Text)]
-    pub output: ReportFormat,
+    /// Output format: text or json.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
     /// Refresh every second until Ctrl-C.
     #[arg(short = 'w', long)]
     pub watch: bool,
@@ -38,20 +38,21 @@ pub struct StatusArgs {
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let bars = stdout_is_terminal() && args.output == ReportFormat::Text;
+    let format = ReportFormat::from_output(args.output, "starling status")?;
+    let bars = stdout_is_terminal() && format == ReportFormat::Text;
     block_on(async {
         if !args.watch {
             let client = Client::connect(&args.server).await?;
             let status = client.status().await?;
-            return emit(&render(&status, args.output, bars)?);
+            return emit(&render(&status, format, bars)?);
         }
-        watch(&args, bars).await
+        watch(&args, format, bars).await
     })
 }
 
 /// Redraws until Ctrl-C. A failed refresh is shown in place of the report, and the next one
 /// reconnects.
-async fn watch(args: &StatusArgs, terminal: bool) -> anyhow::Result<()> {
+async fn watch(args: &StatusArgs, format: ReportFormat, terminal: bool) -> anyhow::Result<()> {
     let mut client: Option<Client> = None;
     let mut ticker = tokio::time::interval(WATCH_PERIOD);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -61,7 +62,7 @@ async fn watch(args: &StatusArgs, terminal: bool) -> anyhow::Result<()> {
             _ = ticker.tick() => {}
         }
         let report = match refresh(&mut client, &args.server).await {
-            Ok(status) => render(&status, args.output, terminal)?,
+            Ok(status) => render(&status, format, terminal)?,
             Err(error) => {
                 client = None;
                 format!("error: {error:#}\n")

@@ -23,6 +23,7 @@ use fleet::resources::RolloutPhase;
 use fleet::state::{FleetState, MemberState};
 use fleetsim::{AuditFilter, FleetSim};
 
+use crate::cli::output::{OutputFormat, ReportFormat};
 use crate::config::NodeConfig;
 use crate::replica::Replica;
 use crate::serve::{self, RunningNode};
@@ -58,8 +59,8 @@ pub struct DevArgs {
     #[arg(long)]
     pub kill_node_mid_rollout: bool,
     /// Summary format: text or json.
-    #[arg(short = 'o', long, default_value = "text")]
-    pub output: String,
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
     /// gRPC port of the first replica (the others follow); free ports when 0.
     #[arg(long, default_value_t = 7400)]
     pub port: u16,
@@ -103,12 +104,7 @@ struct Dev {
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
-    if !["text", "json"].contains(&args.output.as_str()) {
-        anyhow::bail!(
-            "unknown output format {:?}: expected text or json",
-            args.output
-        );
-    }
+    let format = ReportFormat::from_output(args.output, "starling dev")?;
     if args.clusters == 0 || args.replicas == 0 {
         anyhow::bail!("--clusters and --replicas must be at least 1");
     }
@@ -116,7 +112,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
         .prefix("starling-dev-")
         .tempdir()
         .context("cannot create a temporary directory")?;
-    let quiet = args.output == "json";
+    let quiet = format == ReportFormat::Json;
     let progress = Progress::new(quiet);
     progress.say(&format!("starling dev: data in {}", dir.path().display()));
 
@@ -155,9 +151,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
         .wait_rollout(Some(first.revision.clone()), dev.args.kill_node_mid_rollout)
         .await?;
     let summary = dev.summary(budget, vec![first, second]);
-    match dev.args.output.as_str() {
-        "json" => println!("{}", serde_json::to_string_pretty(&summary)?),
-        _ => summary.print_text(),
+    match format {
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
+        ReportFormat::Text => summary.print_text(),
     }
     let ok = summary.ok();
     if !dev.args.exit_when_converged {
