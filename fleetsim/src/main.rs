@@ -37,8 +37,9 @@ struct Args {
     /// Audit records kept in total.
     #[arg(long, env = "FLEETSIM_AUDIT_CAPACITY", default_value_t = Config::default().audit_capacity)]
     audit_capacity: usize,
-    /// What audit records keep: Metadata, or Request to keep request bodies too.
-    #[arg(long, env = "FLEETSIM_AUDIT_LEVEL", value_enum, default_value_t = AuditLevel::Metadata)]
+    /// What audit records keep: Metadata, or Request to keep request bodies too (any case, as
+    /// the Kubernetes audit policy spells them or in lowercase).
+    #[arg(long, env = "FLEETSIM_AUDIT_LEVEL", value_enum, ignore_case = true, default_value_t = AuditLevel::Metadata)]
     audit_level: AuditLevel,
     /// Interval of watch bookmarks.
     #[arg(long, env = "FLEETSIM_BOOKMARK_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
@@ -86,4 +87,32 @@ async fn main() -> anyhow::Result<()> {
         .context("waiting for ctrl-c")?;
     sim.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn audit_levels_are_accepted_in_any_case() {
+        for (spelling, level) in [
+            ("Request", AuditLevel::Request),
+            ("request", AuditLevel::Request),
+            ("REQUEST", AuditLevel::Request),
+            ("Metadata", AuditLevel::Metadata),
+            ("metadata", AuditLevel::Metadata),
+        ] {
+            let args = Args::try_parse_from(["fleetsim", "--audit-level", spelling])
+                .unwrap_or_else(|error| panic!("--audit-level {spelling}: {error}"));
+            assert_eq!(args.audit_level, level, "{spelling}");
+        }
+        assert!(Args::try_parse_from(["fleetsim", "--audit-level", "RequestResponse"]).is_err());
+    }
 }
