@@ -4,8 +4,9 @@
 //!
 //! ```text
 //! Resource --validate--> per kind (validate_source, validate_cluster, validate_sync, validate_sync_group)
-//!                        ├─ metadata: DNS-1123 names, labels
-//!                        └─ spec: refs, urls, paths, selectors, durations, variables, budgets
+//!                        ├─ metadata: DNS-1123 names, labels, annotations within 256 KiB
+//!                        ├─ spec: refs, urls, paths, selectors, durations, variables, budgets
+//!                        └─ size: the object within 1.5 MiB as JSON (a Secret's data within 1 MiB)
 //! ```
 //!
 //! All problems of a resource are reported together ([`ValidationError::Several`]) so that a
@@ -17,10 +18,12 @@
 //! validate.rs        the error, the per-kind validators, the checks of whole sections
 //! validate/rules.rs  single-field rules: names, git url and ref, semver, commit, path, selector
 //! validate/defaults.rs  resolved values: maxUnavailable budget, intervals, time-outs
+//! validate/size.rs   size limits, the same as a Kubernetes API server's
 //! ```
 
 mod defaults;
 mod rules;
+mod size;
 
 use std::collections::BTreeSet;
 
@@ -29,6 +32,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 pub use defaults::*;
 pub use rules::*;
+pub use size::{
+    MAX_ANNOTATIONS_BYTES, MAX_OBJECT_BYTES, MAX_SECRET_DATA_BYTES, check_annotations_size,
+    check_object_size, check_secret_data_size,
+};
 
 use crate::duration::{DurationError, parse_duration};
 use crate::manifest::Resource;
@@ -106,6 +113,17 @@ pub enum ValidationError {
     },
     #[error("{field}: {value:?} must be greater than zero")]
     ZeroDuration { field: String, value: String },
+    /// Over a size limit of the Kubernetes API (see [`MAX_OBJECT_BYTES`] and the others).
+    #[error(
+        "{field}: too large: {size} bytes {what}, over the limit of {limit} bytes ({limit_text})"
+    )]
+    TooLarge {
+        field: String,
+        what: &'static str,
+        size: usize,
+        limit: usize,
+        limit_text: &'static str,
+    },
     #[error("{}", join(.0))]
     Several(Vec<ValidationError>),
 }
@@ -164,6 +182,8 @@ pub fn validate(resource: &Resource) -> Result<(), ValidationError> {
         Resource::Secret(secret) => {
             let mut problems = Problems::default();
             check_metadata(&mut problems, &secret.metadata);
+            problems.check(check_secret_data_size(secret));
+            problems.check(check_object_size(secret));
             problems.finish()
         }
     }
@@ -174,6 +194,7 @@ pub fn validate_source(source: &Source) -> Result<(), ValidationError> {
     let mut problems = Problems::default();
     check_metadata(&mut problems, &source.metadata);
     check_source_spec(&mut problems, &source.spec);
+    problems.check(check_object_size(source));
     problems.finish()
 }
 
@@ -200,6 +221,7 @@ pub fn validate_cluster(cluster: &Cluster) -> Result<(), ValidationError> {
             problems.check(check_secret_key("spec.kubeconfigSecretRef.key", key));
         }
     }
+    problems.check(check_object_size(cluster));
     problems.finish()
 }
 
@@ -217,6 +239,7 @@ pub fn validate_sync(sync: &Sync) -> Result<(), ValidationError> {
     ));
     let own_name = sync.metadata.name.as_deref().unwrap_or_default();
     check_template(&mut problems, "spec", &sync.spec.template, own_name);
+    problems.check(check_object_size(sync));
     problems.finish()
 }
 
@@ -239,6 +262,7 @@ pub fn validate_sync_group(group: &SyncGroup) -> Result<(), ValidationError> {
         own_name,
     );
     check_rollout(&mut problems, "spec.rollout", &group.spec.rollout);
+    problems.check(check_object_size(group));
     problems.finish()
 }
 
@@ -254,6 +278,7 @@ fn check_metadata(problems: &mut Problems, metadata: &ObjectMeta) {
             check_dns1123_label(namespace),
         ));
     }
+    problems.check(check_annotations_size(metadata));
     for (key, value) in metadata.labels.iter().flatten() {
         let field = format!("metadata.labels[{key:?}]");
         if let Err(reason) = check_label_key(key) {

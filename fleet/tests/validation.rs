@@ -442,3 +442,154 @@ fn the_resolved_budget_rounds_down_with_a_floor_of_one() {
     assert_eq!(max_unavailable(&group.spec.rollout, 5), 1);
     assert_eq!(max_unavailable(&group.spec.rollout, 0), 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Size limits (those of a Kubernetes API server)
+// ---------------------------------------------------------------------------------------------
+
+const SECRET: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: edge-1-kubeconfig
+stringData:
+  value: "apiVersion: v1"
+"#;
+
+/// A manifest with `lines` added right under `metadata:` (indented as its fields).
+fn with_metadata(manifest: &str, lines: &str) -> String {
+    edit(manifest, "metadata:\n", &format!("metadata:\n{lines}"))
+}
+
+/// One annotation whose key and value together make `bytes` bytes.
+fn annotation_of(bytes: usize) -> String {
+    format!(
+        "  annotations:\n    note: \"{}\"\n",
+        "x".repeat(bytes - "note".len())
+    )
+}
+
+#[test]
+fn annotations_up_to_256_kib_in_total_are_accepted_for_every_kind() {
+    for manifest in [SOURCE, CLUSTER, SYNC, SYNC_GROUP, SECRET] {
+        assert_accepted(&with_metadata(manifest, &annotation_of(256 * 1024)));
+    }
+}
+
+#[test]
+fn annotations_over_256_kib_in_total_are_rejected_for_every_kind() {
+    for (manifest, object) in [
+        (SOURCE, "Source \"app\""),
+        (CLUSTER, "Cluster \"edge-1\""),
+        (SYNC, "Sync \"web\""),
+        (SYNC_GROUP, "SyncGroup \"web\""),
+        (SECRET, "Secret \"edge-1-kubeconfig\""),
+    ] {
+        // Two annotations, each under the limit, over it together: the total counts.
+        let half = 128 * 1024;
+        let lines = format!(
+            "  annotations:\n    a: \"{}\"\n    b: \"{}\"\n",
+            "x".repeat(half),
+            "y".repeat(half)
+        );
+        assert_rejected(
+            &with_metadata(manifest, &lines),
+            &[
+                object,
+                "metadata.annotations: too large: 262146 bytes in keys and values",
+                "over the limit of 262144 bytes (256 KiB)",
+            ],
+        );
+    }
+}
+
+#[test]
+fn a_cluster_with_a_5_mb_annotation_is_rejected_naming_both_limits() {
+    let manifest = with_metadata(CLUSTER, &annotation_of(5_000_000));
+    let message = common::rejection(&manifest);
+    for fragment in [
+        "Cluster \"edge-1\"",
+        "metadata.annotations: too large: 5000000 bytes in keys and values, over the limit of 262144 bytes (256 KiB)",
+        "the object: too large:",
+        "as JSON, over the limit of 1572864 bytes (1.5 MiB)",
+    ] {
+        assert!(
+            message.contains(fragment),
+            "{message:.400} lacks {fragment:?}"
+        );
+    }
+}
+
+#[test]
+fn objects_over_1_5_mib_as_json_are_rejected_for_every_kind() {
+    // Labels are each small and valid; 20,000 of them make a ~1.9 MB object.
+    let mut labels = String::from("  labels:\n");
+    for index in 0..20_000 {
+        labels.push_str(&format!("    label-{index:05}: {}\n", "v".repeat(63)));
+    }
+    for (manifest, object) in [
+        (SOURCE, "Source \"app\""),
+        (CLUSTER, "Cluster \"edge-1\""),
+        (SYNC, "Sync \"web\""),
+        (SYNC_GROUP, "SyncGroup \"web\""),
+        (SECRET, "Secret \"edge-1-kubeconfig\""),
+    ] {
+        // A Cluster already has labels: replace them rather than add a second key.
+        let manifest = manifest.replace(
+            "  labels:\n    region: eu\n    topology.kubernetes.io/zone: eu-1a\n",
+            "",
+        );
+        assert_rejected(
+            &with_metadata(&manifest, &labels),
+            &[
+                object,
+                "the object: too large:",
+                "as JSON, over the limit of 1572864 bytes (1.5 MiB)",
+            ],
+        );
+    }
+}
+
+#[test]
+fn secret_data_over_1_mib_is_rejected() {
+    let at_limit = edit(
+        SECRET,
+        "  value: \"apiVersion: v1\"\n",
+        &format!("  value: \"{}\"\n", "x".repeat(1024 * 1024)),
+    );
+    assert_accepted(&at_limit);
+    let over = edit(
+        SECRET,
+        "  value: \"apiVersion: v1\"\n",
+        &format!("  value: \"{}\"\n  more: \"x\"\n", "x".repeat(1024 * 1024)),
+    );
+    assert_rejected(
+        &over,
+        &[
+            "Secret \"edge-1-kubeconfig\"",
+            "data: too large: 1048577 bytes in values, over the limit of 1048576 bytes (1 MiB)",
+        ],
+    );
+}
+
+#[test]
+fn the_state_machine_refuses_what_the_manifest_parser_refuses() {
+    // Objects may reach the state without a manifest (generated, or from an older client).
+    let Some(Resource::Cluster(cluster)) = assert_accepted(CLUSTER).pop() else {
+        panic!("CLUSTER is a Cluster");
+    };
+    let mut big = cluster.clone();
+    big.metadata.annotations = Some(
+        [("note".to_owned(), "x".repeat(300 * 1024))]
+            .into_iter()
+            .collect(),
+    );
+    let error = fleet::validate::validate(&Resource::Cluster(big)).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("metadata.annotations: too large"),
+        "{error}"
+    );
+    assert!(fleet::validate::validate(&Resource::Cluster(cluster)).is_ok());
+}

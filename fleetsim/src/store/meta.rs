@@ -183,7 +183,12 @@ fn valid_label_value(value: &str) -> bool {
     crate::selector::validate_value(value).is_ok()
 }
 
-/// Type and syntax checks on metadata: 400 for undecodable types, 422 for invalid values.
+/// Largest total of an object's annotation keys and values, in bytes: apimachinery's
+/// `TotalAnnotationSizeLimitB`.
+pub(crate) const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Type and syntax checks on metadata: 400 for undecodable types, 422 for invalid values
+/// (among them annotations over 256 KiB in total).
 pub(crate) fn validate_metadata(
     info: &ResourceInfo,
     object: &Value,
@@ -216,6 +221,21 @@ pub(crate) fn validate_metadata(
                     return Err(ApiError::bad_request(format!(
                         "unable to decode metadata.{field}.{key}: json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field} of type string"
                     )));
+                }
+                if field == "annotations" {
+                    let size: usize = map
+                        .iter()
+                        .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
+                        .sum();
+                    if size > MAX_ANNOTATIONS_BYTES {
+                        return Err(invalid(
+                            info,
+                            name,
+                            "metadata.annotations",
+                            "FieldValueTooLong",
+                            format!("Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"),
+                        ));
+                    }
                 }
                 if field == "labels" {
                     for (key, value) in map {
@@ -499,6 +519,18 @@ mod tests {
         assert_eq!(
             validate_metadata(&info, &good, "Web").map_err(|e| e.code),
             Err(422)
+        );
+        let at_limit =
+            json!({"metadata": {"annotations": {"a": "x".repeat(MAX_ANNOTATIONS_BYTES - 1)}}});
+        assert!(validate_metadata(&info, &at_limit, "web").is_ok());
+        let over = json!({"metadata": {"annotations": {"a": "x".repeat(MAX_ANNOTATIONS_BYTES / 2), "b": "y".repeat(MAX_ANNOTATIONS_BYTES / 2)}}});
+        let error = validate_metadata(&info, &over, "web").expect_err("over the limit");
+        assert_eq!(
+            (error.code, error.message.as_str()),
+            (
+                422,
+                "ConfigMap \"web\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes"
+            )
         );
         let mut wrong_kind = json!({"apiVersion": "v1", "kind": "Secret"});
         assert_eq!(

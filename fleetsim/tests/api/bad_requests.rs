@@ -12,6 +12,12 @@ async fn bad_requests_get_status_errors() {
     let client = client(&sim, "c0");
     let cms = "/api/v1/namespaces/default/configmaps";
     let big = vec![b' '; 3 * 1024 * 1024 + 1];
+    // Annotations over 256 KiB in total, in a body under the 3 MiB request limit.
+    let big_annotations = format!(
+        r#"{{"metadata":{{"name":"a","annotations":{{"note":"{}"}}}}}}"#,
+        "x".repeat(256 * 1024)
+    )
+    .into_bytes();
     let cases: Vec<Case> = vec![
         (
             "POST",
@@ -92,6 +98,14 @@ async fn bad_requests_get_status_errors() {
             big,
             413,
             "RequestEntityTooLarge",
+        ),
+        (
+            "POST",
+            cms.into(),
+            Some("application/json"),
+            big_annotations,
+            422,
+            "Invalid",
         ),
         (
             "POST",
