@@ -87,26 +87,37 @@ impl Session {
         }
     }
 
-    /// A read: retried and bounded, stopped by cancellation.
+    /// A read: retried and bounded, stopped by cancellation at once.
     pub async fn read<T, F, Fut>(&self, operation: &str, call: F) -> Result<T, SyncError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        self.run(operation, call).await
+        self.run(operation, call, true).await
     }
 
-    /// A write: like a read, and never started after cancellation.
+    /// A write: never started (nor retried) after cancellation. A write already sent is not
+    /// abandoned when the sync is cancelled: dropping it would not stop the server from
+    /// applying it later. It runs to its answer or its time-out (shorter than the node lease),
+    /// so when a cancelled sync reports, none of its writes can still land.
     pub async fn write<T, F, Fut>(&self, operation: &str, call: F) -> Result<T, SyncError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
         self.keep_going(operation)?;
-        self.run(operation, call).await
+        let outcome = self.run(operation, call, false).await;
+        // Cancelled meanwhile: the answer does not matter any more, the sync stops here.
+        self.keep_going(operation)?;
+        outcome
     }
 
-    async fn run<T, F, Fut>(&self, operation: &str, mut call: F) -> Result<T, SyncError>
+    async fn run<T, F, Fut>(
+        &self,
+        operation: &str,
+        mut call: F,
+        abort_on_cancel: bool,
+    ) -> Result<T, SyncError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
@@ -123,12 +134,16 @@ impl Session {
             }
             let limit = self.request_timeout.min(self.deadline - now);
             self.requests.fetch_add(1, Ordering::Relaxed);
-            let outcome = tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => {
-                    return Err(SyncError::Cancelled { operation: operation.to_owned() });
+            let outcome = if abort_on_cancel {
+                tokio::select! {
+                    biased;
+                    () = self.cancel.cancelled() => {
+                        return Err(SyncError::Cancelled { operation: operation.to_owned() });
+                    }
+                    outcome = tokio::time::timeout(limit, call()) => outcome,
                 }
-                outcome = tokio::time::timeout(limit, call()) => outcome,
+            } else {
+                tokio::time::timeout(limit, call()).await
             };
             let error = match outcome {
                 Ok(Ok(value)) => return Ok(value),

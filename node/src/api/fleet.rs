@@ -221,7 +221,7 @@ impl proto::fleet_server::Fleet for FleetService {
         _request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
         let raft = self.replica.raft.metrics().borrow().clone();
-        let members = super::admin::members_view(&self.replica);
+        let members = super::admin::members_leader_view(&self.replica).await;
         let (rollouts, revision) = self.replica.raft.reader().read(|state| {
             let rollouts = state
                 .groups

@@ -1,15 +1,17 @@
 //! `starling.v1.Node`: heartbeats. The leader records when each heartbeat *arrives* (for its
 //! failure detector) and acknowledges it only while it holds its own lease, i.e. while a
 //! quorum recently confirmed its leadership; the sender's lease runs from when it *sent* the
-//! acknowledged heartbeat (design section 5).
+//! acknowledged heartbeat (design section 5). A node holding revoked tickets is acknowledged
+//! only once it reports having applied their revocation (the handover).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use proto::ApiError;
 use tonic::{Request, Response, Status};
 
 use super::status;
-use crate::replica::Replica;
+use crate::replica::{Replica, Report};
 
 pub struct NodeService {
     replica: Arc<Replica>,
@@ -37,7 +39,36 @@ impl proto::node_server::Node for NodeService {
                 "leader has not confirmed its leadership recently",
             )));
         }
+        let now = Instant::now();
         replica.heard(request.node_id);
+        replica.record_report(
+            request.node_id,
+            Report {
+                received: now,
+                applied_index: request.applied_index,
+                running_syncs: request.running_syncs.into_iter().collect(),
+            },
+        );
+        // A node whose tickets were revoked keeps its lease only once it has applied the
+        // revocation (and so stopped those syncs): until then its lease runs out, which is
+        // what lets the leader release the tickets after a bounded wait.
+        let behind = replica.applied_a_lease_ago(now);
+        if request.applied_index < behind {
+            return Err(status(ApiError::failed_precondition(format!(
+                "node {} has applied log index {}, less than the leader had applied a lease ago ({behind}): its state is stale",
+                request.node_id, request.applied_index
+            ))));
+        }
+        let required = replica
+            .raft
+            .reader()
+            .read(|state| state.revocations_pending_for(request.node_id));
+        if request.state_revision < required {
+            return Err(status(ApiError::failed_precondition(format!(
+                "node {} has applied revision {}, not yet the revocation of its tickets at revision {required}",
+                request.node_id, request.state_revision
+            ))));
+        }
         let metrics = replica.raft.metrics().borrow().clone();
         Ok(Response::new(proto::HeartbeatAck {
             sent_at_nanos: request.sent_at_nanos,

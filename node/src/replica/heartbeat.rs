@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
-use super::Replica;
+use super::{Replica, lock};
 use crate::client_channel;
 
 pub async fn run(replica: Arc<Replica>) {
@@ -27,7 +27,11 @@ pub async fn run(replica: Arc<Replica>) {
             // Bounded: a leader that cannot reach a quorum within the interval keeps no lease.
             let confirmed =
                 tokio::time::timeout(interval * 2, replica.raft.ensure_linearizable()).await;
-            if matches!(confirmed, Ok(Ok(_))) {
+            let revoked_applied = replica
+                .raft
+                .reader()
+                .read(|state| state.revision >= state.revocations_pending_for(replica.id()));
+            if matches!(confirmed, Ok(Ok(_))) && revoked_applied {
                 replica.lease.acknowledged(sent_at);
                 replica.heard(replica.id());
             }
@@ -45,11 +49,17 @@ pub async fn run(replica: Arc<Replica>) {
             continue;
         };
         let mut client = proto::node_client::NodeClient::new(current.clone());
+        let (applied_index, state_revision) = replica
+            .raft
+            .reader()
+            .read_indexed(|index, state| (index, state.revision));
         let request = proto::HeartbeatRequest {
             node_id: replica.id(),
             sent_at_nanos: replica.started.elapsed().as_nanos() as u64,
-            applied_index: replica.raft.reader().read_indexed(|index, _| index),
+            applied_index,
             syncs_in_flight: replica.metrics.syncs_in_flight() as u32,
+            state_revision,
+            running_syncs: lock(&replica.running_syncs).iter().cloned().collect(),
         };
         match tokio::time::timeout(interval * 2, client.heartbeat(request)).await {
             Ok(Ok(ack)) if ack.get_ref().leader_id == leader => {

@@ -1,7 +1,8 @@
 //! What the leader does besides replicating: the failure detector (marking silent nodes Down
 //! and returning ones Live through committed commands), and making sure every Raft member is
 //! a member of the fleet state. A newly elected leader starts a fresh detector, so every node
-//! gets a full `down_after` from the election (design section 5).
+//! gets a full `down_after` from the election (design section 5). It also runs the ticket
+//! watch ([`super::tickets`]): releasing revoked tickets and taking back unheld ones.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use fleet::Command;
 use fleet::state::MemberState;
 
 use super::detector::FailureDetector;
+use super::tickets::TicketWatch;
 use super::{Replica, lock};
 
 /// How often the leader looks at liveness.
@@ -18,13 +20,15 @@ const TICK: Duration = Duration::from_millis(100);
 pub async fn run(replica: Arc<Replica>) {
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tickets: Option<TicketWatch> = None;
     loop {
         ticker.tick().await;
         if !replica.raft.is_leader() {
             lock(&replica.detector).take();
+            tickets = None;
             continue;
         }
-        let commands = {
+        let mut commands = {
             let mut detector = lock(&replica.detector);
             let detector = detector.get_or_insert_with(|| {
                 tracing::info!(node = replica.id(), "leading: failure detector started");
@@ -32,6 +36,12 @@ pub async fn run(replica: Arc<Replica>) {
             });
             duties(&replica, detector)
         };
+        let tickets = tickets.get_or_insert_with(|| ticket_watch(&replica));
+        let own_running = lock(&replica.running_syncs).clone();
+        let reports = lock(&replica.reports).clone();
+        commands.extend(replica.raft.reader().read(|state| {
+            tickets.commands(state, replica.id(), &own_running, &reports, Instant::now())
+        }));
         if commands.is_empty() {
             continue;
         }
@@ -41,9 +51,20 @@ pub async fn run(replica: Arc<Replica>) {
             }
         }
         if let Err(error) = replica.raft.propose_many(commands).await {
-            tracing::warn!(%error, "cannot commit membership changes");
+            tracing::warn!(%error, "cannot commit the leader's membership and ticket changes");
         }
     }
+}
+
+/// The leader's ticket watch. A revoked ticket is released after a full lease, plus the
+/// bound of one request to a target, plus a margin for clock rates and scheduling; a ticket
+/// whose holder does not report running it is taken back after `down_after`.
+fn ticket_watch(replica: &Replica) -> TicketWatch {
+    let request_bound = replica.engine.config().clients.request_timeout;
+    TicketWatch::new(
+        replica.config.lease + request_bound + Duration::from_millis(500),
+        replica.config.down_after,
+    )
 }
 
 /// The commands the leader should commit now.

@@ -18,12 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleet::resources::{ObjectRef, Sync};
-use fleet::state::{FleetState, Key, SyncOutcome, SyncState};
+use fleet::state::{DenyReason, FleetState, Key, SyncOutcome, SyncState};
 use fleet::{Command, Outcome};
 use starling_sync::{
     ArtifactSource, ClusterTarget, Connection, ErrorClass, RetryPolicy, SyncRequest,
 };
 use tokio::sync::{Semaphore, mpsc};
+use tracing::Instrument;
 
 use super::artifacts::{self, ArtifactNeed};
 use super::secret_data;
@@ -33,6 +34,8 @@ use crate::replica::{Replica, lock};
 const TICK: Duration = Duration::from_millis(200);
 /// How often owned Syncs are scanned for due drift corrections.
 const DRIFT_SCAN: Duration = Duration::from_secs(1);
+/// How often a running sync checks its lease and its ticket.
+const WATCH_TICKET: Duration = Duration::from_millis(100);
 /// How often tickets held by this node without a running sync are given back.
 const ORPHAN_SCAN: Duration = Duration::from_secs(2);
 /// Retry delay of a failure whose class is not retried automatically (invalid manifests,
@@ -84,7 +87,6 @@ struct Planner {
 
 pub async fn run(replica: Arc<Replica>) {
     let slots = Arc::new(Semaphore::new(replica.config.max_concurrent_syncs));
-    let running = Arc::new(std::sync::Mutex::new(BTreeSet::<Key>::new()));
     let (done_sender, mut done) = mpsc::channel::<Done>(1024);
     let mut events = replica.raft.subscribe();
     let mut planner = Planner {
@@ -102,13 +104,13 @@ pub async fn run(replica: Arc<Replica>) {
         }
         if last_orphan_scan.elapsed() >= ORPHAN_SCAN && replica.is_ready() {
             last_orphan_scan = Instant::now();
-            let busy = lock(&running).clone();
+            let busy = lock(&replica.running_syncs).clone();
             release_orphans(&replica, &busy).await;
         }
         if !replica.lease.is_valid() || slots.available_permits() == 0 {
             continue;
         }
-        let busy = lock(&running).clone();
+        let busy = lock(&replica.running_syncs).clone();
         let plan = replica
             .raft
             .reader()
@@ -117,18 +119,25 @@ pub async fn run(replica: Arc<Replica>) {
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 break;
             };
-            lock(&running).insert(work.sync.clone());
+            // Registered before the BeginSync is proposed and kept until the FinishSync is
+            // settled: the heartbeats tell the leader which tickets are being worked on.
+            lock(&replica.running_syncs).insert(work.sync.clone());
             let replica = replica.clone();
-            let running = running.clone();
             let done_sender = done_sender.clone();
-            tokio::spawn(async move {
-                replica.metrics.sync_started();
-                let report = run_one(&replica, &work).await;
-                replica.metrics.sync_ended();
-                lock(&running).remove(&work.sync);
-                drop(permit);
-                let _ = done_sender.send(report).await;
-            });
+            // Each sync is its own root span: spawned tasks must not inherit another's.
+            let span =
+                tracing::info_span!(parent: None, "sync", sync = %work.sync, drift = work.drift);
+            tokio::spawn(
+                async move {
+                    replica.metrics.sync_started();
+                    let report = run_one(&replica, &work).await;
+                    replica.metrics.sync_ended();
+                    lock(&replica.running_syncs).remove(&work.sync);
+                    drop(permit);
+                    let _ = done_sender.send(report).await;
+                }
+                .instrument(span),
+            );
         }
     }
 }
@@ -350,6 +359,12 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
     let ticket = match replica.raft.propose(begin).await {
         Ok((_, Outcome::Granted { ticket })) => ticket,
         Ok((_, Outcome::Denied { reason })) => {
+            // A handover ends as soon as the previous holder reports: check again soon.
+            let retry_in = if matches!(reason, DenyReason::Handover { .. }) {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_secs(1)
+            };
             let label = format!("{reason:?}")
                 .split([' ', '{', '('])
                 .next()
@@ -360,11 +375,11 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
                 .denials
                 .get_or_create(&crate::metrics::ReasonLabel { reason: label })
                 .inc();
-            tracing::debug!(sync = %work.sync, ?reason, "sync not granted");
+            tracing::debug!(?reason, "sync not granted");
             return Done::Denied {
                 sync: work.sync.clone(),
                 revision: prepared.revision.clone(),
-                retry_in: Duration::from_secs(1),
+                retry_in,
             };
         }
         Ok((_, other)) => {
@@ -385,12 +400,18 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
         }
     };
     replica.metrics.grants.inc();
-    let span = tracing::info_span!("sync", sync = %work.sync, cluster = %prepared.cluster, revision = %prepared.revision, generation = prepared.generation, drift = work.drift);
-    let _guard = span.enter();
+    let span = tracing::info_span!("granted", cluster = %prepared.cluster, revision = %prepared.revision, generation = prepared.generation, ticket = ticket.id);
+    run_granted(replica, work, prepared, ticket.id)
+        .instrument(span)
+        .await
+}
+
+/// Applies a granted sync and commits its result.
+async fn run_granted(replica: &Arc<Replica>, work: &Work, prepared: Prepared, ticket: u64) -> Done {
     let started = Instant::now();
     let drift_interval = fleet::validate::sync_interval(&prepared.object.spec.template);
     let revision = prepared.revision.clone();
-    let (outcome, failure) = apply(replica, &work.sync, prepared).await;
+    let (outcome, failure) = apply(replica, &work.sync, prepared, ticket).await;
     let result = if failure.is_some() {
         "failed"
     } else {
@@ -405,13 +426,18 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
         .inc();
     replica.metrics.record_sync_duration(started.elapsed());
     let finish = Command::FinishSync {
-        ticket: ticket.id,
+        ticket,
         outcome,
         at: Replica::now_rfc3339(),
     };
     match replica.raft.propose(finish).await {
         Ok((_, Outcome::StaleTicket)) => {
             tracing::info!("result discarded: the cluster changed owner meanwhile")
+        }
+        Ok((_, Outcome::Released { .. })) => {
+            tracing::info!(
+                "result discarded and the cluster handed over: its new owner re-syncs it"
+            )
         }
         Ok(_) => {}
         Err(error) => tracing::warn!(%error, "cannot commit the sync's result; it will be retried"),
@@ -424,11 +450,13 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
     }
 }
 
-/// Fetches the artifact and runs the sync engine, with the lease watched throughout.
+/// Fetches the artifact and runs the sync engine, with the lease and the ticket watched
+/// throughout: the sync stops, in-flight requests included, when either is gone.
 async fn apply(
     replica: &Arc<Replica>,
     sync: &str,
     prepared: Prepared,
+    ticket: u64,
 ) -> (SyncOutcome, Option<ErrorClass>) {
     let fail = |class: ErrorClass, message: String| {
         (
@@ -471,15 +499,27 @@ async fn apply(
     let watcher = {
         let replica = replica.clone();
         let cancel = cancel.clone();
-        tokio::spawn(async move {
-            while !cancel.is_cancelled() {
-                if !replica.lease.is_valid() {
-                    tracing::warn!("node lease lapsed: stopping the sync at its next step");
-                    cancel.cancel();
+        tokio::spawn(
+            async move {
+                while !cancel.is_cancelled() {
+                    if !replica.lease.is_valid() {
+                        tracing::warn!("node lease lapsed: stopping the sync");
+                        cancel.cancel();
+                    } else if replica
+                        .raft
+                        .reader()
+                        .read(|state| state.ticket_withdrawn(ticket))
+                    {
+                        tracing::info!(
+                            "ticket revoked (the cluster is handed over): stopping the sync"
+                        );
+                        cancel.cancel();
+                    }
+                    tokio::time::sleep(WATCH_TICKET).await;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-        })
+            .in_current_span(),
+        )
     };
     let result = replica.engine.sync(request).await;
     cancel.cancel();
