@@ -256,9 +256,10 @@ pub struct SyncTemplate {
     /// Delete objects that left the render. On by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prune: Option<bool>,
-    /// Server-side apply with `force`: take over fields owned by other managers.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub force: bool,
+    /// What to do about drift: fields of the applied objects that another field manager
+    /// changed on the cluster. Taken back by default (git wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftPolicy>,
     /// Drift correction period; 10m when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
@@ -267,6 +268,40 @@ pub struct SyncTemplate {
     pub timeout: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+}
+
+impl SyncTemplate {
+    /// The drift mode in force: the template's, or [`DriftMode::Correct`].
+    pub fn drift_mode(&self) -> DriftMode {
+        self.drift
+            .as_ref()
+            .map(|drift| drift.mode)
+            .unwrap_or_default()
+    }
+}
+
+/// What a sync does about drift: fields of its objects that another field manager (a
+/// `kubectl edit`, another controller) changed on the cluster. Either way, the sync reports
+/// them, naming the fields and the managers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftPolicy {
+    /// `Correct` (the default): take the fields back, so git wins. `Report`: leave them to the
+    /// manager that changed them and apply the rest of the object. Both report the fields and
+    /// the managers.
+    #[serde(default)]
+    pub mode: DriftMode,
+}
+
+/// See [`DriftPolicy`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DriftMode {
+    /// Take the fields back: server-side apply with forced conflicts, so git wins.
+    #[default]
+    Correct,
+    /// Leave the fields to the manager that changed them and apply the rest of the object:
+    /// for fields deliberately left to other controllers (an autoscaler's `replicas`).
+    Report,
 }
 
 /// The manifests under a path of a source, applied to one cluster.

@@ -95,7 +95,7 @@ async fn pause_prune_drift_halt_and_restart() {
             &demo_manifests(
                 &sim,
                 &format!("git://127.0.0.1:{port}/demo"),
-                "    force: true\n    interval: 3s\n    timeout: 20s\n",
+                "    interval: 3s\n    timeout: 20s\n",
                 "    maxUnavailable: 5\n    maxFailures: 2\n",
             ),
         )
@@ -151,8 +151,8 @@ async fn pause_prune_drift_halt_and_restart() {
     }
 
     // Drift on a target is restored within the Sync's interval (3s ±10%). The drift is written
-    // by another field manager, so restoring it takes `force: true` (without it, the sync
-    // reports the conflict and names that manager).
+    // by another field manager, and taking its field back is the default (drift mode Correct):
+    // the Sync sets nothing for it.
     let target = sim.cluster_names()[0].clone();
     let mut drifted = sim
         .get_object(&target, "v1", "ConfigMap", Some("demo"), "demo-config")

@@ -8,18 +8,23 @@
 //! apply CRDs --> wait until Established and discovered (bounded) --> apply the rest in order
 //! ```
 //!
-//! Without `force`, a field owned by another manager makes the apply fail with a conflict that
-//! names that manager; with `force`, Starling takes the field over.
+//! Drift (fields another field manager changed) is found by applying without force: the server
+//! refuses with a conflict naming each field and manager. The Sync's drift mode then takes the
+//! fields back (`Correct`, the default: forced apply) or applies the rest of the object and
+//! leaves them (`Report`); see `engine/drift.rs`.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use fleet::resources::{ObjectRef, ResourceStatus};
+use fleet::resources::{DriftMode, ObjectRef, ResourceStatus};
 use kube::api::{Patch, PatchParams};
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::client::Resolved;
+use crate::engine::drift::{conflicts_of, without_fields};
+use crate::engine::{Drift, DriftedField};
 use crate::error::SyncError;
 use crate::object::{ObjectKey, describe, is_crd, split_api_version};
 use crate::order::{Phase, phase_of, sort_for_apply};
@@ -147,12 +152,23 @@ pub(crate) async fn plan(
     Ok(planned)
 }
 
-/// Server-side applies one object; returns the object as the server answered.
+/// What applying one object did.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    /// The object as the server answered.
+    pub live: Value,
+    /// Fields another field manager had changed, and whether they were taken back.
+    pub drift: Option<Drift>,
+}
+
+/// Server-side applies one object. Fields another manager changed (drift) are taken back with
+/// a forced apply under [`DriftMode::Correct`], or left to that manager under
+/// [`DriftMode::Report`] by applying the object without them; either way they are reported.
 pub(crate) async fn apply_one(
     session: &Session,
     planned: &Planned,
-    force: bool,
-) -> Result<Value, SyncError> {
+    mode: DriftMode,
+) -> Result<Applied, SyncError> {
     let Some(resolved) = &planned.resolved else {
         return Err(SyncError::Invalid {
             operation: format!("apply {}", describe(&planned.reference)),
@@ -171,6 +187,52 @@ pub(crate) async fn apply_one(
         }
     }
     let api = session.api(resolved, planned.reference.namespace.as_deref());
+    let write =
+        |manifest: Value, force: bool| server_side_apply(session, &api, planned, manifest, force);
+    let (error, fields) = match write(manifest.clone(), false).await {
+        Ok(live) => return Ok(Applied { live, drift: None }),
+        Err((error, fields)) if fields.is_empty() => return Err(error),
+        Err(conflict) => conflict,
+    };
+    let drift = |corrected: bool| Drift {
+        object: planned.reference.clone(),
+        fields: fields.clone(),
+        corrected,
+    };
+    let live = match mode {
+        DriftMode::Correct => write(manifest, true).await.map_err(|(error, _)| error)?,
+        DriftMode::Report => {
+            let paths: Vec<&str> = fields.iter().map(|f| f.field.as_str()).collect();
+            // A path this build cannot find in the manifest: report the conflict as a failure
+            // rather than apply something else than git says.
+            let Some(trimmed) = without_fields(&manifest, &paths) else {
+                return Err(error);
+            };
+            write(trimmed, false).await.map_err(|(error, _)| error)?
+        }
+    };
+    let drift = drift(mode == DriftMode::Correct);
+    tracing::info!(
+        object = %describe(&drift.object),
+        fields = ?drift.fields.iter().map(|f| (&f.manager, &f.field)).collect::<Vec<_>>(),
+        corrected = drift.corrected,
+        "drift: fields changed by another field manager"
+    );
+    Ok(Applied {
+        live,
+        drift: Some(drift),
+    })
+}
+
+/// One server-side apply of `manifest`; on failure, the error and the fields of a conflict
+/// (empty for any other failure).
+async fn server_side_apply(
+    session: &Session,
+    api: &kube::Api<kube::api::DynamicObject>,
+    planned: &Planned,
+    manifest: Value,
+    force: bool,
+) -> Result<Value, (SyncError, Vec<DriftedField>)> {
     let mut params = PatchParams::apply(&session.field_manager);
     if force {
         params = params.force();
@@ -179,26 +241,52 @@ pub(crate) async fn apply_one(
     let operation = format!("apply {described}");
     let name = planned.reference.name.as_str();
     let patch = Patch::Apply(&manifest);
-    let applied = session
-        .write(&operation, || api.patch(name, &params, &patch))
-        .await
-        .map_err(|error| match error {
-            SyncError::Conflict {
-                managers, message, ..
-            } => SyncError::Conflict {
-                object: described.clone(),
-                managers,
-                message,
-            },
-            SyncError::Invalid { operation, message } => SyncError::Invalid {
-                operation: format!("{operation} ({})", planned.object.origin),
-                message,
-            },
-            other => other,
-        })?;
-    serde_json::to_value(&applied).map_err(|error| SyncError::Invalid {
-        operation,
-        message: format!("unreadable answer: {error}"),
+    // The conflict's fields are in the answer's causes, which the error mapping drops.
+    let conflicts: Mutex<Vec<DriftedField>> = Mutex::new(Vec::new());
+    let result = session
+        .write(&operation, || async {
+            let answer = api.patch(name, &params, &patch).await;
+            if let Err(kube::Error::Api(status)) = &answer
+                && status.code == 409
+                && let Ok(mut fields) = conflicts.lock()
+            {
+                *fields = conflicts_of(status);
+            }
+            answer
+        })
+        .await;
+    let applied = match result {
+        Ok(applied) => applied,
+        Err(error) => {
+            let fields = conflicts.into_inner().unwrap_or_default();
+            let error = match error {
+                SyncError::Conflict {
+                    managers, message, ..
+                } => SyncError::Conflict {
+                    object: described.clone(),
+                    managers,
+                    message,
+                },
+                SyncError::Invalid { operation, message } => SyncError::Invalid {
+                    operation: format!("{operation} ({})", planned.object.origin),
+                    message,
+                },
+                other => other,
+            };
+            let fields = if matches!(error, SyncError::Conflict { .. }) {
+                fields
+            } else {
+                Vec::new()
+            };
+            return Err((error, fields));
+        }
+    };
+    serde_json::to_value(&applied).map_err(|error| {
+        let error = SyncError::Invalid {
+            operation,
+            message: format!("unreadable answer: {error}"),
+        };
+        (error, Vec::new())
     })
 }
 

@@ -32,11 +32,12 @@ use crate::readiness::{ObjectHealth, least_status, status_of};
 use crate::render::{RenderOptions, RenderedObject, render};
 use crate::session::Session;
 
+pub(crate) mod drift;
 mod types;
 
 pub use types::{
-    EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, SYSTEM_NAMESPACE, SyncFailure,
-    SyncReport, SyncRequest,
+    Drift, DriftedField, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest,
+    SYSTEM_NAMESPACE, SyncFailure, SyncReport, SyncRequest,
 };
 
 /// What a sync has done so far, kept outside its future so a time-out can still report it.
@@ -224,7 +225,8 @@ impl SyncEngine {
             inventory::write(&session, system, &request.sync, &pending).await?;
         }
 
-        let force = request.template.force;
+        let drift_mode = request.template.drift_mode();
+        let mut drift = Vec::new();
         let mut health = Vec::with_capacity(planned.len());
         let crds = planned
             .iter()
@@ -234,9 +236,10 @@ impl SyncEngine {
             if index == crds && planned.iter().any(|p| p.resolved.is_none()) {
                 wait_for_crds(&session, &mut planned, self.config.crd_timeout).await?;
             }
-            let live = apply_one(&session, &planned[index], force).await?;
+            let applied = apply_one(&session, &planned[index], drift_mode).await?;
             progress.applied += 1;
-            let (status, message) = status_of(&live);
+            drift.extend(applied.drift);
+            let (status, message) = status_of(&applied.live);
             health.push(ObjectHealth {
                 object: planned[index].reference.clone(),
                 status,
@@ -266,6 +269,7 @@ impl SyncEngine {
             applied: planned.len(),
             pruned: outcome.deleted,
             kept: outcome.kept,
+            drift,
             duration: Duration::ZERO,
             requests: 0,
             retries: 0,

@@ -141,9 +141,66 @@ pub struct SyncReport {
     pub pruned: Vec<ObjectRef>,
     /// Left in place by `starling.dev/prune: disabled`.
     pub kept: Vec<ObjectRef>,
+    /// Objects with fields another field manager had changed, taken back or left as they are
+    /// by the Sync's drift mode. Empty when nothing drifted.
+    pub drift: Vec<Drift>,
     pub duration: Duration,
     pub requests: u64,
     pub retries: u64,
+}
+
+impl SyncReport {
+    /// One line for the Sync's status when something drifted, naming the objects, fields and
+    /// managers: `drift corrected: v1 ConfigMap demo/config .data.version (changed by
+    /// "kubectl-edit")`, or `drift left in place (drift mode Report): …`.
+    pub fn drift_message(&self) -> Option<String> {
+        let describe = |drift: &Drift| {
+            let object = crate::object::describe(&drift.object);
+            let fields: Vec<String> = drift
+                .fields
+                .iter()
+                .map(|field| format!("{} (changed by {:?})", field.field, field.manager))
+                .collect();
+            format!("{object} {}", fields.join(", "))
+        };
+        let list = |corrected: bool| -> Vec<String> {
+            self.drift
+                .iter()
+                .filter(|drift| drift.corrected == corrected)
+                .map(describe)
+                .collect()
+        };
+        let (corrected, left) = (list(true), list(false));
+        let mut parts = Vec::new();
+        if !corrected.is_empty() {
+            parts.push(format!("drift corrected: {}", corrected.join("; ")));
+        }
+        if !left.is_empty() {
+            parts.push(format!(
+                "drift left in place (drift mode Report): {}",
+                left.join("; ")
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// Fields of one applied object that another field manager had changed on the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drift {
+    pub object: ObjectRef,
+    pub fields: Vec<DriftedField>,
+    /// Taken back (drift mode `Correct`), or left to the other manager (`Report`).
+    pub corrected: bool,
+}
+
+/// One field another manager changed, as the API server named both.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriftedField {
+    /// The other field manager (`kubectl-edit`); empty when the server did not say.
+    pub manager: String,
+    /// The field's path (`.spec.replicas`, `.spec.template.spec.containers[name="web"].image`).
+    pub field: String,
 }
 
 /// A failed sync: the error, and the inventory to record if it changed.

@@ -1,20 +1,21 @@
-//! Conflicts with other field managers, target-side fencing, and cancellation.
+//! Drift (fields other field managers changed), target-side fencing, and cancellation.
 
 use std::time::Duration;
 
+use fleet::resources::{DriftMode, DriftPolicy};
+use fleetsim::FleetSim;
 use serde_json::json;
-use starling_sync::ErrorClass;
 use starling_sync::fence::{FENCE_NAME, read_fence};
+use starling_sync::{ErrorClass, SyncEngine};
 
 use crate::common::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conflict_names_the_other_manager_and_force_takes_over() {
-    let sim = fleet(1, Duration::from_millis(50)).await;
-    let engine = engine();
+/// A ConfigMap `shop/shared` on c0 that another field manager wrote first (drift), and the
+/// files of a render that holds the same ConfigMap with other values.
+async fn drifted(sim: &FleetSim, engine: &SyncEngine) -> [(&'static str, &'static str); 2] {
     engine
         .sync(request(
-            &sim,
+            sim,
             "c0",
             "node-a",
             1,
@@ -24,38 +25,117 @@ async fn a_conflict_names_the_other_manager_and_force_takes_over() {
         .expect("namespace");
     sim.set_object(
         "c0",
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared", "namespace": "shop"}, "data": {"owner": "someone-else"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared", "namespace": "shop"}, "data": {"owner": "someone-else", "mode": "old"}}),
     )
     .expect("another manager writes first");
-    let files = [
+    [
         ("app/ns.yaml", NAMESPACE),
         (
             "app/shared.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\n  namespace: shop\ndata:\n  owner: starling\n",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\n  namespace: shop\ndata:\n  owner: starling\n  mode: new\n",
         ),
-    ];
-    let failure = engine
+    ]
+}
+
+fn drift_of(report: &starling_sync::SyncReport) -> Vec<(String, String, bool)> {
+    report
+        .drift
+        .iter()
+        .flat_map(|drift| {
+            drift
+                .fields
+                .iter()
+                .map(|f| (f.manager.clone(), f.field.clone(), drift.corrected))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_corrected_by_default_and_reported() {
+    let sim = fleet(1, Duration::from_millis(50)).await;
+    let engine = engine();
+    let files = drifted(&sim, &engine).await;
+    let report = engine
         .sync(request(&sim, "c0", "node-a", 1, &files))
         .await
-        .expect_err("conflict without force");
-    assert_eq!(failure.class(), ErrorClass::Conflict);
-    let message = failure.to_string();
+        .expect("git wins without any setting");
+    let live = object(&sim, "c0", "v1", "ConfigMap", Some("shop"), "shared").expect("exists");
+    assert_eq!(live["data"], json!({"owner": "starling", "mode": "new"}));
+    let manager = fleetsim::DRIFT_MANAGER.to_owned();
+    let mut fields = drift_of(&report);
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            (manager.clone(), ".data.mode".to_owned(), true),
+            (manager.clone(), ".data.owner".to_owned(), true),
+        ]
+    );
+    let message = report.drift_message().expect("drift is reported");
     assert!(
-        message.contains(&format!("\"{}\"", fleetsim::DRIFT_MANAGER)),
+        message.starts_with("drift corrected: v1 ConfigMap shop/shared"),
         "{message}"
     );
-    assert!(message.contains("v1 ConfigMap shop/shared"), "{message}");
-    let live = object(&sim, "c0", "v1", "ConfigMap", Some("shop"), "shared").expect("exists");
-    assert_eq!(live["data"]["owner"], "someone-else");
+    assert!(
+        message.contains(&format!(".data.owner (changed by {manager:?})")),
+        "{message}"
+    );
 
-    let mut forced = request(&sim, "c0", "node-a", 1, &files);
-    forced.template.force = true;
-    engine
-        .sync(forced)
+    // Once taken back, the next sync finds no drift.
+    let again = engine
+        .sync(request(&sim, "c0", "node-a", 1, &files))
         .await
-        .expect("force takes the field over");
+        .expect("second sync");
+    assert!(again.drift.is_empty(), "{:?}", again.drift);
+    assert_eq!(again.drift_message(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_mode_report_leaves_the_fields_and_applies_the_rest() {
+    let sim = fleet(1, Duration::from_millis(50)).await;
+    let engine = engine();
+    let files = drifted(&sim, &engine).await;
+    // Only `owner` was changed by the other manager after Starling applied it; `mode` is git's.
+    let mut first = request(&sim, "c0", "node-a", 1, &files);
+    first.template.drift = Some(DriftPolicy {
+        mode: DriftMode::Report,
+    });
+    let report = engine
+        .sync(first)
+        .await
+        .expect("report mode does not fail the sync");
     let live = object(&sim, "c0", "v1", "ConfigMap", Some("shop"), "shared").expect("exists");
-    assert_eq!(live["data"]["owner"], "starling");
+    assert_eq!(
+        live["data"],
+        json!({"owner": "someone-else", "mode": "old"}),
+        "both fields belong to the other manager: both are left"
+    );
+    let message = report.drift_message().expect("drift is reported");
+    assert!(
+        message.starts_with("drift left in place (drift mode Report): v1 ConfigMap shop/shared"),
+        "{message}"
+    );
+    assert!(message.contains(".data.owner (changed by"), "{message}");
+    assert!(drift_of(&report).iter().all(|(_, _, corrected)| !corrected));
+
+    // A field git changes that nobody else touched is still applied.
+    let files = [
+        files[0],
+        (
+            "app/shared.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\n  namespace: shop\ndata:\n  owner: starling\n  mode: new\n  extra: from-git\n",
+        ),
+    ];
+    let mut second = request(&sim, "c0", "node-a", 1, &files);
+    second.template.drift = Some(DriftPolicy {
+        mode: DriftMode::Report,
+    });
+    engine.sync(second).await.expect("second sync");
+    let live = object(&sim, "c0", "v1", "ConfigMap", Some("shop"), "shared").expect("exists");
+    assert_eq!(
+        live["data"],
+        json!({"owner": "someone-else", "mode": "old", "extra": "from-git"})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
