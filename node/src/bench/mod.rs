@@ -1,7 +1,8 @@
 //! `starling bench`: the control plane's figures, measured (never asserted by timed tests).
 //!
-//! - `failover`: real `starling node` processes on loopback; repeatedly `kill -9` a follower
-//!   and time until every cluster it owned is owned by a live node; p50 and p99.
+//! - `failover`: real `starling node` processes on loopback; repeatedly `kill -9` the leader,
+//!   a follower, or each in turn (`--victim`), and time until a leader other than the victim
+//!   is known and every cluster it owned is owned by a live node; p50, p99 and max per kind.
 //! - `admission`: replicas in this process; BeginSync + FinishSync pairs committed per second
 //!   through the leader, in batches.
 //! - `rollout`: real `starling node` processes, fleetsim in this process with a latency, and a
@@ -26,6 +27,14 @@ pub struct BenchArgs {
     which: Which,
 }
 
+/// Which replica `bench failover` kills.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Victim {
+    Leader,
+    Follower,
+    Alternate,
+}
+
 #[derive(clap::Subcommand, Debug)]
 enum Which {
     /// Failover time after kill -9 of a node, over many kills.
@@ -35,6 +44,9 @@ enum Which {
         clusters: usize,
         #[arg(long, default_value_t = 20)]
         kills: usize,
+        /// Which replica each round kills: the leader, a follower, or each in turn.
+        #[arg(long, value_enum, default_value_t = Victim::Alternate)]
+        victim: Victim,
     },
     /// Time to roll a revision to the fleet against the physical bound, and peak memory per
     /// node, with node processes and fleetsim.
@@ -54,7 +66,11 @@ enum Which {
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.which {
-        Which::Failover { clusters, kills } => failover(clusters, kills).await,
+        Which::Failover {
+            clusters,
+            kills,
+            victim,
+        } => failover(clusters, kills, victim).await,
         Which::Admission {
             clusters,
             batch,
@@ -214,7 +230,7 @@ async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, St
     ))
 }
 
-async fn failover(clusters: usize, kills: usize) -> anyhow::Result<()> {
+async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut procs = spawn_group(dir.path(), 3, &[]).await?;
     let first = procs[&1].grpc.clone();
@@ -231,29 +247,47 @@ async fn failover(clusters: usize, kills: usize) -> anyhow::Result<()> {
             })
             .await?;
     }
-    let mut times = Vec::new();
+    // Failover time per kind of victim: from kill -9 until a leader other than the victim is
+    // known and every cluster the victim owned is owned by a live node.
+    let mut times: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
     for round in 0..kills {
-        let observer_status = shards(&first).await;
-        let leader = {
-            let channel = crate::client_channel(&first, Duration::from_secs(5))?;
-            proto::fleet_client::FleetClient::new(channel)
+        let mut leader = 0;
+        for proc in procs.values() {
+            let Ok(channel) = crate::client_channel(&proc.grpc, Duration::from_secs(5)) else {
+                continue;
+            };
+            if let Ok(status) = proto::fleet_client::FleetClient::new(channel)
                 .status(proto::StatusRequest {})
-                .await?
-                .into_inner()
-                .leader_id
+                .await
+                && status.get_ref().leader_id != 0
+            {
+                leader = status.get_ref().leader_id;
+                break;
+            }
+        }
+        anyhow::ensure!(leader != 0, "no leader before kill {}", round + 1);
+        let kill_leader = match victim_kind {
+            Victim::Leader => true,
+            Victim::Follower => false,
+            Victim::Alternate => round % 2 == 0,
         };
-        let victim = procs
-            .keys()
-            .copied()
-            .filter(|id| *id != leader)
-            .nth(round % 2)
-            .context("a follower")?;
+        let victim = if kill_leader {
+            leader
+        } else {
+            procs
+                .keys()
+                .copied()
+                .filter(|id| *id != leader)
+                .nth(round % 2)
+                .context("a follower")?
+        };
         let observer = procs
             .iter()
             .find(|(id, _)| **id != victim)
             .map(|(_, p)| p.grpc.clone())
             .context("an observer")?;
-        let owned = observer_status
+        let owned = shards(&observer)
+            .await
             .and_then(|(s, _)| s.get(&victim).copied())
             .unwrap_or(0);
         let proc = procs.get_mut(&victim).context("victim")?;
@@ -261,16 +295,24 @@ async fn failover(clusters: usize, kills: usize) -> anyhow::Result<()> {
         proc.child.kill()?;
         let _ = proc.child.wait();
         wait_for(Duration::from_secs(60), || async {
-            shards(&observer).await.is_some_and(|(s, states)| {
+            let led = match crate::client_channel(&observer, Duration::from_secs(2)) {
+                Ok(channel) => proto::fleet_client::FleetClient::new(channel)
+                    .status(proto::StatusRequest {})
+                    .await
+                    .is_ok_and(|s| s.get_ref().leader_id != 0 && s.get_ref().leader_id != victim),
+                Err(_) => false,
+            };
+            led && shards(&observer).await.is_some_and(|(s, states)| {
                 s.get(&victim).copied().unwrap_or(0) == 0
                     && states.get(&victim).map(String::as_str) == Some("Down")
             })
         })
         .await?;
         let took = killed.elapsed();
-        times.push(took);
+        let kind = if kill_leader { "leader" } else { "follower" };
+        times.entry(kind).or_default().push(took);
         eprintln!(
-            "kill {}: node {victim} owned {owned} clusters; all owned by live nodes after {:.2}s",
+            "kill {} ({kind}): node {victim} owned {owned} clusters; new leader and all owned by live nodes after {:.2}s",
             round + 1,
             took.as_secs_f64()
         );
@@ -283,21 +325,23 @@ async fn failover(clusters: usize, kills: usize) -> anyhow::Result<()> {
         })
         .await?;
     }
-    times.sort();
-    let percentile =
-        |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize].as_secs_f64();
+    for (kind, times) in &mut times {
+        times.sort();
+        let percentile =
+            |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize].as_secs_f64();
+        println!(
+            "failover after kill -9 of a {kind}, {} kills, {clusters} clusters on 3 nodes (down_after 3s): p50 {:.2}s, p99 {:.2}s, max {:.2}s",
+            times.len(),
+            percentile(0.5),
+            percentile(0.99),
+            percentile(1.0)
+        );
+    }
     let rss: Vec<String> = procs
         .values()
         .filter_map(|p| peak_rss_mib(p.child.id()))
         .map(|m| format!("{m:.0} MiB"))
         .collect();
-    println!(
-        "failover over {} kills with {clusters} clusters on 3 nodes (down_after 3s): p50 {:.2}s, p99 {:.2}s, max {:.2}s",
-        times.len(),
-        percentile(0.5),
-        percentile(0.99),
-        percentile(1.0)
-    );
     println!("peak resident memory per node: {}", rss.join(", "));
     Ok(())
 }
