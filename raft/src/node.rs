@@ -31,6 +31,8 @@ use crate::write::{Committed, Forwarder, Proposer, write_local};
 
 /// How long `shutdown` waits for openraft's tasks to release the log database.
 const STORE_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `shutdown` lets calls under way finish before giving them up.
+const CALLS_GRACE: Duration = Duration::from_secs(1);
 
 /// One replica's Raft instance. Cheap to clone; every clone drives the same instance.
 #[derive(Clone)]
@@ -41,6 +43,9 @@ pub struct RaftNode {
     proposer: Arc<Proposer>,
     batcher: Batcher,
     store_closed: StoreClosed,
+    /// The calls into openraft made through this handle, so that [`RaftNode::shutdown`] lets
+    /// them finish first: openraft logs an error for every call still waiting when it stops.
+    calls: Arc<Calls>,
 }
 
 impl RaftNode {
@@ -86,6 +91,7 @@ impl RaftNode {
             proposer,
             batcher,
             store_closed,
+            calls: Arc::default(),
         })
     }
 
@@ -140,21 +146,24 @@ impl RaftNode {
     /// Commits one command through the local instance; fails with [`WriteError::NotLeader`]
     /// (carrying the leader when known) on a follower.
     pub async fn client_write(&self, command: Command) -> Result<(u64, Outcome), WriteError> {
-        let committed = write_local(&self.raft, vec![command]).await?;
+        let committed = self
+            .calls
+            .run(write_local(&self.raft, vec![command]))
+            .await?;
         single(committed)
     }
 
     /// Commits `commands` as one log entry through the local instance (one fsync, applied in
     /// order), returning one outcome per command.
     pub async fn client_write_many(&self, commands: Vec<Command>) -> Result<Committed, WriteError> {
-        write_local(&self.raft, commands).await
+        self.calls.run(write_local(&self.raft, commands)).await
     }
 
     /// Commits one command from any replica: locally on the leader, forwarded to it otherwise.
     /// Concurrent calls are gathered into shared log entries (see [`crate::batch`]), so many
     /// callers proposing at once get high throughput without batching themselves.
     pub async fn propose(&self, command: Command) -> Result<(u64, Outcome), WriteError> {
-        self.batcher.propose(command).await
+        self.calls.run(self.batcher.propose(command)).await
     }
 
     /// Commits `commands` as one log entry from any replica. Waits for a leader to be elected
@@ -162,14 +171,17 @@ impl RaftNode {
     /// leadership change at the very moment of the write surfaces as [`WriteError::NotLeader`];
     /// retrying is safe only if the commands are idempotent, as for any write that failed.
     pub async fn propose_many(&self, commands: Vec<Command>) -> Result<Committed, WriteError> {
-        self.proposer.propose_many(commands).await
+        self.calls.run(self.proposer.propose_many(commands)).await
     }
 
     /// Confirms with a quorum that this replica still leads and waits until everything committed
     /// before the call is applied here: after it returns, reads from [`RaftNode::reader`] are
     /// linearizable. Returns the applied index the read is at least as new as.
     pub async fn ensure_linearizable(&self) -> Result<u64, WriteError> {
-        match self.raft.ensure_linearizable().await {
+        let read = self
+            .calls
+            .run(async { Ok(self.raft.ensure_linearizable().await) });
+        match read.await? {
             Ok(read_log_id) => Ok(read_log_id.map_or(0, |log_id| log_id.index)),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => Err(
                 WriteError::not_leader(forward.leader_id, forward.leader_node.as_ref()),
@@ -183,16 +195,41 @@ impl RaftNode {
 
     /// Asks openraft to build a snapshot now (it also builds them by policy).
     pub async fn trigger_snapshot(&self) -> Result<(), WriteError> {
-        self.raft
-            .trigger()
-            .snapshot()
-            .await
-            .map_err(|fatal| WriteError::Fatal(fatal.to_string()))
+        let trigger = async {
+            self.raft
+                .trigger()
+                .snapshot()
+                .await
+                .map_err(|fatal| WriteError::Fatal(fatal.to_string()))
+        };
+        self.calls.run(trigger).await
+    }
+
+    /// Refuses calls through this handle from now on ([`WriteError::Fatal`], without reaching
+    /// openraft); those under way go on. The first step of [`RaftNode::shutdown`], for a
+    /// caller that has more to stop before Raft itself.
+    pub fn refuse_new_calls(&self) {
+        self.calls
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Stops openraft and waits (up to `STORE_CLOSE_TIMEOUT`) until its tasks have let go of
     /// the log database, so the data directory can be reopened in the same process.
+    ///
+    /// openraft logs an error for every call still waiting when it stops, so calls through
+    /// this handle are refused from now on ([`WriteError::Fatal`], without reaching openraft),
+    /// those under way get `CALLS_GRACE` to finish, and the rest are given up (they fail with
+    /// [`WriteError::Fatal`]) before openraft stops. Stop whatever calls Raft first.
     pub async fn shutdown(&self) -> Result<(), WriteError> {
+        let in_flight = self.calls.stop(CALLS_GRACE).await;
+        if in_flight > 0 {
+            tracing::warn!(
+                node = self.config.id,
+                in_flight,
+                "raft calls still waiting after the grace period; they are given up"
+            );
+        }
         self.raft
             .shutdown()
             .await
@@ -214,5 +251,144 @@ fn single(committed: Committed) -> Result<(u64, Outcome), WriteError> {
         _ => Err(WriteError::InvalidReply(format!(
             "{count} outcomes for one command"
         ))),
+    }
+}
+
+/// The calls into openraft made through a [`RaftNode`]: counted, refused once it shuts down,
+/// and given up (their futures dropped, so openraft has no one left to complain to) when they
+/// outlast the grace period.
+#[derive(Debug)]
+struct Calls {
+    stopping: std::sync::atomic::AtomicBool,
+    in_flight: std::sync::atomic::AtomicUsize,
+    give_up: watch::Sender<bool>,
+}
+
+impl Default for Calls {
+    fn default() -> Calls {
+        Calls {
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            give_up: watch::channel(false).0,
+        }
+    }
+}
+
+/// One call under way; counted until dropped.
+struct Call<'a>(&'a Calls);
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn shutting_down() -> WriteError {
+    WriteError::Fatal("this replica is shutting down".to_owned())
+}
+
+impl Calls {
+    fn enter(&self) -> Result<Call<'_>, WriteError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.in_flight.fetch_add(1, SeqCst);
+        let call = Call(self);
+        // Checked after counting, so `stop` either sees this call or this call sees `stopping`.
+        if self.stopping.load(SeqCst) {
+            return Err(shutting_down());
+        }
+        Ok(call)
+    }
+
+    /// Runs one call, counted, unless the node is shutting down; gives it up on `stop`'s word.
+    async fn run<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, WriteError>>,
+    ) -> Result<T, WriteError> {
+        let _call = self.enter()?;
+        let mut give_up = self.give_up.subscribe();
+        tokio::select! {
+            result = call => result,
+            _ = give_up.wait_for(|given_up| *given_up) => Err(shutting_down()),
+        }
+    }
+
+    /// Refuses new calls, waits up to `grace` for those under way, then gives the rest up.
+    /// Returns how many were given up.
+    async fn stop(&self, grace: Duration) -> usize {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.stopping.store(true, SeqCst);
+        let settled = |limit: Duration| async move {
+            let deadline = tokio::time::Instant::now() + limit;
+            loop {
+                let in_flight = self.in_flight.load(SeqCst);
+                if in_flight == 0 || tokio::time::Instant::now() >= deadline {
+                    return in_flight;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let left = settled(grace).await;
+        if left == 0 {
+            return 0;
+        }
+        self.give_up.send_replace(true);
+        // The callers wake up and drop their calls; a task that is never polled again keeps
+        // its count, so this wait is bounded too.
+        settled(Duration::from_millis(500)).await;
+        left
+    }
+}
+
+#[cfg(test)]
+mod calls_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn shutdown_waits_for_calls_under_way_and_refuses_new_ones() {
+        let calls = Arc::new(Calls::default());
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let call = {
+            let calls = calls.clone();
+            tokio::spawn(async move {
+                calls
+                    .run(async {
+                        let _ = finished.await;
+                        Ok(7)
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let stopping = {
+            let calls = calls.clone();
+            tokio::spawn(async move { calls.stop(Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!stopping.is_finished(), "waits for the call under way");
+        assert!(matches!(
+            calls.run(async { Ok(()) }).await,
+            Err(WriteError::Fatal(_))
+        ));
+        let _ = finish.send(());
+        assert_eq!(call.await.expect("joined").expect("finished"), 7);
+        assert_eq!(stopping.await.expect("joined"), 0);
+    }
+
+    #[tokio::test]
+    async fn calls_that_outlast_the_grace_period_are_given_up() {
+        let calls = Arc::new(Calls::default());
+        let stuck = {
+            let calls = calls.clone();
+            tokio::spawn(async move { calls.run(std::future::pending::<Result<(), _>>()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(calls.stop(Duration::from_millis(30)).await, 1);
+        assert!(matches!(
+            stuck.await.expect("joined"),
+            Err(WriteError::Fatal(_))
+        ));
+        assert_eq!(calls.in_flight.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }
