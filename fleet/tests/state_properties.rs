@@ -181,6 +181,7 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 SyncOutcome::Succeeded {
                     inventory: vec![],
                     health,
+                    drift: None,
                 }
             } else {
                 SyncOutcome::Failed {

@@ -164,6 +164,33 @@ async fn pause_prune_drift_halt_and_restart() {
         versions(&sim)[0] == "v3"
     })
     .await;
+    // The Sync's status says what drifted and who changed it.
+    wait_until(Duration::from_secs(10), "drift in status", || async {
+        let mut fleet = group.fleet(1).await;
+        let Ok(reply) = fleet
+            .get(proto::GetRequest {
+                object: Some(proto::ObjectRef {
+                    kind: "Sync".into(),
+                    namespace: "default".into(),
+                    name: format!("demo-{target}"),
+                }),
+            })
+            .await
+        else {
+            return false;
+        };
+        let json = reply
+            .into_inner()
+            .object
+            .map(|o| o.json)
+            .unwrap_or_default();
+        serde_json::from_slice::<serde_json::Value>(&json).is_ok_and(|sync| {
+            sync["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("drift corrected") && m.contains("data.version"))
+        })
+    })
+    .await;
 
     // Failing clusters past maxFailures (2) halt the rollout; a resume continues it.
     let failing: Vec<String> = sim.cluster_names().into_iter().take(6).collect();

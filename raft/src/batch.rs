@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use fleet::{Command, Outcome};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use crate::error::WriteError;
 use crate::write::Proposer;
@@ -42,10 +42,12 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the batcher task; it ends when the last `Batcher` is dropped.
-    pub fn start(proposer: Arc<Proposer>) -> Batcher {
+    /// Starts the batcher task; it ends when the last `Batcher` is dropped. When `give_up`
+    /// turns true (the node shuts down), batches still committing are dropped, so that
+    /// openraft has no waiting call to log an error about when it stops.
+    pub fn start(proposer: Arc<Proposer>, give_up: watch::Receiver<bool>) -> Batcher {
         let (queue, receiver) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run(proposer, receiver));
+        tokio::spawn(run(proposer, receiver, give_up));
         Batcher { queue }
     }
 
@@ -61,7 +63,11 @@ impl Batcher {
     }
 }
 
-async fn run(proposer: Arc<Proposer>, mut receiver: mpsc::Receiver<Pending>) {
+async fn run(
+    proposer: Arc<Proposer>,
+    mut receiver: mpsc::Receiver<Pending>,
+    give_up: watch::Receiver<bool>,
+) {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
         // Wait for room first, so proposals keep gathering while every slot is busy.
@@ -79,8 +85,14 @@ async fn run(proposer: Arc<Proposer>, mut receiver: mpsc::Receiver<Pending>) {
             }
         }
         let proposer = proposer.clone();
+        let mut give_up = give_up.clone();
         tokio::spawn(async move {
-            commit(&proposer, batch).await;
+            // Dropping the batch drops its callers' reply channels: they hear the batcher
+            // gave up on them.
+            tokio::select! {
+                () = commit(&proposer, batch) => {}
+                _ = give_up.wait_for(|given_up| *given_up) => {}
+            }
             drop(permit);
         });
     }

@@ -142,7 +142,7 @@ fn conflict_message(object: &str, managers: &[String], message: &str) -> String 
     }
     let names: Vec<String> = managers.iter().map(|m| format!("{m:?}")).collect();
     format!(
-        "conflict applying {object}: fields are owned by field manager {} ({message}); set force to take them over",
+        "conflict applying {object}: fields are owned by field manager {} ({message}); drift mode Correct takes them back, Report leaves them",
         names.join(", ")
     )
 }

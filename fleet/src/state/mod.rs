@@ -270,6 +270,10 @@ pub enum SyncOutcome {
     Succeeded {
         inventory: Vec<ObjectRef>,
         health: ResourceStatus,
+        /// Fields other managers had changed, corrected or left in place (drift mode
+        /// `Report`), for the Sync's status message.
+        #[serde(default)]
+        drift: Option<String>,
     },
     Failed {
         /// The error class (`unreachable`, `forbidden`, `invalid`, `conflict`, `fenced`,

@@ -131,7 +131,11 @@ impl FleetState {
                     status.inventory = merged.into_iter().collect();
                 }
             }
-            SyncOutcome::Succeeded { inventory, health } => {
+            SyncOutcome::Succeeded {
+                inventory,
+                health,
+                drift,
+            } => {
                 // Never let the applied revision go backwards.
                 let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
                 if newer {
@@ -145,7 +149,7 @@ impl FleetState {
                     entry.rollout.failed = None;
                 }
                 status.result = Some(SyncResult::Succeeded);
-                status.message = None;
+                status.message = drift;
             }
             SyncOutcome::Failed {
                 class,

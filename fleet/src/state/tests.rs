@@ -89,6 +89,7 @@ fn finish_ok(state: &mut FleetState, ticket: u64) -> Outcome {
         outcome: SyncOutcome::Succeeded {
             inventory: vec![],
             health: ResourceStatus::Current,
+            drift: None,
         },
         at: AT.into(),
     })
@@ -577,6 +578,7 @@ fn applied_commands_name_the_objects_they_changed() {
             outcome: SyncOutcome::Succeeded {
                 inventory: vec![],
                 health: ResourceStatus::Current,
+                drift: None,
             },
             at: AT.into(),
         },

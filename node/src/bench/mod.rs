@@ -466,6 +466,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
                 outcome: SyncOutcome::Succeeded {
                     inventory: Vec::new(),
                     health: fleet::resources::ResourceStatus::Current,
+                    drift: None,
                 },
                 at: at.clone(),
             })

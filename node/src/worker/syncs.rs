@@ -502,7 +502,10 @@ async fn apply(
         tokio::spawn(
             async move {
                 while !cancel.is_cancelled() {
-                    if !replica.lease.is_valid() {
+                    if replica.stopping.is_cancelled() {
+                        tracing::info!("replica stopping: stopping the sync");
+                        cancel.cancel();
+                    } else if !replica.lease.is_valid() {
                         tracing::warn!("node lease lapsed: stopping the sync");
                         cancel.cancel();
                     } else if replica
@@ -525,13 +528,17 @@ async fn apply(
     cancel.cancel();
     let _ = watcher.await;
     match result {
-        Ok(report) => (
-            SyncOutcome::Succeeded {
-                inventory: report.inventory,
-                health: report.health,
-            },
-            None,
-        ),
+        Ok(report) => {
+            let drift = report.drift_message();
+            (
+                SyncOutcome::Succeeded {
+                    inventory: report.inventory,
+                    health: report.health,
+                    drift,
+                },
+                None,
+            )
+        }
         Err(failure) if failure.class() == ErrorClass::Cancelled => {
             tracing::info!(error = %failure.error, "sync abandoned");
             let inventory: Option<Vec<ObjectRef>> = failure.inventory.clone();
