@@ -73,6 +73,7 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         tokio::spawn(replica::bootstrap::run(replica.clone())),
         tokio::spawn(replica::heartbeat::run(replica.clone())),
         tokio::spawn(replica::leader::run(replica.clone())),
+        tokio::spawn(replica::voters::run(replica.clone())),
         tokio::spawn(crate::worker::sources::run(replica.clone())),
         tokio::spawn(crate::worker::syncs::run(replica.clone())),
     ];

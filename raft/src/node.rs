@@ -12,6 +12,7 @@
 //! Membership administration lives in [`crate::admin`].
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use fleet::{Command, Outcome};
@@ -23,7 +24,7 @@ use crate::config::{RaftConfig, ensure_dir};
 use crate::error::{OpenError, WriteError};
 use crate::log_store::{LogStore, StoreClosed};
 use crate::network::client::NetworkFactory;
-use crate::network::server::RaftService;
+use crate::network::server::{RaftService, VoteGate};
 use crate::reader::{StateEvent, StateReader};
 use crate::state_machine::StateMachineStore;
 use crate::types::{NodeId, Peer, Raft, RaftMetrics};
@@ -46,6 +47,15 @@ pub struct RaftNode {
     /// The calls into openraft made through this handle, so that [`RaftNode::shutdown`] lets
     /// them finish first: openraft logs an error for every call still waiting when it stops.
     calls: Arc<Calls>,
+    /// Closed while a replica that started without Raft state has not caught up with the group
+    /// (see [`RaftNode::begin_join`]); the Raft service refuses votes meanwhile.
+    pub(crate) votes: VoteGate,
+    /// Set from [`RaftNode::begin_join`] until [`RaftNode::finish_join`].
+    pub(crate) joining: Arc<AtomicBool>,
+    /// Held by each membership change made through this replica (see `crate::admin`).
+    pub(crate) membership_changes: Arc<tokio::sync::Mutex<()>>,
+    /// Whether the stores held no log and no vote when this instance was opened.
+    pub(crate) started_empty: bool,
 }
 
 impl RaftNode {
@@ -71,8 +81,20 @@ impl RaftNode {
         )
         .await
         .map_err(|error| OpenError::Raft(error.to_string()))?;
+        let started_empty = !raft
+            .is_initialized()
+            .await
+            .map_err(|error| OpenError::Raft(error.to_string()))?;
+        // A join that did not finish before a restart is still unfinished.
+        let joining = crate::admin::joining_marker(&config).exists();
+        let votes = VoteGate::default();
+        if joining {
+            votes.close();
+        }
         tracing::info!(
             node = config.id,
+            started_empty,
+            joining,
             advertise = %config.advertise_addr,
             applied = reader.applied_index(),
             "raft node opened"
@@ -92,6 +114,10 @@ impl RaftNode {
             batcher,
             store_closed,
             calls: Arc::default(),
+            votes,
+            joining: Arc::new(AtomicBool::new(joining)),
+            membership_changes: Arc::new(tokio::sync::Mutex::new(())),
+            started_empty,
         })
     }
 
@@ -130,7 +156,7 @@ impl RaftNode {
 
     /// The `starling.v1.Raft` gRPC service to add to this replica's tonic server.
     pub fn grpc_service(&self) -> proto::raft_server::RaftServer<RaftService> {
-        RaftService::new(self.raft.clone()).into_server()
+        RaftService::with_vote_gate(self.raft.clone(), self.votes.clone()).into_server()
     }
 
     /// The current leader and its address, when known.

@@ -12,10 +12,26 @@ use tonic::{Request, Response, Status};
 
 use super::{status, write_status};
 use crate::client_channel;
-use crate::replica::Replica;
+use crate::replica::{Replica, voters};
 
-/// Time limit of a membership change, including a new learner catching up.
+/// Time limit of a membership change, and of a new learner catching up.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a join keeps trying to promote the new learner before leaving it to the voter
+/// reconciler.
+const PROMOTE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Runs a membership change with a time limit.
+async fn within<T>(
+    limit: Duration,
+    change: impl std::future::Future<Output = T>,
+) -> Result<T, Status> {
+    tokio::time::timeout(limit, change).await.map_err(|_| {
+        status(ApiError::unavailable(format!(
+            "membership change did not commit within {limit:?}"
+        )))
+    })
+}
 
 pub struct AdminService {
     replica: Arc<Replica>,
@@ -44,6 +60,125 @@ impl AdminService {
             None => Err(status(ApiError::unavailable(
                 "no leader elected yet; retry",
             ))),
+        }
+    }
+
+    /// On the leader: makes `id` a learner at `address` whose log has caught up to the entry
+    /// that admitted it, and returns that entry's index. Promotion is tried once right after
+    /// ([`AdminService::try_promote`]); the voter reconciler ([`crate::replica::voters`])
+    /// promotes whatever that left behind.
+    ///
+    /// Only a replica without Raft state asks to join, so a voter asking lost its disk (a
+    /// StatefulSet pod back with an empty volume under the same id): it is demoted to a
+    /// learner, and promoted again once it has caught up. It is never counted twice: Raft and
+    /// the fleet state key members by id.
+    async fn admit(&self, id: u64, address: &str) -> Result<u64, Status> {
+        let raft = &self.replica.raft;
+        let refused = |error: starling_raft::AdminError| proto::status_from(&error);
+        let voters: BTreeSet<u64> = raft.membership().voter_ids().collect();
+        let mut log_index = raft.membership_log_index();
+        if voters.contains(&id) {
+            let remaining: BTreeSet<u64> = voters.iter().copied().filter(|v| *v != id).collect();
+            let view = voters::observe(&self.replica, Duration::ZERO);
+            if !voters::keeps_quorum_heard(&view, &remaining) {
+                return Err(status(ApiError::unavailable(format!(
+                    "node {id} lost its raft state but cannot be demoted now: the other voters \
+                     lack an alive majority; retry"
+                ))));
+            }
+            tracing::warn!(
+                node = id,
+                voters = ?voters,
+                "a voter asked to join again: it lost its raft state; demoting it to a learner until it has caught up"
+            );
+            log_index = within(CHANGE_TIMEOUT, raft.demote(id))
+                .await?
+                .map_err(refused)?
+                .log_index;
+        }
+        match raft.membership().get_node(&id) {
+            Some(peer) if peer.addr == address => {}
+            Some(_) => {
+                log_index = within(CHANGE_TIMEOUT, raft.set_address(id, address))
+                    .await?
+                    .map_err(refused)?
+                    .log_index;
+            }
+            None => {
+                log_index = within(CHANGE_TIMEOUT, raft.add_learner(id, address, false))
+                    .await?
+                    .map_err(refused)?
+                    .log_index;
+            }
+        }
+        match raft.wait_replicated(id, log_index, CHANGE_TIMEOUT).await {
+            Ok(()) => Ok(log_index),
+            Err(starling_raft::AdminError::Timeout(_)) => Err(status(ApiError::unavailable(
+                format!("node {id} did not catch up within {CHANGE_TIMEOUT:?}"),
+            ))),
+            Err(error) => Err(refused(error)),
+        }
+    }
+
+    /// Promotes a caught-up learner right after its join when a voter slot is free, retrying
+    /// for up to [`PROMOTE_PATIENCE`] while another membership change is in flight (replicas
+    /// starting together join at the same time); returns the log index of the change. Not an
+    /// error when it gives up: the voter reconciler promotes the learner on a later tick.
+    async fn try_promote(&self, id: u64) -> Option<u64> {
+        let raft = &self.replica.raft;
+        let deadline = tokio::time::Instant::now() + PROMOTE_PATIENCE;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let voters: BTreeSet<u64> = raft.membership().voter_ids().collect();
+            if voters.contains(&id) || voters.len() >= self.replica.config.max_voters {
+                return None;
+            }
+            let mut view = voters::observe(&self.replica, Duration::ZERO);
+            // It has just caught up, and is talking to us.
+            let joiner = view
+                .nodes
+                .get(&id)
+                .copied()
+                .unwrap_or(voters::NodeFacts::leader());
+            view.nodes.insert(
+                id,
+                voters::NodeFacts {
+                    caught_up: true,
+                    heard_recently: true,
+                    ..joiner
+                },
+            );
+            let after: BTreeSet<u64> = voters.iter().copied().chain([id]).collect();
+            let attempt = if voters::keeps_quorum(&view, &after) {
+                let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let promote =
+                    raft.promote_within(BTreeSet::from([id]), self.replica.config.max_voters);
+                match tokio::time::timeout(remaining, promote).await {
+                    Ok(Ok(change)) => {
+                        tracing::info!(
+                            node = id,
+                            log_index = change.log_index,
+                            "promoted to voter"
+                        );
+                        return Some(change.log_index);
+                    }
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => "the change did not commit in time".to_string(),
+                }
+            } else {
+                "the voters lack a majority that acknowledges entries".to_string()
+            };
+            if tokio::time::Instant::now() + pause >= deadline {
+                tracing::info!(
+                    node = id,
+                    reason = %attempt,
+                    "promotion deferred to the voter reconciler"
+                );
+                return None;
+            }
+            tracing::debug!(node = id, reason = %attempt, "promotion refused; retrying");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
     }
 
@@ -131,47 +266,28 @@ impl proto::admin_server::Admin for AdminService {
                 request.address
             ))));
         }
-        let raft = &self.replica.raft;
-        let mut log_index = 0;
-        let known = raft
-            .membership()
-            .get_node(&request.id)
-            .is_some_and(|peer| peer.addr == request.address);
-        if !known {
-            let change = tokio::time::timeout(
-                CHANGE_TIMEOUT,
-                raft.add_learner(request.id, request.address.clone(), true),
-            )
-            .await
-            .map_err(|_| {
-                status(ApiError::unavailable(format!(
-                    "node {} did not catch up within {CHANGE_TIMEOUT:?}",
-                    request.id
-                )))
-            })?
-            .map_err(|error| proto::status_from(&error))?;
-            log_index = change.log_index;
+        if request.id == self.replica.id() {
+            return Err(status(ApiError::invalid_argument(format!(
+                "node {} is the leader and already a member",
+                request.id
+            ))));
         }
-        let membership = raft.membership();
-        let is_voter = membership.voter_ids().any(|id| id == request.id);
+        let mut log_index = self.admit(request.id, &request.address).await?;
         if request.voter
-            && !is_voter
-            && membership.voter_ids().count() < self.replica.config.max_voters
+            && let Some(promoted) = self.try_promote(request.id).await
         {
-            let change = raft
-                .promote(BTreeSet::from([request.id]))
-                .await
-                .map_err(|error| proto::status_from(&error))?;
-            log_index = change.log_index;
+            log_index = promoted;
         }
-        raft.propose(Command::AddMember {
-            id: request.id,
-            address: request.address,
-            at: Replica::now_rfc3339(),
-        })
-        .await
-        .map_err(write_status)?;
-        tracing::info!(node = request.id, "member added");
+        self.replica
+            .raft
+            .propose(Command::AddMember {
+                id: request.id,
+                address: request.address,
+                at: Replica::now_rfc3339(),
+            })
+            .await
+            .map_err(write_status)?;
+        tracing::info!(node = request.id, log_index, "member added");
         Ok(Response::new(self.membership_response(log_index)))
     }
 

@@ -13,14 +13,15 @@
 //! ```
 //!
 //! Tasks: [`bootstrap`] (initialise or join), [`heartbeat`] (send beats, keep the lease),
-//! [`leader`] (failure detection and membership bookkeeping while leading), and the HTTP
-//! server ([`crate::http`]).
+//! [`leader`] (failure detection and membership bookkeeping while leading), [`voters`] (the
+//! voter reconciler while leading), and the HTTP server ([`crate::http`]).
 
 pub mod bootstrap;
 pub mod detector;
 pub mod heartbeat;
 pub mod leader;
 pub mod lease;
+pub mod voters;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -381,3 +381,272 @@ pub fn demo_manifests(
     }
     out
 }
+
+// Membership tests (node/tests/membership.rs): starting every node at once, wiping a node's
+// disk, and reading the voter set and a node's metrics.
+
+/// The Raft roles of a group as one node sees them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Roles {
+    pub leader: u64,
+    pub voters: std::collections::BTreeSet<u64>,
+    pub learners: std::collections::BTreeSet<u64>,
+    /// Every id the member list shows, in order, duplicates included.
+    pub listed: Vec<u64>,
+}
+
+impl Group {
+    /// Starts `count` nodes with ids 1..=count at once, as a StatefulSet with parallel pod
+    /// management does: every process is spawned before any is waited for. Returns as soon as
+    /// each has printed its listening line; nothing is waited for beyond that. The nodes log
+    /// at `STARLING_TEST_NODE_LOG` when set.
+    pub fn start_together(count: u64, options: Options) -> Group {
+        let mut group = Group::prepare(count, options);
+        group.spawn_all();
+        group
+    }
+
+    /// Takes the harness lock and lays out `count` nodes (ids 1..=count) without starting any.
+    pub fn prepare(count: u64, options: Options) -> Group {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut nodes = BTreeMap::new();
+        for id in 1..=count {
+            nodes.insert(id, node_process(id, &dir));
+        }
+        let peers = peers_flag(&nodes);
+        Group {
+            _serial: serial,
+            dir,
+            nodes,
+            options,
+            peers,
+        }
+    }
+
+    /// Spawns every node that is not running, all before waiting for any listening line.
+    pub fn spawn_all(&mut self) {
+        let ids: Vec<u64> = self
+            .nodes
+            .values()
+            .filter(|n| n.child.is_none())
+            .map(|n| n.id)
+            .collect();
+        let mut children = Vec::new();
+        for id in ids {
+            let mut child = self.node_command(id).spawn().expect("starling node starts");
+            let stdout = child.stdout.take().expect("piped stdout");
+            children.push((id, child, stdout));
+        }
+        for (id, child, stdout) in children {
+            let mut line = String::new();
+            BufReader::new(stdout)
+                .read_line(&mut line)
+                .expect("node prints its listening line");
+            assert!(
+                line.contains("\"listening\""),
+                "unexpected first line from node {id}: {line}"
+            );
+            self.nodes.get_mut(&id).expect("known node").child = Some(child);
+        }
+    }
+
+    /// The command line of node `id` (as `spawn` builds it).
+    fn node_command(&self, id: u64) -> Command {
+        let node = &self.nodes[&id];
+        let mut command = Command::new(binary());
+        command
+            .args([
+                "node",
+                "--id",
+                &id.to_string(),
+                "--listen",
+                &node.grpc,
+                "--http-listen",
+                &node.http,
+            ])
+            .args([
+                "--data-dir",
+                node.data_dir.to_str().expect("utf-8 path"),
+                "--peers",
+                &self.peers,
+            ])
+            .args([
+                "--down-after",
+                &format!("{}ms", self.options.down_after.as_millis()),
+            ])
+            .args(&self.options.extra_args)
+            .env(
+                "STARLING_LOG",
+                std::env::var("STARLING_TEST_NODE_LOG")
+                    .unwrap_or_else(|_| "warn,openraft=error".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        command
+    }
+
+    /// Starts node `id` with [`Group::node_command`] and waits for its listening line.
+    fn spawn_node(&mut self, id: u64) {
+        let mut child = self.node_command(id).spawn().expect("starling node starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("node prints its listening line");
+        assert!(
+            line.contains("\"listening\""),
+            "unexpected first line from node {id}: {line}"
+        );
+        self.nodes.get_mut(&id).expect("known node").child = Some(child);
+    }
+
+    /// Kills node `id` (`kill -9`), deletes its data directory (a lost volume) and starts it
+    /// again with the same id and address.
+    pub fn wipe_and_restart(&mut self, id: u64) {
+        self.kill(id);
+        let dir = self.nodes[&id].data_dir.clone();
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).expect("data directory removed");
+        }
+        self.spawn_node(id);
+    }
+
+    /// The roles as node `id` answers `Admin.Members`.
+    pub async fn roles_of(&self, id: u64) -> Option<Roles> {
+        let mut client = self.admin(id).await;
+        let reply = client
+            .members(proto::MembersRequest {})
+            .await
+            .ok()?
+            .into_inner();
+        Some(Roles {
+            leader: reply.leader_id,
+            voters: reply
+                .members
+                .iter()
+                .filter(|m| m.voter)
+                .map(|m| m.id)
+                .collect(),
+            learners: reply
+                .members
+                .iter()
+                .filter(|m| !m.voter)
+                .map(|m| m.id)
+                .collect(),
+            listed: reply.members.iter().map(|m| m.id).collect(),
+        })
+    }
+
+    /// The roles as the leader answers them: a running node that names itself leader.
+    pub async fn leader_roles(&self) -> Option<Roles> {
+        for node in self.running() {
+            if let Some(roles) = self.roles_of(node.id).await
+                && roles.leader == node.id
+            {
+                return Some(roles);
+            }
+        }
+        None
+    }
+
+    /// The leader's roles once its whole log is applied, the same on two reads 100 ms apart:
+    /// the membership shown is committed, and no change was in flight between the reads (the
+    /// voter flag alone cannot tell a committed configuration from one being changed).
+    pub async fn settled_roles(&self) -> Option<Roles> {
+        let mut previous: Option<(Roles, u64)> = None;
+        for _ in 0..2 {
+            let roles = self.leader_roles().await?;
+            let last_log = self.status_of(roles.leader).await?.commit_index;
+            let applied = self.metric(roles.leader, "starling_raft_applied_index")?;
+            if applied < last_log as f64 {
+                return None;
+            }
+            if let Some(before) = &previous {
+                return (*before == (roles.clone(), last_log)).then_some(roles);
+            }
+            previous = Some((roles, last_log));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
+    /// Whether node `id` has finished joining: a replica that started with an empty disk keeps
+    /// `raft/joining` in its data directory until the leader has admitted it.
+    pub fn join_finished(&self, id: u64) -> bool {
+        !self.nodes[&id]
+            .data_dir
+            .join("raft")
+            .join("joining")
+            .exists()
+    }
+
+    /// A gauge or counter from node `id`'s `/metrics` (unlabelled series only).
+    pub fn metric(&self, id: u64, name: &str) -> Option<f64> {
+        let body = http_get(&self.nodes[&id].http, "/metrics")?;
+        body.lines()
+            .filter(|line| !line.starts_with('#'))
+            .find_map(|line| {
+                let (series, value) = line.split_once(' ')?;
+                (series == name)
+                    .then(|| value.trim().parse().ok())
+                    .flatten()
+            })
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback with a short time limit; the body, or `None`.
+pub fn http_get(address: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let address: std::net::SocketAddr = address.parse().ok()?;
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// Threads that keep every core busy until dropped, to test timing on a loaded machine.
+pub struct CpuBurners {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CpuBurners {
+    pub fn start(count: usize) -> CpuBurners {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..count)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x: u64 = 1;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        std::hint::black_box(x);
+                    }
+                })
+            })
+            .collect();
+        CpuBurners { stop, threads }
+    }
+}
+
+impl Drop for CpuBurners {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Holds the harness-wide lock for a test that runs processes without a `Group`.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -7,6 +7,15 @@
 //! reaches openraft. Propose commits forwarded writes when this replica leads and redirects
 //! (`UNAVAILABLE` plus the leader hint) when it does not; it never forwards again itself, so a
 //! write cannot loop between replicas.
+//!
+//! A replica that started without Raft state and has not finished joining casts no vote: its
+//! [`VoteGate`] is closed and Vote is answered with `FAILED_PRECONDITION` (a network error to
+//! the candidate, which counts it as no vote). A replica that lost its disk also lost the
+//! entries it acknowledged and the votes it granted; until it has caught up with the group it
+//! could otherwise elect a leader that lacks committed entries, or vote twice in one term.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use fleet::Command;
 use openraft::error::{InstallSnapshotError, RaftError};
@@ -20,15 +29,41 @@ use crate::codec;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::write;
 
+/// Whether this replica may grant votes; shared by the node and its Raft service. Open unless
+/// closed (see [`crate::RaftNode::begin_join`]).
+#[derive(Clone, Debug, Default)]
+pub struct VoteGate(Arc<AtomicBool>);
+
+impl VoteGate {
+    pub fn close(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn open(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// Serves `starling.v1.Raft` for one local openraft instance.
 #[derive(Clone)]
 pub struct RaftService {
     raft: Raft,
+    votes: VoteGate,
 }
 
 impl RaftService {
+    /// A service that always takes part in elections.
     pub fn new(raft: Raft) -> RaftService {
-        RaftService { raft }
+        RaftService::with_vote_gate(raft, VoteGate::default())
+    }
+
+    /// A service that refuses Vote requests while `votes` is closed.
+    pub fn with_vote_gate(raft: Raft, votes: VoteGate) -> RaftService {
+        RaftService { raft, votes }
     }
 
     /// The tonic server for this service, with Raft's message size limits.
@@ -82,6 +117,16 @@ impl proto::raft_server::Raft for RaftService {
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let rpc: VoteRequest<NodeId> = decode_request("vote request", request.into_inner())?;
+        if self.votes.is_closed() {
+            tracing::info!(
+                candidate = ?rpc.vote.leader_id().voted_for(),
+                term = rpc.vote.leader_id().get_term(),
+                "vote refused: this replica has not finished joining the group"
+            );
+            return Err(Status::from(ApiError::failed_precondition(
+                "this replica has not finished joining the group and casts no vote yet",
+            )));
+        }
         let result = self.raft.vote(rpc).await;
         encode_reply("vote result", &result)
     }
