@@ -90,6 +90,9 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
 const GRPC_DRAIN: Duration = Duration::from_secs(1);
 /// How long a stop waits for the replica's tasks to end once aborted.
 const TASKS_DRAIN: Duration = Duration::from_secs(2);
+/// How long a stop waits for running syncs to stop and give their tickets back (a write in
+/// flight finishes first, within the request time-out).
+const SYNCS_DRAIN: Duration = Duration::from_secs(2);
 
 impl RunningNode {
     /// Stops the node in order, so that nothing calls Raft while it shuts down (openraft logs an
@@ -106,6 +109,19 @@ impl RunningNode {
     /// and the ticket is reclaimed like a crashed node's.
     pub async fn stop(mut self) {
         let node = self.replica.id();
+        // Running syncs stop first and give their tickets back while Raft still takes writes.
+        self.replica.stopping.cancel();
+        let syncs_stopped = async {
+            while !crate::replica::lock(&self.replica.running_syncs).is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        if tokio::time::timeout(SYNCS_DRAIN, syncs_stopped)
+            .await
+            .is_err()
+        {
+            tracing::info!(node, "syncs still stopping after {SYNCS_DRAIN:?}");
+        }
         if let Some(stop) = self.stop_grpc.take() {
             let _ = stop.send(());
         }
@@ -116,7 +132,7 @@ impl RunningNode {
         if tokio::time::timeout(TASKS_DRAIN, tasks).await.is_err() {
             tracing::warn!(node, "replica tasks still running after {TASKS_DRAIN:?}");
         }
-        // Syncs running in tasks of their own would go on proposing: refuse it from now on.
+        // Syncs still stopping would go on proposing: refuse it from now on.
         self.replica.raft.refuse_new_calls();
         // `run` may have awaited the server's end already; a finished handle is not polled again.
         if !self.grpc.is_finished()
@@ -152,6 +168,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     );
     let result = tokio::select! {
         _ = shutdown_signal() => Ok(()),
+        // A replica whose Raft stopped can neither apply nor vote: serving stale reads would
+        // hide it. Exit so that the supervisor (the StatefulSet) restarts it from its disk.
+        fatal = node.replica.raft_fatal() => {
+            tracing::error!(error = %fatal, "raft stopped with a fatal error; exiting");
+            Err(anyhow::anyhow!("raft stopped with a fatal error: {fatal}"))
+        }
         served = &mut node.grpc => served.unwrap_or_else(|error| Err(anyhow::anyhow!("grpc server task failed: {error}"))),
     };
     node.stop().await;

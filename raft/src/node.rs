@@ -105,7 +105,8 @@ impl RaftNode {
             forwarder: Forwarder::new(config.network.clone()),
             forward_timeout: config.forward_timeout,
         });
-        let batcher = Batcher::start(proposer.clone());
+        let calls = Arc::new(Calls::default());
+        let batcher = Batcher::start(proposer.clone(), calls.give_up.subscribe());
         Ok(RaftNode {
             config: Arc::new(config),
             raft,
@@ -113,7 +114,7 @@ impl RaftNode {
             proposer,
             batcher,
             store_closed,
-            calls: Arc::default(),
+            calls,
             votes,
             joining: Arc::new(AtomicBool::new(joining)),
             membership_changes: Arc::new(tokio::sync::Mutex::new(())),

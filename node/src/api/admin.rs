@@ -192,12 +192,38 @@ impl AdminService {
     }
 }
 
-/// Every member with its state, role and load, for `starling status` and `members`.
+/// Time limit of asking the leader for its view of the members.
+const LEADER_VIEW_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The members as the leader sees them (it hears every heartbeat, with each node's applied
+/// index and age); this replica's own view when it leads, when no leader is known, or when
+/// the leader does not answer in time.
+pub async fn members_leader_view(replica: &Replica) -> Vec<proto::Member> {
+    let leader = replica.raft.current_leader();
+    if let Some((leader, peer)) = leader
+        && leader != replica.id()
+        && let Ok(channel) = client_channel(&peer.addr, LEADER_VIEW_TIMEOUT)
+    {
+        let mut client = proto::admin_client::AdminClient::new(channel);
+        let mut request = Request::new(proto::MembersRequest {});
+        request.set_timeout(LEADER_VIEW_TIMEOUT);
+        if let Ok(Ok(reply)) =
+            tokio::time::timeout(LEADER_VIEW_TIMEOUT, client.members(request)).await
+        {
+            return reply.into_inner().members;
+        }
+    }
+    members_view(replica)
+}
+
+/// Every member with its state, role and load, for `starling status` and `members`, as this
+/// replica knows it.
 pub fn members_view(replica: &Replica) -> Vec<proto::Member> {
     let raft = replica.raft.metrics().borrow().clone();
     let membership = replica.raft.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let ages = replica.heartbeat_ages();
+    let applied = replica.applied_indexes();
     replica.raft.reader().read(|state| {
         let mut ids: BTreeSet<u64> = state.members.keys().copied().collect();
         ids.extend(membership.nodes().map(|(id, _)| *id));
@@ -220,11 +246,7 @@ pub fn members_view(replica: &Replica) -> Vec<proto::Member> {
                     state: member.map_or("Joining".to_string(), |m| format!("{:?}", m.state)),
                     role: role.to_string(),
                     voter: voters.contains(&id),
-                    applied_index: if id == replica.id() {
-                        raft.last_applied.map_or(0, |l| l.index)
-                    } else {
-                        0
-                    },
+                    applied_index: applied.get(&id).copied().unwrap_or(0),
                     clusters_owned: state.cluster_placement.items_of(id).len() as u32,
                     sources_owned: state.source_placement.items_of(id).len() as u32,
                     syncs_in_flight: state.tickets.values().filter(|t| t.node == id).count() as u32,
@@ -243,7 +265,11 @@ impl proto::admin_server::Admin for AdminService {
     ) -> Result<Response<proto::MembersResponse>, Status> {
         let leader_id = self.replica.raft.current_leader().map_or(0, |(id, _)| id);
         Ok(Response::new(proto::MembersResponse {
-            members: members_view(&self.replica),
+            members: if self.replica.raft.is_leader() {
+                members_view(&self.replica)
+            } else {
+                members_leader_view(&self.replica).await
+            },
             leader_id,
         }))
     }

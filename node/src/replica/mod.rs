@@ -21,9 +21,10 @@ pub mod detector;
 pub mod heartbeat;
 pub mod leader;
 pub mod lease;
+pub mod tickets;
 pub mod voters;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +57,26 @@ pub struct Replica {
     pub mirrors: Arc<source::MirrorSet>,
     /// Applies Syncs to target clusters; shared by all sync workers.
     pub engine: Arc<starling_sync::SyncEngine>,
+    /// Syncs this node's workers are running, from before their `BeginSync` is proposed until
+    /// their `FinishSync` is settled. Sent with every heartbeat.
+    pub running_syncs: Mutex<BTreeSet<String>>,
+    /// The last heartbeat from each node, as the leader received it (for ticket reclaims and
+    /// `starling status`).
+    pub reports: Mutex<BTreeMap<NodeId, Report>>,
+    /// Cancelled when the replica stops: running syncs stop (their writes in flight finish)
+    /// and give their tickets back.
+    pub stopping: tokio_util::sync::CancellationToken,
+    /// The leader's own applied index over the last lease or so (sampled as heartbeats arrive),
+    /// to tell a follower that is slow from one whose apply has stopped.
+    applied_history: Mutex<VecDeque<(Instant, u64)>>,
+}
+
+/// What a node said in its last heartbeat, and when it arrived.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub received: Instant,
+    pub applied_index: u64,
+    pub running_syncs: BTreeSet<String>,
 }
 
 impl Replica {
@@ -72,7 +93,7 @@ impl Replica {
             .context("cannot open the artifact store")?;
         let mirrors = source::MirrorSet::open(config.data_dir.join("mirrors"))
             .context("cannot open the git mirrors")?;
-        let engine = starling_sync::SyncEngine::new(starling_sync::EngineConfig::default())
+        let engine = starling_sync::SyncEngine::new(engine_config(config.lease))
             .map_err(|error| anyhow::anyhow!("cannot start the sync engine: {error}"))?;
         Ok(Replica {
             store: Arc::new(store),
@@ -84,9 +105,66 @@ impl Replica {
             last_heartbeat: Mutex::new(BTreeMap::new()),
             leader_commit: AtomicU64::new(0),
             started: Instant::now(),
+            running_syncs: Mutex::new(BTreeSet::new()),
+            reports: Mutex::new(BTreeMap::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
+            applied_history: Mutex::new(VecDeque::new()),
             config,
             raft,
         })
+    }
+
+    /// Records a node's heartbeat (on the leader).
+    pub fn record_report(&self, node: NodeId, report: Report) {
+        lock(&self.reports).insert(node, report);
+    }
+
+    /// What this replica (the leader) had applied one lease ago: a node that has not applied
+    /// that much since is stuck, not slow, and must not keep its lease on a stale state.
+    pub fn applied_a_lease_ago(&self, now: Instant) -> u64 {
+        let applied = self.raft.reader().applied_index();
+        let lease = self.config.lease;
+        let mut history = lock(&self.applied_history);
+        if history
+            .back()
+            .is_none_or(|(at, _)| now.saturating_duration_since(*at) >= HISTORY_STEP)
+        {
+            history.push_back((now, applied));
+        }
+        // Keep one sample older than a lease (the answer) and drop the ones before it.
+        while history.len() > 1
+            && history
+                .get(1)
+                .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= lease)
+        {
+            history.pop_front();
+        }
+        match history.front() {
+            Some((at, index)) if now.saturating_duration_since(*at) >= lease => *index,
+            _ => 0,
+        }
+    }
+
+    /// Waits until Raft stops with a fatal error, and says which.
+    pub async fn raft_fatal(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        match metrics.wait_for(|m| m.running_state.is_err()).await {
+            Ok(m) => match &m.running_state {
+                Err(fatal) => fatal.to_string(),
+                Ok(()) => "raft stopped".to_string(),
+            },
+            Err(_) => "raft metrics closed".to_string(),
+        }
+    }
+
+    /// The applied log index each node last reported (this node's own is read directly).
+    pub fn applied_indexes(&self) -> BTreeMap<NodeId, u64> {
+        let mut indexes: BTreeMap<NodeId, u64> = lock(&self.reports)
+            .iter()
+            .map(|(node, report)| (*node, report.applied_index))
+            .collect();
+        indexes.insert(self.id(), self.raft.reader().applied_index());
+        indexes
     }
 
     pub fn id(&self) -> NodeId {
@@ -115,6 +193,9 @@ impl Replica {
     /// at the last acknowledged heartbeat.
     pub fn is_ready(&self) -> bool {
         let metrics = self.raft.metrics().borrow().clone();
+        if metrics.running_state.is_err() {
+            return false;
+        }
         let Some(leader) = metrics.current_leader else {
             return false;
         };
@@ -129,6 +210,20 @@ impl Replica {
     pub fn now_rfc3339() -> String {
         humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
     }
+}
+
+/// Spacing of the leader's applied-index samples.
+const HISTORY_STEP: Duration = Duration::from_millis(100);
+
+/// The sync engine's settings for a node with this lease: every request to a target cluster
+/// is bounded by a time-out shorter than the lease, so no request outlives the ticket it was
+/// sent under by more than that (see the handover in `docs/architecture.md`).
+pub fn engine_config(lease: Duration) -> starling_sync::EngineConfig {
+    let mut config = starling_sync::EngineConfig::default();
+    let bound = lease * 3 / 4;
+    config.clients.request_timeout = config.clients.request_timeout.min(bound);
+    config.clients.connect_timeout = config.clients.connect_timeout.min(bound);
+    config
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it.

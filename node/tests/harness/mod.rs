@@ -27,6 +27,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 pub struct Options {
     pub down_after: Duration,
     pub extra_args: Vec<String>,
+    /// A log filter: the nodes then log JSON at this level to `Group::log_path(id)` instead
+    /// of the test's standard error.
+    pub log: Option<String>,
 }
 
 impl Default for Options {
@@ -34,6 +37,7 @@ impl Default for Options {
         Self {
             down_after: Duration::from_secs(3),
             extra_args: Vec::new(),
+            log: None,
         }
     }
 }
@@ -127,6 +131,17 @@ impl Group {
             .env("STARLING_LOG", "warn,openraft=error")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if let Some(filter) = &self.options.log {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.path().join(format!("node-{id}.log")))
+                .expect("node log file");
+            command
+                .env("STARLING_LOG", filter)
+                .env("STARLING_LOG_FORMAT", "json")
+                .stderr(Stdio::from(file));
+        }
         let mut child = command.spawn().expect("starling node starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
@@ -159,6 +174,11 @@ impl Group {
             .status()
             .expect("kill runs");
         assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
+    /// Where node `id` logs when `Options::log` is set.
+    pub fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
     }
 
     pub fn running(&self) -> impl Iterator<Item = &NodeProcess> {
