@@ -20,7 +20,9 @@ mod report;
 use std::time::{Duration, Instant};
 
 use fleetsim::{AuditFilter, FleetSim};
-use harness::{GitDaemon, Group, Options, free_port, start_demo_group, wait_until};
+use harness::{
+    GitDaemon, Group, Options, config_versions, free_port, start_demo_group, wait_until,
+};
 
 const CLUSTERS: usize = 120;
 
@@ -80,21 +82,6 @@ async fn kill_until_down_and_return(group: &mut Group, id: u64) {
     wait_member_state(group, id, "Down").await;
     group.restart(id);
     wait_member_state(group, id, "Live").await;
-}
-
-fn config_versions(sim: &FleetSim) -> Vec<(String, String)> {
-    sim.cluster_names()
-        .into_iter()
-        .map(|name| {
-            let version = sim
-                .get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config")
-                .ok()
-                .flatten()
-                .and_then(|o| o["data"]["version"].as_str().map(str::to_string))
-                .unwrap_or_default();
-            (name, version)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,15 +50,9 @@ async fn wait_complete(group: &Group, not: &str) -> String {
 }
 
 fn versions(sim: &FleetSim) -> Vec<String> {
-    sim.cluster_names()
-        .iter()
-        .map(|name| {
-            sim.get_object(name, "v1", "ConfigMap", Some("demo"), "demo-config")
-                .ok()
-                .flatten()
-                .and_then(|o| o["data"]["version"].as_str().map(str::to_string))
-                .unwrap_or_default()
-        })
+    harness::config_versions(sim)
+        .into_iter()
+        .map(|(_, version)| version)
         .collect()
 }
 

@@ -17,7 +17,10 @@ mod report;
 use std::time::{Duration, Instant};
 
 use fleetsim::{AuditFilter, FleetSim};
-use harness::{GitDaemon, Group, Options, demo_manifests, free_port, start_demo_group, wait_until};
+use harness::{
+    GitDaemon, Group, Options, config_versions, demo_manifests, free_port, start_demo_group,
+    wait_until,
+};
 
 const CLUSTERS: usize = 300;
 const BUDGET: u32 = 30;
@@ -53,21 +56,6 @@ async fn rollout(group: &Group, previous: &str) -> (String, u32) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn config_versions(sim: &FleetSim) -> Vec<(String, String)> {
-    sim.cluster_names()
-        .into_iter()
-        .map(|name| {
-            let version = sim
-                .get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config")
-                .ok()
-                .flatten()
-                .and_then(|o| o["data"]["version"].as_str().map(str::to_string))
-                .unwrap_or_default();
-            (name, version)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

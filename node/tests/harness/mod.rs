@@ -104,55 +104,7 @@ impl Group {
     }
 
     fn spawn(&mut self, id: u64) {
-        let peers = self.peers.clone();
-        let node = self.nodes.get_mut(&id).expect("known node");
-        let mut command = Command::new(binary());
-        command
-            .args([
-                "node",
-                "--id",
-                &id.to_string(),
-                "--listen",
-                &node.grpc,
-                "--http-listen",
-                &node.http,
-            ])
-            .args([
-                "--data-dir",
-                node.data_dir.to_str().expect("utf-8 path"),
-                "--peers",
-                &peers,
-            ])
-            .args([
-                "--down-after",
-                &format!("{}ms", self.options.down_after.as_millis()),
-            ])
-            .args(&self.options.extra_args)
-            .env("STARLING_LOG", "warn,openraft=error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if let Some(filter) = &self.options.log {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(self.dir.path().join(format!("node-{id}.log")))
-                .expect("node log file");
-            command
-                .env("STARLING_LOG", filter)
-                .env("STARLING_LOG_FORMAT", "json")
-                .stderr(Stdio::from(file));
-        }
-        let mut child = command.spawn().expect("starling node starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("node prints its listening line");
-        assert!(
-            line.contains("\"listening\""),
-            "unexpected first line from node {id}: {line}"
-        );
-        node.child = Some(child);
+        self.spawn_node(id);
     }
 
     pub fn kill(&mut self, id: u64) {
@@ -503,6 +455,17 @@ impl Group {
             )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        if let Some(filter) = &self.options.log {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.log_path(id))
+                .expect("node log file");
+            command
+                .env("STARLING_LOG", filter)
+                .env("STARLING_LOG_FORMAT", "json")
+                .stderr(Stdio::from(file));
+        }
         command
     }
 
@@ -669,4 +632,20 @@ impl Drop for CpuBurners {
 /// Holds the harness-wide lock for a test that runs processes without a `Group`.
 pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The `version` each fleetsim cluster's demo ConfigMap holds (empty when missing), by cluster.
+pub fn config_versions(sim: &fleetsim::FleetSim) -> Vec<(String, String)> {
+    sim.cluster_names()
+        .into_iter()
+        .map(|name| {
+            let version = sim
+                .get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config")
+                .ok()
+                .flatten()
+                .and_then(|o| o["data"]["version"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            (name, version)
+        })
+        .collect()
 }
