@@ -334,3 +334,72 @@ async fn the_log_of_concurrent_syncs_names_one_sync_per_line() {
         "the syncs logged ({lines_in_syncs} lines inside syncs)"
     );
 }
+
+/// Issue 12, section 4: a replica whose state machine stops applying (here through the
+/// built-in fault switch) must not stall silently. The leader stops renewing its lease, so it
+/// starts no sync from its frozen state; `/readyz` says it is not ready; and, since it cannot
+/// hold a lease, it is marked Down and its clusters move to the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_apply_stops_is_not_ready_and_loses_its_clusters() {
+    let options = Options {
+        node_env: std::collections::BTreeMap::from([(
+            3,
+            vec![(
+                "STARLING_TESTING_STALL_APPLY_AFTER".to_string(),
+                "60".to_string(),
+            )],
+        )]),
+        ..Options::default()
+    };
+    let group = Group::start(3, options).await;
+    let status = group.status().await.expect("status");
+    if status.leader_id == 3 {
+        let mut admin = group.admin(3).await;
+        admin
+            .transfer_leadership(proto::TransferLeadershipRequest { target: 1 })
+            .await
+            .expect("leadership moves off the node that will stall");
+    }
+    group
+        .apply(1, &harness::fleet_manifests(30))
+        .await
+        .expect("clusters applied");
+    wait_until(Duration::from_secs(15), "node 3 owns clusters", || async {
+        group.shards(1).await.is_some_and(|s| {
+            s.shards
+                .iter()
+                .any(|s| s.node_id == 3 && !s.clusters.is_empty())
+        })
+    })
+    .await;
+    wait_until(Duration::from_secs(10), "node 3 ready", || async {
+        harness::http_status(&group.nodes[&3].http, "/readyz") == 200
+    })
+    .await;
+    // Enough single-entry writes to pass the stall point.
+    for round in 0..80 {
+        let manifest = format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: c000, labels: {{round: \"{round}\"}}}}\nspec: {{}}\n"
+        );
+        group.apply(1, &manifest).await.expect("write");
+    }
+    wait_until(
+        Duration::from_secs(15),
+        "node 3 reports not ready",
+        || async { harness::http_status(&group.nodes[&3].http, "/readyz") == 503 },
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(20),
+        "node 3 marked Down and its clusters moved",
+        || async {
+            let down = member_state(&group, 3).await.as_deref() == Some("Down");
+            down && group.shards(1).await.is_some_and(|s| {
+                s.shards
+                    .iter()
+                    .all(|s| s.node_id != 3 || s.clusters.is_empty())
+            })
+        },
+    )
+    .await;
+}

@@ -40,7 +40,16 @@ const CPU_BOUND_COMMANDS: usize = 64;
 pub struct StateMachineStore {
     shared: Arc<Shared>,
     snapshots: Arc<SnapshotStore>,
+    /// Fault injection for tests: stop applying for good after this many entries
+    /// ([`STALL_APPLY_ENV`]).
+    stall_after: Option<u64>,
+    applied_here: u64,
 }
+
+/// Testing only: `STARLING_TESTING_STALL_APPLY_AFTER=N` makes this replica's state machine stop
+/// applying after N entries, for ever, as a storage or scheduling fault would. The tests check
+/// that such a replica cannot go on syncing from its frozen state and is reported not ready.
+pub const STALL_APPLY_ENV: &str = "STARLING_TESTING_STALL_APPLY_AFTER";
 
 impl StateMachineStore {
     /// Opens the snapshot directory and restores the state from the current snapshot.
@@ -62,9 +71,20 @@ impl StateMachineStore {
             }
             None => Applied::default(),
         };
+        let stall_after = std::env::var(STALL_APPLY_ENV)
+            .ok()
+            .and_then(|value| value.parse::<u64>().ok());
+        if let Some(after) = stall_after {
+            tracing::warn!(
+                after,
+                "{STALL_APPLY_ENV} is set: this replica stops applying after {after} entries"
+            );
+        }
         Ok(StateMachineStore {
             shared: Shared::new(applied, event_capacity),
             snapshots: Arc::new(snapshots),
+            stall_after,
+            applied_here: 0,
         })
     }
 
@@ -99,6 +119,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        self.applied_here += entries.len() as u64;
+        if self
+            .stall_after
+            .is_some_and(|after| self.applied_here > after)
+        {
+            tracing::error!("{STALL_APPLY_ENV}: applying stops here");
+            std::future::pending::<()>().await;
+        }
         let commands: usize = entries
             .iter()
             .map(|entry| match &entry.payload {

@@ -2,7 +2,9 @@
 //! failure detector) and acknowledges it only while it holds its own lease, i.e. while a
 //! quorum recently confirmed its leadership; the sender's lease runs from when it *sent* the
 //! acknowledged heartbeat (design section 5). A node holding revoked tickets is acknowledged
-//! only once it reports having applied their revocation (the handover).
+//! only once it reports having applied their revocation (the handover), and a node only if it
+//! has applied what the leader had applied a lease ago. Only acknowledged heartbeats count for
+//! liveness.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,7 +42,6 @@ impl proto::node_server::Node for NodeService {
             )));
         }
         let now = Instant::now();
-        replica.heard(request.node_id);
         replica.record_report(
             request.node_id,
             Report {
@@ -69,6 +70,10 @@ impl proto::node_server::Node for NodeService {
                 request.node_id, request.state_revision
             ))));
         }
+        // Only an acknowledged heartbeat counts for liveness: a node that cannot hold a lease
+        // cannot sync its clusters, so after `down_after` it is marked Down and they move
+        // (its lease has lapsed by then, as for a silent node).
+        replica.heard(request.node_id);
         let metrics = replica.raft.metrics().borrow().clone();
         Ok(Response::new(proto::HeartbeatAck {
             sent_at_nanos: request.sent_at_nanos,

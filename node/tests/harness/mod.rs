@@ -30,6 +30,8 @@ pub struct Options {
     /// A log filter: the nodes then log JSON at this level to `Group::log_path(id)` instead
     /// of the test's standard error.
     pub log: Option<String>,
+    /// Environment variables for some nodes only (fault switches), by node id.
+    pub node_env: BTreeMap<u64, Vec<(String, String)>>,
 }
 
 impl Default for Options {
@@ -38,6 +40,7 @@ impl Default for Options {
             down_after: Duration::from_secs(3),
             extra_args: Vec::new(),
             log: None,
+            node_env: BTreeMap::new(),
         }
     }
 }
@@ -455,6 +458,9 @@ impl Group {
             )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        for (key, value) in self.options.node_env.get(&id).into_iter().flatten() {
+            command.env(key, value);
+        }
         if let Some(filter) = &self.options.log {
             let file = std::fs::OpenOptions::new()
                 .create(true)
@@ -648,4 +654,24 @@ pub fn config_versions(sim: &fleetsim::FleetSim) -> Vec<(String, String)> {
             (name, version)
         })
         .collect()
+}
+
+/// The HTTP status code of `GET path` on a node's HTTP address (0 when it does not answer).
+pub fn http_status(address: &str, path: &str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return 0;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
 }
