@@ -12,6 +12,7 @@
 //! a field of the wrong type (with its path), or a validation rule.
 
 mod kind;
+mod strict;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -399,8 +400,8 @@ fn looks_like_json(text: &str) -> bool {
 
 fn json_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
     let mut documents = Vec::new();
-    for value in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-        let value = value.map_err(|error| ManifestError::Syntax {
+    for value in serde_json::Deserializer::from_str(text).into_iter::<strict::StrictValue>() {
+        let strict::StrictValue(value) = value.map_err(|error| ManifestError::Syntax {
             document: documents.len() + 1,
             format: "json",
             message: error.to_string(),
@@ -413,11 +414,12 @@ fn json_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
 fn yaml_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
     let mut documents = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = Value::deserialize(document).map_err(|error| ManifestError::Syntax {
-            document: documents.len() + 1,
-            format: "yaml",
-            message: error.to_string(),
-        })?;
+        let strict::StrictValue(value) =
+            strict::StrictValue::deserialize(document).map_err(|error| ManifestError::Syntax {
+                document: documents.len() + 1,
+                format: "yaml",
+                message: error.to_string(),
+            })?;
         documents.push(value);
     }
     Ok(documents)

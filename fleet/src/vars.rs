@@ -26,6 +26,10 @@ use crate::selector::check_label_key;
 const BUILTIN_PREFIX: &str = "cluster.";
 const LABELS_PREFIX: &str = "cluster.labels.";
 
+/// Largest text a substitution may produce, in bytes (16 MiB, the largest manifest file a render
+/// reads): a short text that uses a large value many times must not exhaust memory.
+pub const MAX_SUBSTITUTED_BYTES: usize = 16 * 1024 * 1024;
+
 /// The target cluster, as the built-in variables see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterContext {
@@ -105,6 +109,10 @@ pub enum VarError {
         "the value of variable {variable:?} refers to {name:?}: values may only use cluster.name, cluster.namespace and cluster.labels.KEY"
     )]
     NotBuiltin { variable: String, name: String },
+    #[error(
+        "the text is too large after substitution: {size} bytes or more, over the limit of {limit} bytes"
+    )]
+    TooLarge { size: usize, limit: usize },
     #[error("in the value of variable {variable:?}: {source}")]
     InValue {
         variable: String,
@@ -282,14 +290,14 @@ pub fn substitute(
     vars: &BTreeMap<String, String>,
     cluster: &ClusterContext,
 ) -> Result<String, VarError> {
-    let mut output = String::with_capacity(text.len());
+    let mut output = String::with_capacity(text.len().min(MAX_SUBSTITUTED_BYTES));
     for segment in parse(text)? {
         match segment {
-            Segment::Literal(literal) => output.push_str(literal),
+            Segment::Literal(literal) => push_bounded(&mut output, literal)?,
             Segment::Reference { name, default, at } => {
                 if is_builtin(name) {
                     match cluster.builtin(name).or(default) {
-                        Some(value) => output.push_str(value),
+                        Some(value) => push_bounded(&mut output, value)?,
                         None => {
                             return Err(VarError::Undefined {
                                 name: name.to_owned(),
@@ -298,9 +306,9 @@ pub fn substitute(
                         }
                     }
                 } else if let Some(value) = vars.get(name) {
-                    output.push_str(&resolve_value(name, value, cluster)?);
+                    push_bounded(&mut output, &resolve_value(name, value, cluster)?)?;
                 } else if let Some(default) = default {
-                    output.push_str(default);
+                    push_bounded(&mut output, default)?;
                 } else {
                     return Err(VarError::Undefined {
                         name: name.to_owned(),
@@ -311,6 +319,19 @@ pub fn substitute(
         }
     }
     Ok(output)
+}
+
+/// Appends `piece`, refusing to grow `output` past [`MAX_SUBSTITUTED_BYTES`].
+fn push_bounded(output: &mut String, piece: &str) -> Result<(), VarError> {
+    let size = output.len() + piece.len();
+    if size > MAX_SUBSTITUTED_BYTES {
+        return Err(VarError::TooLarge {
+            size,
+            limit: MAX_SUBSTITUTED_BYTES,
+        });
+    }
+    output.push_str(piece);
+    Ok(())
 }
 
 /// The value of user variable `variable` with its built-ins replaced.
