@@ -66,6 +66,9 @@ pub struct ManifestFile {
 }
 
 const MAX_LINK_ROUNDS: usize = 40;
+/// Most manifest paths a tree may show once its symlinks are followed. Two links to their own
+/// directory double the paths at every round: without a bound, 40 rounds would make 2^40.
+pub const MAX_VISIBLE_MANIFESTS: usize = 100_000;
 
 /// The files and symlinks of a tree, before symlinks are resolved.
 #[derive(Default)]
@@ -155,6 +158,13 @@ impl Tree {
                     .collect();
                 for (path, content) in inside {
                     added |= visible.insert(path, content).is_none();
+                    if visible.len() > MAX_VISIBLE_MANIFESTS {
+                        return Err(RenderError::Limit {
+                            message: format!(
+                                "symlinks make more than {MAX_VISIBLE_MANIFESTS} manifest paths visible (symlink {link} to {target:?} may form a loop)"
+                            ),
+                        });
+                    }
                 }
             }
             if !added {

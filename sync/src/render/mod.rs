@@ -27,7 +27,8 @@ use serde_json::Value;
 use crate::object::{ObjectKey, describe};
 
 pub use files::{
-    ArtifactSource, ManifestFile, ReadLimits, is_manifest, normalize_path, read_manifests,
+    ArtifactSource, MAX_VISIBLE_MANIFESTS, ManifestFile, ReadLimits, is_manifest, normalize_path,
+    read_manifests,
 };
 pub use parse::SUBSTITUTE_ANNOTATION;
 
