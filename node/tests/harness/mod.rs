@@ -62,12 +62,29 @@ pub struct Group {
     peers: String,
 }
 
-/// A free loopback port (bound, then released; the race is acceptable in tests).
+/// First and past-the-last port handed out by [`free_port`]: below Linux's ephemeral range
+/// (32768–60999), which the kernel uses for outgoing connections and port-0 binds. A port taken
+/// from that range and released could be grabbed by any connection before the node binds it
+/// (seen in CI as "address already in use").
+const PORTS: (u16, u16) = (20_000, 32_000);
+
+/// A free loopback port for a server a test starts. Ports come from a per-process sequence
+/// below the ephemeral range (so nothing else in this process takes them meanwhile), each
+/// checked free by binding it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = u32::from(PORTS.1 - PORTS.0);
+    // Test binaries of one run start at different offsets.
+    let offset = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = PORTS.0 + ((offset + step) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {}..{}", PORTS.0, PORTS.1)
 }
 
 pub fn binary() -> &'static str {
