@@ -318,6 +318,37 @@ fn durations_of_years_or_beyond_u64_nanoseconds_are_refused() {
     assert_contains(&message, &["spec.timeout: negative duration \"-5s\""]);
 }
 
+#[test]
+fn a_git_url_naming_the_ext_remote_helper_is_refused() {
+    let message = rejection_of(edit(
+        SOURCE,
+        "url: https://git.example.com/org/app.git",
+        "url: \"ext::sh%20-c%20id\"",
+    ));
+    assert_contains(
+        &message,
+        &["spec.git.url: \"ext::sh%20-c%20id\" is not a supported git url: git remote helpers"],
+    );
+}
+
+#[test]
+fn a_git_url_whose_host_is_an_ssh_option_is_refused() {
+    for url in [
+        "ssh://-oProxyCommand=id/app.git",
+        "git@-oProxyCommand=id:app.git",
+    ] {
+        let message = rejection_of(edit(
+            SOURCE,
+            "url: https://git.example.com/org/app.git",
+            &format!("url: \"{url}\""),
+        ));
+        assert_contains(
+            &message,
+            &["spec.git.url", "the host must not start with '-'"],
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Selectors typed by a user (`-l`) and in SyncGroups
 // ---------------------------------------------------------------------------------------------

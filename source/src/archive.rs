@@ -90,6 +90,12 @@ pub(crate) fn list_tree(
         .map(|p| p.trim_matches('/'))
         .filter(|p| !p.is_empty())
     {
+        if path.split('/').any(|part| part == "..") {
+            return Err(SourceError::UnsafePath {
+                path: path.to_owned(),
+                reason: "the directory to package must not contain '..'".into(),
+            });
+        }
         let not_found = || SourceError::NotFound {
             url: "the local mirror".into(),
             what: format!("directory {path:?} at commit {commit}"),

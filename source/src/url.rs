@@ -144,6 +144,7 @@ impl RepoUrl {
                 "the repository url has no host".into(),
             ));
         }
+        check_host_is_not_an_option(host)?;
         Ok(RepoUrl {
             original: original.to_string(),
             scheme,
@@ -167,6 +168,12 @@ impl RepoUrl {
         if user_host.contains('/') || path.is_empty() {
             return Err(invalid());
         }
+        if path.starts_with(':') {
+            // `helper::address` names a git remote helper (`ext::` runs a command), not a host.
+            return Err(SourceError::InvalidPolicy(format!(
+                "{text:?} names a git remote helper ({user_host}::), which is not supported"
+            )));
+        }
         let (username, host) = match user_host.split_once('@') {
             Some((user, host)) => (Some(user.to_string()), host),
             None => (None, user_host),
@@ -174,6 +181,7 @@ impl RepoUrl {
         if host.is_empty() {
             return Err(invalid());
         }
+        check_host_is_not_an_option(host)?;
         let path = if path.starts_with('/') {
             path.to_string()
         } else {
@@ -272,6 +280,17 @@ impl RepoUrl {
     pub fn is_scp_like(&self) -> bool {
         self.scp_like
     }
+}
+
+/// A host starting with `-` would read as an option to `ssh` where a command line is built
+/// from the url (CVE-2017-1000117): refused everywhere.
+fn check_host_is_not_an_option(host: &str) -> Result<()> {
+    if host.starts_with('-') {
+        return Err(SourceError::InvalidPolicy(format!(
+            "the repository url's host {host:?} must not start with '-'"
+        )));
+    }
+    Ok(())
 }
 
 fn split_host_port(host_port: &str) -> Option<(&str, Option<u16>)> {

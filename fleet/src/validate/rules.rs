@@ -123,6 +123,9 @@ pub fn check_git_url(field: &str, url: &str) -> Result<(), ValidationError> {
         if scheme != "file" && host.rsplit('@').next().unwrap_or_default().is_empty() {
             return Err(error("missing host"));
         }
+        if host.rsplit('@').next().unwrap_or_default().starts_with('-') {
+            return Err(error(HOST_AS_OPTION));
+        }
         if rest.trim_start_matches(host).trim_matches('/').is_empty() && scheme != "file" {
             return Err(error("missing repository path"));
         }
@@ -149,8 +152,21 @@ pub fn check_git_url(field: &str, url: &str) -> Result<(), ValidationError> {
     if path.is_empty() {
         return Err(error("missing repository path after ':'"));
     }
+    if path.starts_with(':') {
+        // `helper::address` names a git remote helper (`ext::` runs a command), not a host.
+        return Err(error(
+            "git remote helpers (name::address) are not supported",
+        ));
+    }
+    if host.starts_with('-') {
+        return Err(error(HOST_AS_OPTION));
+    }
     Ok(())
 }
+
+/// A host read as an option by `ssh` where a command line is built from the url
+/// (CVE-2017-1000117).
+const HOST_AS_OPTION: &str = "the host must not start with '-'";
 
 /// A git ref: exactly one of branch, tag, semver or commit, each well-formed.
 pub fn check_git_ref(field: &str, reference: &GitRef) -> Result<(), ValidationError> {
