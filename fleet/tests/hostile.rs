@@ -183,6 +183,19 @@ fn duplicate_keys_in_json_are_refused_not_silently_dropped() {
     );
 }
 
+#[test]
+fn a_nan_is_refused_not_read_as_null() {
+    // JSON has no NaN: read as null, it would silently unset the field.
+    let message = rejection_of(edit(SYNC_GROUP, "maxFailures: 2", "maxFailures: .nan"));
+    assert_contains(
+        &message,
+        &[
+            "document 1: invalid yaml",
+            "NaN is not a number JSON can hold",
+        ],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bytes
 // ---------------------------------------------------------------------------------------------
