@@ -24,6 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 pub use kind::{Kind, ObjectKey};
+pub use strict::StrictValue;
 
 use crate::resources::{Cluster, Source, Sync, SyncGroup, SyncTemplate};
 use crate::validate::{ValidationError, validate};
@@ -400,8 +401,8 @@ fn looks_like_json(text: &str) -> bool {
 
 fn json_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
     let mut documents = Vec::new();
-    for value in serde_json::Deserializer::from_str(text).into_iter::<strict::StrictValue>() {
-        let strict::StrictValue(value) = value.map_err(|error| ManifestError::Syntax {
+    for value in serde_json::Deserializer::from_str(text).into_iter::<StrictValue>() {
+        let StrictValue(value) = value.map_err(|error| ManifestError::Syntax {
             document: documents.len() + 1,
             format: "json",
             message: error.to_string(),
@@ -414,8 +415,8 @@ fn json_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
 fn yaml_documents(text: &str) -> Result<Vec<Value>, ManifestError> {
     let mut documents = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let strict::StrictValue(value) =
-            strict::StrictValue::deserialize(document).map_err(|error| ManifestError::Syntax {
+        let StrictValue(value) =
+            StrictValue::deserialize(document).map_err(|error| ManifestError::Syntax {
                 document: documents.len() + 1,
                 format: "yaml",
                 message: error.to_string(),

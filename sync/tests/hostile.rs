@@ -281,6 +281,35 @@ fn a_manifest_document_that_is_a_scalar_is_refused() {
     );
 }
 
+#[test]
+fn a_manifest_with_a_duplicate_key_is_refused_not_silently_merged() {
+    // `replicas` twice: the first value would be dropped without a word.
+    let text = b"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n  replicas: 300\n";
+    let bytes = archive(&[Entry::File("app/web.yaml", text)]);
+    let message = render_error(bytes, options());
+    assert_contains(
+        &message,
+        &[
+            "app/web.yaml, document 1: invalid yaml",
+            "duplicate key \"replicas\"",
+        ],
+    );
+}
+
+#[test]
+fn a_json_manifest_with_a_duplicate_key_is_refused() {
+    let text = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","name":"b"}}"#;
+    let bytes = archive(&[Entry::File("app/cm.json", text)]);
+    let message = render_error(bytes, options());
+    assert_contains(
+        &message,
+        &[
+            "app/cm.json, document 1: invalid json",
+            "duplicate key \"name\"",
+        ],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kubeconfigs from Secrets
 // ---------------------------------------------------------------------------------------------

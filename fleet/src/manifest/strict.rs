@@ -7,8 +7,9 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-/// A [`Value`] whose objects had no duplicate keys.
-pub(super) struct StrictValue(pub Value);
+/// A [`Value`] whose objects had no duplicate keys (and no NaN or infinite number, which JSON
+/// cannot hold). Deserialize it in place of a `Value` from any format.
+pub struct StrictValue(pub Value);
 
 impl<'de> Deserialize<'de> for StrictValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<StrictValue, D::Error> {

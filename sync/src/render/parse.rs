@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use fleet::manifest::StrictValue;
 use fleet::vars::{ClusterContext, Position, VarError, substitute};
 use serde_json::Value;
 
@@ -157,9 +158,9 @@ pub(super) fn render_file(
                 at: origin(1, None),
                 error,
             })?;
-        let stream = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+        let stream = serde_json::Deserializer::from_str(&text).into_iter::<StrictValue>();
         for (index, value) in stream.enumerate() {
-            let value = value.map_err(|error| RenderError::Syntax {
+            let StrictValue(value) = value.map_err(|error| RenderError::Syntax {
                 at: origin(index + 1, None),
                 format: "json",
                 message: error.to_string(),
@@ -179,11 +180,12 @@ pub(super) fn render_file(
                 error: shifted(error, lines_before),
             })?
         };
-        let value: Value = serde_yaml_ng::from_str(&text).map_err(|error| RenderError::Syntax {
-            at: origin(document, None),
-            format: "yaml",
-            message: yaml_message(&error, lines_before),
-        })?;
+        let StrictValue(value) =
+            serde_yaml_ng::from_str(&text).map_err(|error| RenderError::Syntax {
+                at: origin(document, None),
+                format: "yaml",
+                message: yaml_message(&error, lines_before),
+            })?;
         collect(value, document, &origin, &mut objects)?;
     }
     Ok(objects)
