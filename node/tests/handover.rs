@@ -10,30 +10,16 @@
 
 mod harness;
 
-#[path = "../src/dev/repo.rs"]
-#[allow(dead_code)]
-mod repo;
 #[path = "../src/dev/report.rs"]
 #[allow(dead_code)]
 mod report;
 
 use std::time::{Duration, Instant};
 
-use fleetsim::{AuditFilter, FleetSim};
-use harness::{
-    GitDaemon, Group, Options, config_versions, free_port, start_demo_group, wait_until,
-};
+use fleetsim::AuditFilter;
+use harness::{Group, Options, config_versions, demo_fixture, start_demo_group, wait_until};
 
 const CLUSTERS: usize = 120;
-
-async fn demo_rollout(group: &Group) -> Option<proto::Rollout> {
-    group
-        .status()
-        .await?
-        .rollouts
-        .into_iter()
-        .find(|r| r.name == "demo")
-}
 
 /// The member states as some running node sees them.
 async fn member_state(group: &Group, id: u64) -> Option<String> {
@@ -59,7 +45,7 @@ async fn wait_member_state(group: &Group, id: u64, state: &str) {
 async fn wait_rollout_progress(group: &Group, previous: &str, count: u32) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if let Some(rollout) = demo_rollout(group).await
+        if let Some(rollout) = group.rollout("demo").await
             && rollout.target_revision != previous
             && !rollout.target_revision.is_empty()
             && rollout.summary.is_some_and(|s| s.updated >= count)
@@ -86,21 +72,16 @@ async fn kill_until_down_and_return(group: &mut Group, id: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusters_moving_between_live_replicas_never_have_two_writers() {
-    let sim = FleetSim::start(fleetsim::Config {
+    let fixture = demo_fixture(fleetsim::Config {
         clusters: CLUSTERS,
         // Syncs that take a while, so that moves land in the middle of them.
         ready_delay: Duration::from_millis(400),
         latency: Duration::from_millis(100),
         ..Default::default()
     })
-    .await
-    .expect("fleetsim starts");
-    let work = tempfile::tempdir().expect("temp dir");
-    let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
-    let port = free_port();
-    let _daemon = GitDaemon::start(work.path(), port);
-    let url = format!("git://127.0.0.1:{port}/demo");
-    let mut group = start_demo_group(&sim, &url).await;
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
+    let mut group = start_demo_group(sim, &url).await;
 
     let first = wait_rollout_progress(&group, "", CLUSTERS as u32).await;
 
@@ -176,7 +157,7 @@ async fn clusters_moving_between_live_replicas_never_have_two_writers() {
     // Everything converges to v3, and Complete means every target holds it.
     let deadline = Instant::now() + Duration::from_secs(180);
     let target = loop {
-        if let Some(rollout) = demo_rollout(&group).await
+        if let Some(rollout) = group.rollout("demo").await
             && rollout.target_revision != second
             && rollout.target_revision != first
             && rollout.phase == "Complete"
@@ -189,11 +170,11 @@ async fn clusters_moving_between_live_replicas_never_have_two_writers() {
         assert!(
             Instant::now() < deadline,
             "the fleet did not converge after the moves: {:?}",
-            demo_rollout(&group).await
+            group.rollout("demo").await
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let stale: Vec<_> = config_versions(&sim)
+    let stale: Vec<_> = config_versions(sim)
         .into_iter()
         .filter(|(_, version)| version != "v3")
         .collect();
@@ -279,19 +260,14 @@ async fn restarted_followers_catch_up_with_the_log_under_write_load() {
 /// entered across an `.await`). Every line logged inside a sync must name that sync only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_of_concurrent_syncs_names_one_sync_per_line() {
-    let sim = FleetSim::start(fleetsim::Config {
+    let fixture = demo_fixture(fleetsim::Config {
         clusters: 30,
         ready_delay: Duration::from_millis(100),
         latency: Duration::from_millis(20),
         ..Default::default()
     })
-    .await
-    .expect("fleetsim starts");
-    let work = tempfile::tempdir().expect("temp dir");
-    let _demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
-    let port = free_port();
-    let _daemon = GitDaemon::start(work.path(), port);
-    let url = format!("git://127.0.0.1:{port}/demo");
+    .await;
+    let (sim, url) = (&fixture.sim, fixture.url.clone());
     let group = Group::start(
         3,
         Options {
@@ -303,7 +279,7 @@ async fn the_log_of_concurrent_syncs_names_one_sync_per_line() {
     group
         .apply(
             1,
-            &harness::demo_manifests(&sim, &url, "", "    maxUnavailable: \"50%\"\n"),
+            &harness::demo_manifests(sim, &url, "", "    maxUnavailable: \"50%\"\n"),
         )
         .await
         .expect("specs applied");

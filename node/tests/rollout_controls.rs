@@ -6,25 +6,12 @@
 
 mod harness;
 
-#[path = "../src/dev/repo.rs"]
-#[allow(dead_code)]
-mod repo;
-
 use std::time::{Duration, Instant};
 
 use fleetsim::{Fault, FleetSim};
-use harness::{GitDaemon, Group, Options, demo_manifests, free_port, wait_until};
+use harness::{Group, Options, demo_fixture, demo_manifests, wait_until};
 
 const CLUSTERS: usize = 30;
-
-async fn rollout(group: &Group) -> Option<proto::Rollout> {
-    group
-        .status()
-        .await?
-        .rollouts
-        .into_iter()
-        .find(|r| r.name == "demo")
-}
 
 fn summary(status: &Option<proto::Rollout>) -> proto::RolloutSummary {
     status.as_ref().and_then(|s| s.summary).unwrap_or_default()
@@ -33,7 +20,7 @@ fn summary(status: &Option<proto::Rollout>) -> proto::RolloutSummary {
 async fn wait_complete(group: &Group, not: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(150);
     loop {
-        let status = rollout(group).await;
+        let status = group.rollout("demo").await;
         if let Some(current) = &status
             && current.phase == "Complete"
             && current.target_revision != not
@@ -71,24 +58,20 @@ async fn pause(group: &Group, resume: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_prune_drift_halt_and_restart() {
-    let sim = FleetSim::start(fleetsim::Config {
+    let fixture = demo_fixture(fleetsim::Config {
         clusters: CLUSTERS,
         ready_delay: Duration::from_millis(50),
         ..Default::default()
     })
-    .await
-    .expect("fleetsim starts");
-    let work = tempfile::tempdir().expect("temp dir");
-    let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
-    let port = free_port();
-    let _daemon = GitDaemon::start(work.path(), port);
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
     let mut group = Group::start(3, Options::default()).await;
     group
         .apply(
             1,
             &demo_manifests(
-                &sim,
-                &format!("git://127.0.0.1:{port}/demo"),
+                sim,
+                &url,
                 "    interval: 3s\n    timeout: 20s\n",
                 "    maxUnavailable: 5\n    maxFailures: 2\n",
             ),
@@ -104,7 +87,8 @@ async fn pause_prune_drift_halt_and_restart() {
         Duration::from_secs(30),
         "v2 resolved while paused",
         || async {
-            rollout(&group)
+            group
+                .rollout("demo")
                 .await
                 .is_some_and(|s| s.target_revision != v1 && s.phase == "Paused")
         },
@@ -112,10 +96,10 @@ async fn pause_prune_drift_halt_and_restart() {
     .await;
     let paused_at = Instant::now();
     while paused_at.elapsed() < Duration::from_secs(2) {
-        let status = rollout(&group).await;
+        let status = group.rollout("demo").await;
         assert_eq!(summary(&status).in_progress, 0, "no admission while paused");
         assert!(
-            versions(&sim).iter().all(|v| v == "v1"),
+            versions(sim).iter().all(|v| v == "v1"),
             "nothing applied while paused"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -123,7 +107,7 @@ async fn pause_prune_drift_halt_and_restart() {
     // Resume continues it.
     pause(&group, true).await;
     let v2 = wait_complete(&group, &v1).await;
-    assert!(versions(&sim).iter().all(|v| v == "v2"));
+    assert!(versions(sim).iter().all(|v| v == "v2"));
 
     // A file removed in git is pruned on every cluster.
     demo.commit_except(
@@ -155,7 +139,7 @@ async fn pause_prune_drift_halt_and_restart() {
     drifted["data"]["version"] = serde_json::json!("tampered");
     sim.set_object(&target, drifted).expect("drift");
     wait_until(Duration::from_secs(20), "drift corrected", || async {
-        versions(&sim)[0] == "v3"
+        versions(sim)[0] == "v3"
     })
     .await;
     // The Sync's status says what drifted and who changed it.
@@ -201,7 +185,7 @@ async fn pause_prune_drift_halt_and_restart() {
     }
     demo.commit("v4", "nginx:1.29", "v4").expect("commit");
     wait_until(Duration::from_secs(60), "rollout halted", || async {
-        let status = rollout(&group).await;
+        let status = group.rollout("demo").await;
         status
             .as_ref()
             .is_some_and(|s| s.phase == "Halted" && s.target_revision != v3)
@@ -213,12 +197,12 @@ async fn pause_prune_drift_halt_and_restart() {
     }
     pause(&group, true).await;
     let v4 = wait_complete(&group, &v3).await;
-    assert!(versions(&sim).iter().all(|v| v == "v4"));
+    assert!(versions(sim).iter().all(|v| v == "v4"));
 
     // Restarting every node mid-rollout: the rollout continues from where it was.
     demo.commit("v5", "nginx:1.30", "v5").expect("commit");
     wait_until(Duration::from_secs(60), "v5 under way", || async {
-        let status = rollout(&group).await;
+        let status = group.rollout("demo").await;
         status.as_ref().is_some_and(|s| s.target_revision != v4) && summary(&status).updated >= 5
     })
     .await;
@@ -230,5 +214,5 @@ async fn pause_prune_drift_halt_and_restart() {
     }
     group.wait_for_members(3).await;
     wait_complete(&group, &v4).await;
-    assert!(versions(&sim).iter().all(|v| v == "v5"));
+    assert!(versions(sim).iter().all(|v| v == "v5"));
 }

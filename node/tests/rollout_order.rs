@@ -11,33 +11,20 @@
 
 mod harness;
 
-#[path = "../src/dev/repo.rs"]
-#[allow(dead_code)]
-mod repo;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fleetsim::{AuditFilter, AuditLevel, AuditRecord, FleetSim, Origin};
-use harness::{GitDaemon, Group, Options, demo_manifests, free_port, start_demo_group, wait_until};
+use harness::{Group, Options, demo_fixture, demo_manifests, start_demo_group, wait_until};
 use serde_json::Value;
-
-async fn group_status(group: &Group, name: &str) -> Option<proto::Rollout> {
-    group
-        .status()
-        .await?
-        .rollouts
-        .into_iter()
-        .find(|r| r.name == name)
-}
 
 /// Waits until SyncGroup `name` targets a revision other than `previous` and has updated all
 /// `clusters`; returns that revision.
 async fn wait_complete(group: &Group, name: &str, previous: &str, clusters: usize) -> String {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let status = group_status(group, name).await;
+        let status = group.rollout(name).await;
         if let Some(current) = &status
             && current.target_revision != previous
             && current.phase == "Complete"
@@ -118,20 +105,15 @@ const CLUSTERS: usize = 300;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_superseded_revision_is_never_applied_to_clusters_that_had_not_started_it() {
-    let sim = FleetSim::start(fleetsim::Config {
+    let fixture = demo_fixture(fleetsim::Config {
         clusters: CLUSTERS,
         ready_delay: Duration::from_millis(400),
         audit_level: AuditLevel::Request,
         ..Default::default()
     })
-    .await
-    .expect("fleetsim starts");
-    let work = tempfile::tempdir().expect("temp dir");
-    let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
-    let port = free_port();
-    let _daemon = GitDaemon::start(work.path(), port);
-    let url = format!("git://127.0.0.1:{port}/demo");
-    let group = start_demo_group(&sim, &url).await;
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
+    let group = start_demo_group(sim, &url).await;
     let v1 = wait_complete(&group, "demo", "", CLUSTERS).await;
 
     let watch = Watch::start(&group.nodes[&1].grpc).await;
@@ -140,7 +122,7 @@ async fn a_superseded_revision_is_never_applied_to_clusters_that_had_not_started
     // v3 lands while v2 is mid-rollout: some clusters have it, most have not started.
     let deadline = Instant::now() + Duration::from_secs(60);
     let v2 = loop {
-        match group_status(&group, "demo").await {
+        match group.rollout("demo").await {
             Some(s) if s.target_revision != v1 && s.summary.is_some_and(|m| m.updated >= 30) => {
                 break s.target_revision;
             }
@@ -203,7 +185,7 @@ async fn a_superseded_revision_is_never_applied_to_clusters_that_had_not_started
 
     // Applied, per fleetsim: the config map versions each cluster was sent.
     let mut sent: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for record in writes_since(&sim, since) {
+    for record in writes_since(sim, since) {
         if record.origin == Origin::Api
             && record.name.as_deref() == Some("demo-config")
             && let Some(version) = record
@@ -311,20 +293,15 @@ fn check_order(sim: &FleetSim, since: u64) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn depends_on_orders_two_sync_groups_on_every_cluster() {
-    let sim = FleetSim::start(fleetsim::Config {
+    let fixture = demo_fixture(fleetsim::Config {
         clusters: CLUSTERS,
         ready_delay: Duration::from_millis(300),
         ..Default::default()
     })
-    .await
-    .expect("fleetsim starts");
-    let work = tempfile::tempdir().expect("temp dir");
-    let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
     demo.commit_files(&infra_files("v1"), "infra v1")
         .expect("infra committed");
-    let port = free_port();
-    let _daemon = GitDaemon::start(work.path(), port);
-    let url = format!("git://127.0.0.1:{port}/demo");
     let group = Group::start(
         3,
         Options {
@@ -335,7 +312,7 @@ async fn depends_on_orders_two_sync_groups_on_every_cluster() {
     .await;
     let infra = "---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: infra}\nspec:\n  sourceRef: {name: demo}\n  clusterSelector: {}\n  template:\n    path: infra\n  rollout:\n    maxUnavailable: \"20%\"\n";
     let manifests = demo_manifests(
-        &sim,
+        sim,
         &url,
         "    dependsOn:\n      - name: infra\n",
         "    maxUnavailable: \"20%\"\n",
@@ -345,7 +322,7 @@ async fn depends_on_orders_two_sync_groups_on_every_cluster() {
     // The first rollout: app after infra, cluster by cluster.
     let first = wait_complete(&group, "demo", "", CLUSTERS).await;
     wait_complete(&group, "infra", "", CLUSTERS).await;
-    assert_eq!(check_order(&sim, 0), CLUSTERS);
+    assert_eq!(check_order(sim, 0), CLUSTERS);
 
     // A new commit of the shared source changes both: infra goes first again everywhere,
     // although it is already ready at the old revision.
@@ -359,5 +336,5 @@ async fn depends_on_orders_two_sync_groups_on_every_cluster() {
         .expect("v2 committed");
     wait_complete(&group, "demo", &first, CLUSTERS).await;
     wait_complete(&group, "infra", &first, CLUSTERS).await;
-    assert_eq!(check_order(&sim, since), CLUSTERS);
+    assert_eq!(check_order(sim, since), CLUSTERS);
 }

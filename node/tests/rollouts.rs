@@ -7,32 +7,19 @@
 
 mod harness;
 
-#[path = "../src/dev/repo.rs"]
-#[allow(dead_code)]
-mod repo;
 #[path = "../src/dev/report.rs"]
 #[allow(dead_code)]
 mod report;
 
 use std::time::{Duration, Instant};
 
-use fleetsim::{AuditFilter, FleetSim};
+use fleetsim::AuditFilter;
 use harness::{
-    GitDaemon, Group, Options, config_versions, demo_manifests, free_port, start_demo_group,
-    wait_until,
+    Group, Options, config_versions, demo_fixture, demo_manifests, start_demo_group, wait_until,
 };
 
 const CLUSTERS: usize = 300;
 const BUDGET: u32 = 30;
-
-async fn group_status(group: &Group) -> Option<proto::Rollout> {
-    group
-        .status()
-        .await?
-        .rollouts
-        .into_iter()
-        .find(|r| r.name == "demo")
-}
 
 /// Waits for a rollout to a revision other than `previous` to complete, sampling the ledger's
 /// unavailable count; returns the revision and the most unavailable seen.
@@ -40,7 +27,7 @@ async fn rollout(group: &Group, previous: &str) -> (String, u32) {
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut most = 0;
     loop {
-        let status = group_status(group).await;
+        let status = group.rollout("demo").await;
         if let Some(current) = &status
             && let Some(summary) = &current.summary
             && current.target_revision != previous
@@ -60,26 +47,21 @@ async fn rollout(group: &Group, previous: &str) -> (String, u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
-    let sim = FleetSim::start(fleetsim::Config {
+    let fixture = demo_fixture(fleetsim::Config {
         clusters: CLUSTERS,
         ready_delay: Duration::from_millis(100),
         ..Default::default()
     })
-    .await
-    .expect("fleetsim starts");
-    let work = tempfile::tempdir().expect("temp dir");
-    let demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
-    let port = free_port();
-    let _daemon = GitDaemon::start(work.path(), port);
-    let url = format!("git://127.0.0.1:{port}/demo");
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
 
-    let mut group = start_demo_group(&sim, &url).await;
+    let mut group = start_demo_group(sim, &url).await;
 
     // 1. The first sync converges everywhere, with correct statuses.
     let (first, most) = rollout(&group, "").await;
     assert!(most <= BUDGET, "first rollout had {most} unavailable");
     assert!(
-        config_versions(&sim).iter().all(|(_, v)| v == "v1"),
+        config_versions(sim).iter().all(|(_, v)| v == "v1"),
         "every cluster holds v1"
     );
     let mut fleet = group.fleet(1).await;
@@ -118,7 +100,7 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
         "second rollout wrote {written} clusters at once (audit log)"
     );
     assert!(
-        config_versions(&sim).iter().all(|(_, v)| v == "v2"),
+        config_versions(sim).iter().all(|(_, v)| v == "v2"),
         "every cluster holds v2"
     );
 
@@ -138,7 +120,7 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
         let deadline = Instant::now() + Duration::from_secs(180);
         let mut most = 0;
         loop {
-            if let Some(status) = group_status(group_ref).await
+            if let Some(status) = group_ref.rollout("demo").await
                 && let Some(summary) = status.summary
                 && status.target_revision != second
             {
@@ -161,7 +143,7 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
     assert!(killed);
     assert!(most <= BUDGET, "third rollout had {most} unavailable");
     assert!(
-        config_versions(&sim).iter().all(|(_, v)| v == "v3"),
+        config_versions(sim).iter().all(|(_, v)| v == "v3"),
         "every cluster holds v3"
     );
     let records = sim.audit(&AuditFilter::default());
@@ -181,7 +163,8 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
         else {
             return false;
         };
-        let target = group_status(&group)
+        let target = group
+            .rollout("demo")
             .await
             .map(|s| s.target_revision)
             .unwrap_or_default();
@@ -204,34 +187,30 @@ fn unix_micros() -> u64 {
 /// stopped, has no mirror and no artifact, and still re-syncs the clusters it took over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_without_the_git_host_gets_artifacts_from_peers() {
-    let sim = FleetSim::start(fleetsim::Config {
+    let mut fixture = demo_fixture(fleetsim::Config {
         clusters: 30,
         ready_delay: Duration::from_millis(50),
         ..Default::default()
     })
-    .await
-    .expect("fleetsim starts");
-    let work = tempfile::tempdir().expect("temp dir");
-    let _demo = repo::DemoRepo::create(&work.path().join("demo")).expect("demo repository");
-    let port = free_port();
-    let daemon = GitDaemon::start(work.path(), port);
-    let url = format!("git://127.0.0.1:{port}/demo");
+    .await;
+    let (sim, url) = (&fixture.sim, fixture.url.clone());
     let mut group = Group::start(3, Options::default()).await;
     group
         .apply(
             1,
-            &demo_manifests(&sim, &url, "", "    maxUnavailable: \"10%\"\n"),
+            &demo_manifests(sim, &url, "", "    maxUnavailable: \"10%\"\n"),
         )
         .await
         .expect("specs applied");
     wait_until(Duration::from_secs(120), "first rollout", || async {
-        group_status(&group)
+        group
+            .rollout("demo")
             .await
             .is_some_and(|s| s.phase == "Complete" && s.summary.is_some_and(|m| m.updated == 30))
     })
     .await;
 
-    drop(daemon);
+    drop(fixture.daemon.take());
     group.add_node(4).await;
     group.wait_for_members(4).await;
     wait_until(
@@ -249,7 +228,7 @@ async fn a_node_without_the_git_host_gets_artifacts_from_peers() {
     .await;
     // A template change needs a re-apply at the same revision everywhere, node 4's clusters
     // included: node 4 has no mirror and the git host is down, so it must ask its peers.
-    let changed = demo_manifests(&sim, &url, "", "    maxUnavailable: \"10%\"\n").replacen(
+    let changed = demo_manifests(sim, &url, "", "    maxUnavailable: \"10%\"\n").replacen(
         "      REGION: \"${cluster.labels.region}\"\n",
         "      REGION: \"${cluster.labels.region}\"\n      GREETING: bonjour\n",
         1,

@@ -16,6 +16,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+#[path = "../../src/dev/repo.rs"]
+mod repo;
+
+pub use repo::DemoRepo;
+
 use proto::admin_client::AdminClient;
 use proto::fleet_client::FleetClient;
 use tonic::transport::Channel;
@@ -95,20 +100,7 @@ impl Group {
     /// Starts `count` nodes with ids 1..=count and waits until they form a group with a
     /// leader and every member Live.
     pub async fn start(count: u64, options: Options) -> Group {
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut nodes = BTreeMap::new();
-        for id in 1..=count {
-            nodes.insert(id, node_process(id, &dir));
-        }
-        let peers = peers_flag(&nodes);
-        let mut group = Group {
-            _serial: serial,
-            dir,
-            nodes,
-            options,
-            peers,
-        };
+        let mut group = Group::prepare(count, options);
         for id in 1..=count {
             group.spawn(id);
         }
@@ -176,6 +168,15 @@ impl Group {
             }
         }
         None
+    }
+
+    /// The rollout of SyncGroup `name` (namespace `default`), from the first node that answers.
+    pub async fn rollout(&self, name: &str) -> Option<proto::Rollout> {
+        self.status()
+            .await?
+            .rollouts
+            .into_iter()
+            .find(|r| r.name == name)
     }
 
     pub async fn status_of(&self, id: u64) -> Option<proto::StatusResponse> {
@@ -431,14 +432,7 @@ impl Group {
             children.push((id, child, stdout));
         }
         for (id, child, stdout) in children {
-            let mut line = String::new();
-            BufReader::new(stdout)
-                .read_line(&mut line)
-                .expect("node prints its listening line");
-            assert!(
-                line.contains("\"listening\""),
-                "unexpected first line from node {id}: {line}"
-            );
+            wait_listening(id, stdout);
             self.nodes.get_mut(&id).expect("known node").child = Some(child);
         }
     }
@@ -495,15 +489,7 @@ impl Group {
     /// Starts node `id` with [`Group::node_command`] and waits for its listening line.
     fn spawn_node(&mut self, id: u64) {
         let mut child = self.node_command(id).spawn().expect("starling node starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("node prints its listening line");
-        assert!(
-            line.contains("\"listening\""),
-            "unexpected first line from node {id}: {line}"
-        );
+        wait_listening(id, child.stdout.take().expect("piped stdout"));
         self.nodes.get_mut(&id).expect("known node").child = Some(child);
     }
 
@@ -691,4 +677,45 @@ pub fn http_status(address: &str, path: &str) -> u16 {
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or(0)
+}
+
+/// Waits for a node's first line on standard output, which says it listens.
+fn wait_listening(id: u64, stdout: std::process::ChildStdout) {
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("node prints its listening line");
+    assert!(
+        line.contains("\"listening\""),
+        "unexpected first line from node {id}: {line} (it exited: see its standard error)"
+    );
+}
+
+/// fleetsim, the demo repository and a `git daemon` serving it on loopback: the set-up of the
+/// rollout tests. Everything stops when it is dropped.
+pub struct DemoFixture {
+    pub sim: fleetsim::FleetSim,
+    pub repo: DemoRepo,
+    /// `git://127.0.0.1:PORT/demo`.
+    pub url: String,
+    /// The git host; `None` once stopped.
+    pub daemon: Option<GitDaemon>,
+    _work: tempfile::TempDir,
+}
+
+pub async fn demo_fixture(config: fleetsim::Config) -> DemoFixture {
+    let sim = fleetsim::FleetSim::start(config)
+        .await
+        .expect("fleetsim starts");
+    let work = tempfile::tempdir().expect("temp dir");
+    let repo = DemoRepo::create(&work.path().join("demo")).expect("demo repository");
+    let port = free_port();
+    let daemon = GitDaemon::start(work.path(), port);
+    DemoFixture {
+        sim,
+        repo,
+        url: format!("git://127.0.0.1:{port}/demo"),
+        daemon: Some(daemon),
+        _work: work,
+    }
 }
