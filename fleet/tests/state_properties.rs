@@ -160,6 +160,7 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 node,
                 generation,
                 revision,
+                spec_generation: None,
             }
         }
         Step::Finish(index, ok, health) => {

@@ -102,6 +102,10 @@ pub struct Ticket {
     pub revision: String,
     pub seq: u64,
     pub kind: SyncKind,
+    /// The Sync's spec generation the holder renders; its result is recorded at that
+    /// generation, so a spec edited meanwhile is synced again. 0: not known (older entries).
+    #[serde(default)]
+    pub spec_generation: i64,
 }
 
 /// A ticket taken back while its holder may still be applying: its cluster moved to another
@@ -222,12 +226,15 @@ pub enum Command {
         message: String,
         at: String,
     },
-    /// A node asks to apply a Sync at a revision.
+    /// A node asks to apply a Sync at a revision, rendering the Sync's spec at
+    /// `spec_generation` (its `metadata.generation`; refused when the spec has changed since).
     BeginSync {
         sync: Key,
         node: NodeId,
         generation: u64,
         revision: String,
+        #[serde(default)]
+        spec_generation: Option<i64>,
     },
     /// The result of a granted sync.
     FinishSync {
@@ -430,7 +437,8 @@ impl FleetState {
                 node,
                 generation,
                 revision,
-            } => self.begin_sync(&sync, node, generation, &revision),
+                spec_generation,
+            } => self.begin_sync(&sync, node, generation, &revision, spec_generation),
             Command::FinishSync {
                 ticket,
                 outcome,

@@ -19,11 +19,19 @@ impl FleetState {
         node: NodeId,
         generation: u64,
         revision: &str,
+        spec_generation: Option<i64>,
     ) -> Outcome {
         let denied = |reason| Outcome::Denied { reason };
         let Some(entry) = self.syncs.get(sync) else {
             return denied(DenyReason::UnknownSync);
         };
+        let current_spec = entry.object.metadata.generation.unwrap_or(1);
+        if spec_generation.is_some_and(|g| g != current_spec) {
+            // The holder read an older spec than the one committed: it must read again.
+            return denied(DenyReason::Superseded {
+                target: self.target_of(sync).map(|t| t.revision),
+            });
+        }
         let cluster_key = cluster_key_of(&entry.object);
         let Some(cluster) = self.clusters.get(&cluster_key) else {
             return denied(DenyReason::UnknownCluster);
@@ -78,6 +86,7 @@ impl FleetState {
             revision: target.revision.clone(),
             seq: mark.0,
             kind,
+            spec_generation: current_spec,
         };
         self.tickets.insert(ticket.id, ticket.clone());
         if let Some(entry) = self.syncs.get_mut(sync) {
@@ -102,11 +111,15 @@ impl FleetState {
             return Outcome::StaleTicket;
         };
         let desired = self.desired_mark(&ticket.sync).map(|(_, mark)| mark);
-        let generation = self
-            .syncs
-            .get(&ticket.sync)
-            .and_then(|s| s.object.metadata.generation)
-            .unwrap_or(1);
+        // The result is for the spec the holder rendered, not one edited since.
+        let generation = match ticket.spec_generation {
+            0 => self
+                .syncs
+                .get(&ticket.sync)
+                .and_then(|s| s.object.metadata.generation)
+                .unwrap_or(1),
+            rendered => rendered,
+        };
         let Some(entry) = self.syncs.get_mut(&ticket.sync) else {
             return Outcome::Finished { sync: ticket.sync };
         };

@@ -80,6 +80,7 @@ fn begin(state: &mut FleetState, sync: &str, revision: &str) -> Outcome {
         node,
         generation,
         revision: revision.into(),
+        spec_generation: None,
     })
 }
 
@@ -176,6 +177,7 @@ fn a_down_node_loses_its_clusters_with_new_generations_and_its_tickets() {
         node,
         generation: 1,
         revision: "main@sha1:aaa".into(),
+        spec_generation: None,
     });
     assert!(matches!(
         denied,
@@ -239,6 +241,7 @@ fn grants_go_only_to_the_owner_at_its_generation_for_the_newest_revision() {
             node,
             generation,
             revision: revision.into(),
+            spec_generation: None,
         })
     };
     assert!(matches!(
@@ -556,6 +559,7 @@ fn applied_commands_name_the_objects_they_changed() {
         node,
         generation,
         revision: "main@sha1:1".into(),
+        spec_generation: None,
     };
     let pause = Command::PauseRollout {
         group: "fleet/app".into(),
@@ -777,3 +781,5 @@ fn an_abandoned_or_failed_rollout_at_a_superseded_revision_keeps_its_slot() {
         ));
     }
 }
+
+mod edits;

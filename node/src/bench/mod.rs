@@ -449,6 +449,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
                         node,
                         generation,
                         revision: target.revision,
+                        spec_generation: None,
                     })
                 })
                 .collect()

@@ -125,6 +125,7 @@ mod tests {
             revision: "main@sha1:a".into(),
             seq: 1,
             kind: SyncKind::Rollout,
+            spec_generation: 1,
         }
     }
 

@@ -355,6 +355,7 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
         node: replica.id(),
         generation: prepared.generation,
         revision: prepared.revision.clone(),
+        spec_generation: prepared.object.metadata.generation,
     };
     let ticket = match replica.raft.propose(begin).await {
         Ok((_, Outcome::Granted { ticket })) => ticket,
