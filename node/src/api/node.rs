@@ -4,7 +4,8 @@
 //! acknowledged heartbeat (design section 5). A node holding revoked tickets is acknowledged
 //! only once it reports having applied their revocation (the handover), and a node only if it
 //! has applied what the leader had applied a lease ago. Only acknowledged heartbeats count for
-//! liveness.
+//! liveness. The acknowledgement carries what is left of the leader's own lease, and the
+//! sender's lease never runs past it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,7 +76,14 @@ impl proto::node_server::Node for NodeService {
         // (its lease has lapsed by then, as for a silent node).
         replica.heard(request.node_id);
         let metrics = replica.raft.metrics().borrow().clone();
+        let leader_lease_remaining = replica.lease.remaining();
+        if leader_lease_remaining.is_zero() {
+            return Err(status(ApiError::unavailable(
+                "leader's lease ran out while acknowledging",
+            )));
+        }
         Ok(Response::new(proto::HeartbeatAck {
+            leader_lease_remaining_micros: Some(leader_lease_remaining.as_micros() as u64),
             sent_at_nanos: request.sent_at_nanos,
             term: metrics.current_term,
             leader_id: replica.id(),

@@ -63,7 +63,12 @@ pub async fn run(replica: Arc<Replica>) {
         };
         match tokio::time::timeout(interval * 2, client.heartbeat(request)).await {
             Ok(Ok(ack)) if ack.get_ref().leader_id == leader => {
-                replica.lease.acknowledged(sent_at);
+                match ack.get_ref().leader_lease_remaining_micros {
+                    Some(micros) => replica
+                        .lease
+                        .acknowledged_within(sent_at, Duration::from_micros(micros)),
+                    None => replica.lease.acknowledged(sent_at),
+                }
                 replica
                     .leader_commit
                     .store(ack.get_ref().commit_index, Ordering::Relaxed);

@@ -24,7 +24,14 @@ impl Lease {
 
     /// The leader acknowledged a heartbeat sent at `sent_at`.
     pub fn acknowledged(&self, sent_at: Instant) {
-        let until = sent_at + self.duration;
+        self.acknowledged_within(sent_at, self.duration);
+    }
+
+    /// The leader acknowledged a heartbeat sent at `sent_at` while its own lease had `bound`
+    /// left: the lease runs to `sent_at + min(lease, bound)`. The leader acknowledged after
+    /// `sent_at`, so this never ends after the leader's own lease.
+    pub fn acknowledged_within(&self, sent_at: Instant, bound: Duration) {
+        let until = sent_at + self.duration.min(bound);
         let mut valid_until = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
         if valid_until.is_none_or(|current| until > current) {
             *valid_until = Some(until);
@@ -63,6 +70,20 @@ mod tests {
         let sent = Instant::now();
         assert!(!lease.is_valid_at(sent));
         lease.acknowledged(sent);
+        assert!(lease.is_valid_at(sent + Duration::from_millis(1999)));
+        assert!(!lease.is_valid_at(sent + Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_lease_granted_by_a_leader_never_outlives_the_leaders_own() {
+        let lease = Lease::new(Duration::from_secs(2));
+        let sent = Instant::now();
+        lease.acknowledged_within(sent, Duration::from_millis(500));
+        assert!(lease.is_valid_at(sent + Duration::from_millis(499)));
+        assert!(!lease.is_valid_at(sent + Duration::from_millis(500)));
+        // A later acknowledgement with more of the leader's lease left extends it, up to the
+        // node's own lease.
+        lease.acknowledged_within(sent, Duration::from_secs(5));
         assert!(lease.is_valid_at(sent + Duration::from_millis(1999)));
         assert!(!lease.is_valid_at(sent + Duration::from_secs(2)));
     }
