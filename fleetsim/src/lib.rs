@@ -26,6 +26,7 @@
 
 pub(crate) mod admin;
 pub mod audit;
+pub mod checks;
 pub(crate) mod cluster;
 pub mod config;
 pub mod controller;

@@ -7,9 +7,7 @@
 
 mod harness;
 
-#[path = "../src/dev/report.rs"]
-#[allow(dead_code)]
-mod report;
+use fleetsim::checks as report;
 
 use std::time::{Duration, Instant};
 

@@ -22,6 +22,7 @@
 
 pub mod archive;
 pub mod credentials;
+pub mod demo;
 pub mod error;
 pub mod fetch;
 pub mod known_hosts;

@@ -13,8 +13,8 @@ use anyhow::Context as _;
 use fleetsim::FleetSim;
 
 use super::{Proc, peak_rss_mib, rss_mib, spawn_group, wait_for};
-use crate::dev::repo::DemoRepo;
 use crate::dev::report::physical_bound;
+use source::demo::DemoRepo;
 
 #[derive(clap::Args, Debug)]
 pub struct RolloutArgs {

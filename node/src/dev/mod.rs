@@ -6,7 +6,6 @@
 //! shows the rolling update (optionally stopping a replica in the middle); then prints a
 //! summary with the physical bound and invariant checks from fleetsim's audit log.
 
-pub(crate) mod repo;
 pub(crate) mod report;
 
 use std::collections::BTreeMap;
@@ -27,8 +26,8 @@ use crate::cli::output::{OutputFormat, ReportFormat};
 use crate::config::NodeConfig;
 use crate::replica::Replica;
 use crate::serve::{self, RunningNode};
-use repo::DemoRepo;
 use report::{Check, RolloutTiming, Summary};
+use source::demo::DemoRepo;
 
 const GROUP: &str = "default/demo";
 
@@ -483,9 +482,9 @@ impl Dev {
         let records = self.sim.audit(&AuditFilter::default());
         for rollout in &mut rollouts {
             rollout.max_concurrent_writes =
-                report::concurrent_writes(&records, rollout.window_micros);
+                fleetsim::checks::concurrent_writes(&records, rollout.window_micros);
         }
-        let mut checks = report::writer_checks(&records);
+        let mut checks = fleetsim::checks::writer_checks(&records);
         let over_budget: Vec<String> = rollouts
             .iter()
             .filter(|r| r.max_unavailable_seen > budget)
@@ -497,7 +496,7 @@ impl Dev {
                 )
             })
             .collect();
-        checks.push(report::check(
+        checks.push(fleetsim::checks::check(
             "maxUnavailable never exceeded",
             &over_budget,
             &format!("at most {budget} clusters unavailable at once (rollout ledger, sampled)"),
@@ -513,7 +512,7 @@ impl Dev {
                 )
             })
             .collect();
-        checks.push(report::check(
+        checks.push(fleetsim::checks::check(
             "writes within the budget",
             &too_many,
             &format!("never more than {budget} clusters written at once (audit log)"),
@@ -560,7 +559,7 @@ impl Dev {
                 ));
             }
         }
-        report::check(
+        fleetsim::checks::check(
             "every cluster converged",
             &wrong,
             "every cluster holds version v2 of the app, rendered with its own name and region",

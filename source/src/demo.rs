@@ -1,4 +1,4 @@
-//! The demo git repository of `starling dev`: a sample app (a namespace, a config map and a
+//! The demo git repository of `starling dev`, the tests and `chaos`: a sample app (a namespace, a config map and a
 //! deployment, with per-cluster variables) committed to a local repository read over `file://`.
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,345 @@
+//! The invariants a schedule is judged by (design section 5), beyond the writer checks that
+//! live with fleetsim's audit log: revisions only go forward on a target, the budget holds,
+//! and the replicas agree on a state that lost nothing and gives every cluster one live owner.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use fleetsim::AuditRecord;
+use fleetsim::checks::{Check, check};
+
+use crate::world::World;
+
+/// Successful writes by Starling (with its writer header) to the demo app.
+fn app_writes(records: &[AuditRecord]) -> impl Iterator<Item = &AuditRecord> {
+    records.iter().filter(|r| {
+        r.writer.is_some()
+            && (200..300).contains(&r.status)
+            && !r.dry_run
+            && r.namespace.as_deref() == Some("demo")
+    })
+}
+
+/// The app version a write of the demo ConfigMap carried (`v7` → 7).
+fn written_version(record: &AuditRecord) -> Option<u32> {
+    if record.kind != "ConfigMap" {
+        return None;
+    }
+    record.request_object.as_ref()?["data"]["version"]
+        .as_str()?
+        .strip_prefix('v')?
+        .parse()
+        .ok()
+}
+
+/// No cluster is ever written an older version of the app after a newer one.
+pub fn revisions_forward(records: &[AuditRecord]) -> Check {
+    let mut newest: BTreeMap<&str, (u32, &AuditRecord)> = BTreeMap::new();
+    let mut violations = Vec::new();
+    let mut sorted: Vec<&AuditRecord> = app_writes(records).collect();
+    sorted.sort_by_key(|r| r.seq);
+    for record in sorted {
+        let Some(version) = written_version(record) else {
+            continue;
+        };
+        match newest.get(record.cluster.as_str()) {
+            Some((seen, earlier)) if version < *seen => violations.push(format!(
+                "{}: v{version} written by {} (generation {:?}) at {} after v{seen} by {} (generation {:?}) at {}",
+                record.cluster,
+                record.writer.as_deref().unwrap_or("?"),
+                record.generation,
+                record.time,
+                earlier.writer.as_deref().unwrap_or("?"),
+                earlier.generation,
+                earlier.time
+            )),
+            _ => {
+                newest.insert(&record.cluster, (version, record));
+            }
+        }
+    }
+    check(
+        "no revision going backwards on a target",
+        &violations,
+        "every cluster's app versions were written in increasing order",
+    )
+}
+
+/// Writes of one cluster less than this apart belong to one sync.
+const SAME_SYNC: Duration = Duration::from_millis(100);
+
+/// The most clusters written to at once never exceeds the largest budget in force. Each
+/// cluster's writes are cut into bursts (writes less than [`SAME_SYNC`] apart); a burst lies
+/// within one sync, so the count is a lower bound of the clusters in rollout.
+pub fn within_budget(records: &[AuditRecord], budget: u32) -> Check {
+    let mut by_cluster: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for record in app_writes(records) {
+        by_cluster
+            .entry(&record.cluster)
+            .or_default()
+            .push(record.time_unix_micros);
+    }
+    let gap = SAME_SYNC.as_micros() as u64;
+    let mut edges: Vec<(u64, i32, &str)> = Vec::new();
+    for (cluster, mut times) in by_cluster {
+        times.sort_unstable();
+        let mut start = times[0];
+        let mut last = times[0];
+        for time in times.into_iter().skip(1) {
+            if time - last > gap {
+                edges.push((start, 1, cluster));
+                edges.push((last + 1, -1, cluster));
+                start = time;
+            }
+            last = time;
+        }
+        edges.push((start, 1, cluster));
+        edges.push((last + 1, -1, cluster));
+    }
+    edges.sort();
+    let (mut current, mut most, mut at) = (0i32, 0i32, 0u64);
+    for (time, delta, _) in &edges {
+        current += delta;
+        if current > most {
+            most = current;
+            at = *time;
+        }
+    }
+    let violations = if most as u32 > budget {
+        vec![format!(
+            "{most} clusters written at once (at {at} µs since the epoch), budget {budget}"
+        )]
+    } else {
+        Vec::new()
+    };
+    check(
+        "clusters in rollout never above maxUnavailable",
+        &violations,
+        &format!("at most {most} clusters written at once, budget {budget}"),
+    )
+}
+
+/// Every object of every answering replica (whole objects: every replica applies the same
+/// log, so spec and status must match).
+async fn state_of(world: &World) -> Vec<(u64, Option<Objects>)> {
+    let mut out = Vec::new();
+    for id in world.answering() {
+        out.push((id, world.objects(id).await));
+    }
+    out
+}
+
+type Objects = BTreeMap<String, serde_json::Value>;
+
+/// Every replica holds the same state; every cluster has exactly one owner, and it is Live;
+/// nothing acknowledged was lost (the ledger's clusters and SyncGroup are there on every
+/// replica). Replicas may lag by a few entries, so the comparison is retried for a while.
+pub async fn replicas_agree(world: &World) -> Vec<Check> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut disagreement;
+    loop {
+        let states = state_of(world).await;
+        disagreement = compare(&states);
+        if disagreement.is_empty() || Instant::now() > deadline {
+            let lost = lost(world, &states);
+            let owners = owners(world).await;
+            return vec![
+                check(
+                    "all replicas agree on the state",
+                    &disagreement,
+                    &format!("{} replicas hold the same objects", states.len()),
+                ),
+                check(
+                    "nothing acknowledged was lost",
+                    &lost,
+                    "every acknowledged change is on every replica",
+                ),
+                check(
+                    "every cluster has exactly one live owner",
+                    &owners,
+                    "each cluster is placed on one Live replica, on every replica's view",
+                ),
+            ];
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn compare(states: &[(u64, Option<Objects>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some((first, Some(reference))) = states.first() else {
+        return vec!["no replica answered".into()];
+    };
+    for (id, objects) in &states[1..] {
+        let Some(objects) = objects else {
+            out.push(format!("node {id} did not answer"));
+            continue;
+        };
+        for (key, value) in reference {
+            match objects.get(key) {
+                None => out.push(format!("{key} on node {first}, not on node {id}")),
+                Some(other) if other != value => {
+                    out.push(format!("{key} differs between node {first} and node {id}"))
+                }
+                Some(_) => {}
+            }
+        }
+        for key in objects.keys().filter(|k| !reference.contains_key(*k)) {
+            out.push(format!("{key} on node {id}, not on node {first}"));
+        }
+    }
+    out
+}
+
+fn lost(world: &World, states: &[(u64, Option<Objects>)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let ledger = &world.ledger;
+    for (id, objects) in states {
+        let Some(objects) = objects else { continue };
+        let clusters: std::collections::BTreeSet<String> = objects
+            .keys()
+            .filter_map(|k| k.strip_prefix("Cluster/default/"))
+            .map(str::to_string)
+            .collect();
+        for missing in ledger.clusters.difference(&clusters) {
+            out.push(format!("node {id}: Cluster {missing} is missing"));
+        }
+        for extra in clusters.difference(&ledger.clusters) {
+            out.push(format!(
+                "node {id}: Cluster {extra} was deleted but is back"
+            ));
+        }
+        let spec = objects
+            .get("SyncGroup/default/demo")
+            .map(|g| g["spec"].clone())
+            .unwrap_or_default();
+        let greeting = spec["template"]["substitute"]["GREETING"].as_str();
+        if greeting != Some(ledger.greeting.as_str()) {
+            out.push(format!(
+                "node {id}: SyncGroup greeting {greeting:?}, last applied {:?}",
+                ledger.greeting
+            ));
+        }
+        let budget = spec["rollout"]["maxUnavailable"].as_str();
+        let want = format!("{}%", ledger.budget_percent);
+        if budget != Some(want.as_str()) {
+            out.push(format!(
+                "node {id}: SyncGroup maxUnavailable {budget:?}, last applied {want:?}"
+            ));
+        }
+    }
+    out
+}
+
+async fn owners(world: &World) -> Vec<String> {
+    let mut out = Vec::new();
+    for id in world.answering() {
+        let Some(status) = world.status_of(id).await else {
+            out.push(format!("node {id} did not answer its status"));
+            continue;
+        };
+        let live: std::collections::BTreeSet<u64> = status
+            .members
+            .iter()
+            .filter(|m| m.state.eq_ignore_ascii_case("live"))
+            .map(|m| m.id)
+            .collect();
+        let mut admin = world.group.admin(id).await;
+        let Ok(Ok(shards)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            admin.shards(proto::ShardsRequest { node_id: 0 }),
+        )
+        .await
+        else {
+            out.push(format!("node {id} did not answer its shards"));
+            continue;
+        };
+        let mut owner_of: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for shard in shards.into_inner().shards {
+            for cluster in shard.clusters {
+                owner_of.entry(cluster).or_default().push(shard.node_id);
+            }
+        }
+        for name in &world.ledger.clusters {
+            let owners = owner_of
+                .get(&format!("default/{name}"))
+                .cloned()
+                .unwrap_or_default();
+            match owners.as_slice() {
+                [owner] if live.contains(owner) => {}
+                [owner] => out.push(format!(
+                    "node {id}'s view: {name} is owned by node {owner}, which is not Live"
+                )),
+                _ => out.push(format!(
+                    "node {id}'s view: {name} has owners {owners:?}, not exactly one"
+                )),
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(seq: u64, cluster: &str, micros: u64, version: u32, generation: i64) -> AuditRecord {
+        AuditRecord {
+            seq,
+            time: String::new(),
+            time_unix_micros: micros,
+            cluster: cluster.into(),
+            verb: "apply".into(),
+            subresource: None,
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            resource: "configmaps".into(),
+            namespace: Some("demo".into()),
+            name: Some("demo-config".into()),
+            field_manager: Some("starling".into()),
+            status: 200,
+            writer: Some("node-1".into()),
+            generation: Some(generation),
+            dry_run: false,
+            resource_version: None,
+            origin: fleetsim::Origin::Api,
+            injected: false,
+            request_object: Some(serde_json::json!({"data": {"version": format!("v{version}")}})),
+        }
+    }
+
+    #[test]
+    fn an_older_version_after_a_newer_one_is_a_violation() {
+        let records = [
+            write(1, "c1", 0, 1, 1),
+            write(2, "c1", 10, 2, 1),
+            write(3, "c2", 20, 2, 1),
+            write(4, "c1", 30, 1, 1),
+        ];
+        let check = revisions_forward(&records);
+        assert!(!check.ok);
+        assert!(check.detail.contains("c1: v1"), "{}", check.detail);
+        assert!(revisions_forward(&records[..3]).ok);
+    }
+
+    #[test]
+    fn writes_of_one_sync_count_once_and_overlapping_syncs_add_up() {
+        // c1 and c2 each write three objects in one burst, overlapping; c3 later.
+        let records = [
+            write(1, "c1", 1_000, 2, 1),
+            write(2, "c2", 1_500, 2, 1),
+            write(3, "c1", 2_000, 2, 1),
+            write(4, "c2", 2_500, 2, 1),
+            write(5, "c1", 3_000, 2, 1),
+            write(6, "c3", 900_000, 2, 1),
+        ];
+        assert!(within_budget(&records, 2).ok);
+        let over = within_budget(&records, 1);
+        assert!(!over.ok);
+        assert!(
+            over.detail.contains("2 clusters written at once"),
+            "{}",
+            over.detail
+        );
+    }
+}
