@@ -66,7 +66,11 @@ impl Args {
         Shape {
             replicas: self
                 .replicas
-                .unwrap_or(if !short && seed.is_multiple_of(4) { 5 } else { 3 }),
+                .unwrap_or(if !short && seed.is_multiple_of(4) {
+                    5
+                } else {
+                    3
+                }),
             clusters: self.clusters.unwrap_or(if short { 100 } else { 200 }),
             window: self
                 .window

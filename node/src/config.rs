@@ -15,8 +15,19 @@ use fleet::state::NodeId;
 
 /// Default time after which a silent node is declared Down.
 pub const DEFAULT_DOWN_AFTER: &str = "3s";
-/// The lease is this fraction of `down_after` unless set.
-const DEFAULT_LEASE_FRACTION: (u32, u32) = (2, 3);
+/// The lease is this fraction of `down_after` unless set. Half leaves a new leader little to
+/// wait after its election for a dead leader's clusters (the election grace).
+const DEFAULT_LEASE_FRACTION: (u32, u32) = (1, 2);
+
+/// The lease when `--lease` is not set.
+pub fn default_lease(down_after: Duration) -> Duration {
+    down_after * DEFAULT_LEASE_FRACTION.0 / DEFAULT_LEASE_FRACTION.1
+}
+
+/// How often a node sends heartbeats: a tenth of `down_after`.
+pub fn heartbeat_interval(down_after: Duration) -> Duration {
+    down_after / 10
+}
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct NodeArgs {
@@ -46,7 +57,7 @@ pub struct NodeArgs {
     #[arg(long, env = "STARLING_DOWN_AFTER", default_value = DEFAULT_DOWN_AFTER, value_parser = humantime::parse_duration)]
     pub down_after: Duration,
     /// How long a node keeps acting after its last acknowledged heartbeat was sent; must be
-    /// shorter than `--down-after`. Two thirds of it when unset.
+    /// shorter than `--down-after` by 400ms at least. Half of it when unset.
     #[arg(long, env = "STARLING_LEASE", value_parser = humantime::parse_duration)]
     pub lease: Option<Duration>,
     /// Syncs this node runs at once.
@@ -67,7 +78,7 @@ pub struct NodeConfig {
     pub max_voters: usize,
     pub down_after: Duration,
     pub lease: Duration,
-    /// How often heartbeats are sent: a sixth of `down_after`.
+    /// How often heartbeats are sent: a tenth of `down_after`.
     pub heartbeat_interval: Duration,
     pub max_concurrent_syncs: usize,
 }
@@ -81,12 +92,14 @@ pub enum ConfigError {
     BadPeer(String),
     #[error("peer id {0} is listed twice in --peers")]
     DuplicatePeer(NodeId),
-    #[error("--lease ({lease:?}) must be shorter than --down-after ({down_after:?})")]
+    #[error(
+        "--lease ({lease:?}) must be shorter than --down-after ({down_after:?}) by 400ms at least"
+    )]
     LeaseTooLong {
         lease: Duration,
         down_after: Duration,
     },
-    #[error("--down-after must be at least 300ms, got {0:?}")]
+    #[error("--down-after must be at least 1s, got {0:?}")]
     DownAfterTooShort(Duration),
     #[error("--max-voters must be between 1 and 9, got {0}")]
     BadMaxVoters(usize),
@@ -125,13 +138,11 @@ fn parse_peer(text: &str) -> Result<(NodeId, String), ConfigError> {
 impl NodeArgs {
     pub fn validate(&self) -> Result<NodeConfig, ConfigError> {
         let id = parse_node_id(&self.id)?;
-        if self.down_after < Duration::from_millis(300) {
+        if self.down_after < Duration::from_secs(1) {
             return Err(ConfigError::DownAfterTooShort(self.down_after));
         }
-        let lease = self
-            .lease
-            .unwrap_or(self.down_after * DEFAULT_LEASE_FRACTION.0 / DEFAULT_LEASE_FRACTION.1);
-        if lease >= self.down_after {
+        let lease = self.lease.unwrap_or(default_lease(self.down_after));
+        if lease + crate::replica::detector::DETECTION_SLACK >= self.down_after {
             return Err(ConfigError::LeaseTooLong {
                 lease,
                 down_after: self.down_after,
@@ -176,7 +187,7 @@ impl NodeArgs {
             max_voters: self.max_voters,
             down_after: self.down_after,
             lease,
-            heartbeat_interval: self.down_after / 6,
+            heartbeat_interval: heartbeat_interval(self.down_after),
             max_concurrent_syncs: self.max_concurrent_syncs,
         })
     }
@@ -203,7 +214,7 @@ mod tests {
     fn defaults_validate_with_a_lease_shorter_than_down_after() {
         let config = args(&[]).validate().unwrap();
         assert_eq!(config.down_after, Duration::from_secs(3));
-        assert_eq!(config.lease, Duration::from_secs(2));
+        assert_eq!(config.lease, Duration::from_millis(1500));
         assert_eq!(
             config.peers.get(&1).map(String::as_str),
             Some("127.0.0.1:7400")
@@ -235,7 +246,7 @@ mod tests {
         let error = args(&["--lease", "5s"]).validate().unwrap_err();
         assert_eq!(
             error.to_string(),
-            "--lease (5s) must be shorter than --down-after (3s)"
+            "--lease (5s) must be shorter than --down-after (3s) by 400ms at least"
         );
         assert!(matches!(
             args(&["--peers", "2=nohost"]).validate(),

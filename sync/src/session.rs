@@ -27,6 +27,8 @@ pub(crate) struct Session {
     retry: RetryPolicy,
     cancel: CancellationToken,
     deadline: Instant,
+    /// The node's lease: no request starts after it ends, and none runs past it.
+    pub lease: Option<crate::engine::LeaseEnd>,
     key: u64,
     pub requests: AtomicU64,
     pub retries: AtomicU64,
@@ -49,6 +51,7 @@ impl Session {
             retry,
             cancel,
             deadline,
+            lease: None,
             key,
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -67,14 +70,21 @@ impl Session {
         self.deadline
     }
 
-    /// Fails with `Cancelled` when the sync must stop.
+    /// Fails with `Cancelled` when the sync must stop: cancelled, or its node's lease over.
     pub fn keep_going(&self, operation: &str) -> Result<(), SyncError> {
-        if self.cancel.is_cancelled() {
+        if self.cancel.is_cancelled() || self.lease_left().is_zero() {
             return Err(SyncError::Cancelled {
                 operation: operation.to_owned(),
             });
         }
         Ok(())
+    }
+
+    /// What is left of the node's lease (unbounded without one).
+    fn lease_left(&self) -> Duration {
+        self.lease
+            .as_ref()
+            .map_or(Duration::MAX, |lease| lease.remaining())
     }
 
     /// Sleeps, unless cancelled first; never past the deadline.
@@ -98,8 +108,9 @@ impl Session {
 
     /// A write: never started (nor retried) after cancellation. A write already sent is not
     /// abandoned when the sync is cancelled: dropping it would not stop the server from
-    /// applying it later. It runs to its answer or its time-out (shorter than the node lease),
-    /// so when a cancelled sync reports, none of its writes can still land.
+    /// applying it later. It runs to its answer or its time-out, which is never past the end
+    /// of the node's lease, so when a cancelled sync reports, none of its writes can still
+    /// land, and none can once the lease is over.
     pub async fn write<T, F, Fut>(&self, operation: &str, call: F) -> Result<T, SyncError>
     where
         F: FnMut() -> Fut,
@@ -132,7 +143,11 @@ impl Session {
                     after: self.request_timeout,
                 });
             }
-            let limit = self.request_timeout.min(self.deadline - now);
+            // Never past the sync's deadline, nor past the node's lease.
+            let limit = self
+                .request_timeout
+                .min(self.deadline - now)
+                .min(self.lease_left());
             self.requests.fetch_add(1, Ordering::Relaxed);
             let outcome = if abort_on_cancel {
                 tokio::select! {

@@ -128,6 +128,9 @@ impl Drop for Proc {
 /// that passes the node's standard output through): `WRAPPER starling node …`.
 pub const NODE_WRAPPER_ENV: &str = "STARLING_BENCH_NODE_WRAPPER";
 
+/// A log filter for the nodes a bench starts (they log nothing but errors otherwise).
+const NODE_LOG_ENV: &str = "STARLING_BENCH_NODE_LOG";
+
 fn spawn(args: &[String]) -> anyhow::Result<Child> {
     let binary = std::env::current_exe()?;
     let mut command = match std::env::var_os(NODE_WRAPPER_ENV) {
@@ -138,11 +141,17 @@ fn spawn(args: &[String]) -> anyhow::Result<Child> {
         }
         None => Process::new(binary),
     };
+    // `STARLING_BENCH_NODE_LOG=info` lets the nodes log to the bench's standard error.
+    let log = std::env::var(NODE_LOG_ENV).ok();
     let mut child = command
         .args(args)
-        .env("STARLING_LOG", "error")
+        .env("STARLING_LOG", log.as_deref().unwrap_or("error"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(if log.is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()?;
     let stdout = child.stdout.take().context("no stdout")?;
     let mut line = String::new();
@@ -251,6 +260,29 @@ async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow:
     // known and every cluster the victim owned is owned by a live node.
     let mut times: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
     for round in 0..kills {
+        // Steady state before each kill: every member has applied what the leader committed.
+        // (A restarted voter still catching up when the leader dies is a second fault: it
+        // campaigns with a short log and delays the election by seconds.)
+        let first_alive = procs
+            .values()
+            .next()
+            .map(|p| p.grpc.clone())
+            .context("a node")?;
+        wait_for(Duration::from_secs(60), || async {
+            let Ok(channel) = crate::client_channel(&first_alive, Duration::from_secs(2)) else {
+                return false;
+            };
+            proto::fleet_client::FleetClient::new(channel)
+                .status(proto::StatusRequest {})
+                .await
+                .is_ok_and(|s| {
+                    let s = s.get_ref();
+                    s.leader_id != 0
+                        && s.members.len() == procs.len()
+                        && s.members.iter().all(|m| m.applied_index >= s.commit_index)
+                })
+        })
+        .await?;
         let mut leader = 0;
         for proc in procs.values() {
             let Ok(channel) = crate::client_channel(&proc.grpc, Duration::from_secs(5)) else {
@@ -379,8 +411,8 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
             peers: peers.clone(),
             max_voters: 5,
             down_after: Duration::from_secs(3),
-            lease: Duration::from_secs(2),
-            heartbeat_interval: Duration::from_millis(500),
+            lease: crate::config::default_lease(Duration::from_secs(3)),
+            heartbeat_interval: crate::config::heartbeat_interval(Duration::from_secs(3)),
             // No sync workers compete with the benchmark's own grants.
             max_concurrent_syncs: 1,
         };

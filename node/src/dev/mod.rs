@@ -276,8 +276,8 @@ impl Dev {
                 peers: peers.clone(),
                 max_voters: 5,
                 down_after,
-                lease: down_after * 2 / 3,
-                heartbeat_interval: down_after / 6,
+                lease: crate::config::default_lease(down_after),
+                heartbeat_interval: crate::config::heartbeat_interval(down_after),
                 max_concurrent_syncs: self.args.max_concurrent_syncs,
             };
             self.nodes.insert(id, serve::start(config).await?);

@@ -1,7 +1,12 @@
 //! The leader's failure detector. Heartbeats are recorded at the moment the leader *receives*
 //! them; a Live node silent for `down_after` is reported Down, a Down node heard from again is
-//! reported Live. A newly elected leader has no history, so it gives every node a full
-//! `down_after` from its election before declaring anyone Down (design section 5).
+//! reported Live. The verdict is reached [`DETECTION_SLACK`] early, so that it is committed, and
+//! the clusters moved, by the time the node has been silent for `down_after`.
+//!
+//! A newly elected leader has no history. A node it has not heard from since its election is
+//! reported Down after the election grace ([`election_grace`]) rather than a full
+//! `down_after`: no lease any earlier leader granted can outlive it (design section 5 and
+//! `docs/architecture.md`, "Failover after a leader's death").
 //!
 //! Pure: times are passed in, verdicts come out; the replica turns verdicts into committed
 //! `SetMemberState` commands.
@@ -18,20 +23,66 @@ pub struct Verdict {
     pub state: MemberState,
 }
 
+/// How much earlier than `down_after` a verdict is reached: the leader's tick, and the time to
+/// commit and apply the verdict (which re-places the node's clusters), so that they are owned
+/// again by the time the node has been silent for `down_after`.
+pub const DETECTION_SLACK: Duration = Duration::from_millis(400);
+
+/// Margin on the election grace, for clock rates and scheduling.
+const GRACE_MARGIN: Duration = Duration::from_millis(200);
+
+/// How long a new leader waits for a node it has not heard from since its election.
+///
+/// A leader holds its own lease from the *send* time of a round its voters acknowledged, and
+/// grants no node a lease that outlives its own. A voter that acknowledged at time `R` grants
+/// no vote before `R + vote_lease` (openraft's leader lease: a follower rejects votes, and does
+/// not campaign, within it of hearing from its leader). A new leader's quorum includes such a
+/// voter of every earlier leader's last confirmed round, so at the election `E` every earlier
+/// leader's lease, and every lease it granted, ends by `E - vote_lease + lease`. Requests of a
+/// sync never run past the node's lease, so after that nothing of theirs is in flight.
+/// A live node is heard within a few heartbeats; the grace never drops below three of them,
+/// nor exceeds `down_after`.
+pub fn election_grace(
+    lease: Duration,
+    vote_lease: Duration,
+    heartbeat_interval: Duration,
+    down_after: Duration,
+) -> Duration {
+    (lease.saturating_sub(vote_lease) + GRACE_MARGIN)
+        .max(heartbeat_interval * 3)
+        .min(down_after)
+}
+
 #[derive(Debug)]
 pub struct FailureDetector {
     down_after: Duration,
+    /// How long a node not heard from since the election may stay silent.
+    grace: Duration,
     /// When this node became leader (the grace period starts here).
     leader_since: Instant,
     last_heard: BTreeMap<NodeId, Instant>,
 }
 
 impl FailureDetector {
-    pub fn new(down_after: Duration, leader_since: Instant) -> Self {
+    pub fn new(down_after: Duration, grace: Duration, leader_since: Instant) -> Self {
         Self {
             down_after,
+            grace: grace.min(down_after),
             leader_since,
             last_heard: BTreeMap::new(),
+        }
+    }
+
+    /// How long `node` may be silent before it is reported Down.
+    fn limit(&self, node: NodeId) -> Duration {
+        let heard_since_election = self
+            .last_heard
+            .get(&node)
+            .is_some_and(|heard| *heard >= self.leader_since);
+        if heard_since_election {
+            self.down_after.saturating_sub(DETECTION_SLACK)
+        } else {
+            self.grace
         }
     }
 
@@ -61,7 +112,7 @@ impl FailureDetector {
         for &(node, state) in members {
             let silent_for = self.silence(node, now);
             match state {
-                MemberState::Live if silent_for >= self.down_after => verdicts.push(Verdict {
+                MemberState::Live if silent_for >= self.limit(node) => verdicts.push(Verdict {
                     node,
                     state: MemberState::Down,
                 }),
@@ -99,30 +150,48 @@ mod tests {
     use super::*;
 
     const DOWN: Duration = Duration::from_secs(3);
+    const GRACE: Duration = Duration::from_millis(900);
 
     #[test]
-    fn a_new_leader_waits_a_full_down_after_before_declaring_anyone_down() {
+    fn a_new_leader_waits_the_election_grace_for_nodes_it_has_not_heard() {
         let start = Instant::now();
-        let detector = FailureDetector::new(DOWN, start);
+        let mut detector = FailureDetector::new(DOWN, GRACE, start);
+        detector.heard(1, start + Duration::from_millis(100));
         let members = [(1, MemberState::Live), (2, MemberState::Live)];
         assert!(
             detector
-                .verdicts(start + Duration::from_millis(2900), &members)
+                .verdicts(start + Duration::from_millis(899), &members)
                 .is_empty()
         );
-        let verdicts = detector.verdicts(start + DOWN, &members);
-        assert_eq!(verdicts.len(), 2);
-        assert!(verdicts.iter().all(|v| v.state == MemberState::Down));
+        // Node 2 was never heard since the election; node 1 was, and gets its full wait.
+        assert_eq!(
+            detector.verdicts(start + GRACE, &members),
+            vec![Verdict {
+                node: 2,
+                state: MemberState::Down
+            }]
+        );
+    }
+
+    #[test]
+    fn the_grace_is_the_rest_of_any_earlier_lease_within_bounds() {
+        let ms = Duration::from_millis;
+        // Defaults: lease 1.5 s, openraft's vote lease 0.8 s, heartbeats every 0.3 s.
+        assert_eq!(election_grace(ms(1500), ms(800), ms(300), DOWN), ms(900));
+        // Never below three heartbeats, never above down_after.
+        assert_eq!(election_grace(ms(500), ms(800), ms(300), DOWN), ms(900));
+        assert_eq!(election_grace(ms(2900), ms(100), ms(300), DOWN), DOWN);
     }
 
     #[test]
     fn a_silent_node_goes_down_and_a_heard_one_stays_live() {
         let start = Instant::now();
-        let mut detector = FailureDetector::new(DOWN, start);
+        let mut detector = FailureDetector::new(DOWN, GRACE, start);
         detector.heard(1, start + Duration::from_secs(2));
         detector.heard(2, start + Duration::from_secs(1));
         let members = [(1, MemberState::Live), (2, MemberState::Live)];
-        let verdicts = detector.verdicts(start + Duration::from_millis(4500), &members);
+        // Node 2 has been silent 2.7 s: the verdict comes DETECTION_SLACK early.
+        let verdicts = detector.verdicts(start + Duration::from_millis(3700), &members);
         assert_eq!(
             verdicts,
             vec![Verdict {
@@ -135,7 +204,7 @@ mod tests {
     #[test]
     fn a_down_node_heard_again_comes_back_live_but_draining_is_left_alone() {
         let start = Instant::now();
-        let mut detector = FailureDetector::new(DOWN, start);
+        let mut detector = FailureDetector::new(DOWN, GRACE, start);
         detector.heard(2, start + Duration::from_secs(10));
         detector.heard(3, start + Duration::from_secs(10));
         let members = [(2, MemberState::Down), (3, MemberState::Draining)];
@@ -152,7 +221,7 @@ mod tests {
     #[test]
     fn heartbeats_from_before_the_election_do_not_count() {
         let start = Instant::now();
-        let mut detector = FailureDetector::new(DOWN, start + Duration::from_secs(5));
+        let mut detector = FailureDetector::new(DOWN, GRACE, start + Duration::from_secs(5));
         detector.heard(2, start);
         assert_eq!(
             detector.silence(2, start + Duration::from_secs(6)),

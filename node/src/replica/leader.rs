@@ -1,7 +1,8 @@
 //! What the leader does besides replicating: the failure detector (marking silent nodes Down
 //! and returning ones Live through committed commands), and making sure every Raft member is
-//! a member of the fleet state. A newly elected leader starts a fresh detector, so every node
-//! gets a full `down_after` from the election (design section 5). It also runs the ticket
+//! a member of the fleet state. A newly elected leader starts a fresh detector: a node it has
+//! not heard from since the election is declared Down after the election grace (the rest of
+//! any lease an earlier leader could have granted), any other after `down_after` of silence. It also runs the ticket
 //! watch ([`super::tickets`]): releasing revoked tickets and taking back unheld ones.
 
 use std::sync::Arc;
@@ -14,8 +15,8 @@ use super::detector::FailureDetector;
 use super::tickets::TicketWatch;
 use super::{Replica, lock};
 
-/// How often the leader looks at liveness.
-const TICK: Duration = Duration::from_millis(100);
+/// How often the leader looks at liveness (within the detector's slack).
+const TICK: Duration = Duration::from_millis(50);
 
 pub async fn run(replica: Arc<Replica>) {
     let mut ticker = tokio::time::interval(TICK);
@@ -32,7 +33,11 @@ pub async fn run(replica: Arc<Replica>) {
             let mut detector = lock(&replica.detector);
             let detector = detector.get_or_insert_with(|| {
                 tracing::info!(node = replica.id(), "leading: failure detector started");
-                FailureDetector::new(replica.config.down_after, Instant::now())
+                FailureDetector::new(
+                    replica.config.down_after,
+                    replica.election_grace,
+                    Instant::now(),
+                )
             });
             duties(&replica, detector)
         };

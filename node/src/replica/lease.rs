@@ -50,6 +50,11 @@ impl Lease {
         self.is_valid_at(Instant::now())
     }
 
+    /// When the lease ends (`None` before the first acknowledgement).
+    pub fn valid_until(&self) -> Option<Instant> {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Time left, zero when lapsed.
     pub fn remaining(&self) -> Duration {
         self.valid_until

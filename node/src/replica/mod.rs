@@ -46,6 +46,9 @@ pub struct Replica {
     pub metrics: Metrics,
     /// The failure detector; `Some` only while this replica leads.
     pub detector: Mutex<Option<FailureDetector>>,
+    /// How long a new leader waits for a node it has not heard from since its election
+    /// ([`detector::election_grace`]).
+    pub election_grace: Duration,
     /// When each node's last heartbeat arrived here (for `starling status`).
     pub last_heartbeat: Mutex<BTreeMap<NodeId, Instant>>,
     /// The leader's commit index from the last acknowledged heartbeat (for `/readyz`).
@@ -86,6 +89,12 @@ impl Replica {
             format!("cannot create data directory {}", config.data_dir.display())
         })?;
         let raft_config = RaftConfig::new(config.id, &config.data_dir, &config.advertise);
+        let election_grace = detector::election_grace(
+            config.lease,
+            raft_config.election_timeout_max,
+            config.heartbeat_interval,
+            config.down_after,
+        );
         let raft = RaftNode::open(raft_config)
             .await
             .with_context(|| format!("cannot open raft state in {}", config.data_dir.display()))?;
@@ -102,6 +111,7 @@ impl Replica {
             lease: Lease::new(config.lease),
             metrics: Metrics::new(),
             detector: Mutex::new(None),
+            election_grace,
             last_heartbeat: Mutex::new(BTreeMap::new()),
             leader_commit: AtomicU64::new(0),
             started: Instant::now(),

@@ -496,6 +496,10 @@ async fn apply(
         .as_ref()
         .map(|s| s.inventory.clone())
         .unwrap_or_default();
+    request.lease = Some({
+        let replica = replica.clone();
+        starling_sync::LeaseEnd::new(move || replica.lease.valid_until())
+    });
     let cancel = request.cancel.clone();
     let watcher = {
         let replica = replica.clone();

@@ -36,7 +36,7 @@ pub(crate) mod drift;
 mod types;
 
 pub use types::{
-    Drift, DriftedField, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest,
+    Drift, DriftedField, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, LeaseEnd,
     SYSTEM_NAMESPACE, SyncFailure, SyncReport, SyncRequest,
 };
 
@@ -168,6 +168,28 @@ impl SyncEngine {
         )))
     }
 
+    /// A session for a sync: also bounded by the node's lease.
+    async fn sync_session(
+        &self,
+        request: &SyncRequest,
+        deadline: Instant,
+    ) -> Result<Arc<Session>, SyncError> {
+        let client = self
+            .clients
+            .get(&request.cluster, &request.writer, request.generation)
+            .await?;
+        let mut session = Session::new(
+            client,
+            self.config.field_manager.clone(),
+            self.config.clients.request_timeout,
+            self.config.request_retry.clone(),
+            request.cancel.clone(),
+            deadline,
+        );
+        session.lease = request.lease.clone();
+        Ok(Arc::new(session))
+    }
+
     async fn render(&self, request: &SyncRequest) -> Result<Vec<RenderedObject>, SyncError> {
         let source = request.artifact.clone();
         let options = RenderOptions {
@@ -192,15 +214,7 @@ impl SyncEngine {
         progress: &mut Progress,
     ) -> Result<SyncReport, SyncError> {
         let objects = self.render(request).await?;
-        let session = self
-            .session(
-                &request.cluster,
-                &request.writer,
-                request.generation,
-                request.cancel.clone(),
-                deadline,
-            )
-            .await?;
+        let session = self.sync_session(request, deadline).await?;
         progress.session = Some(session.clone());
         let system = self.config.system_namespace.as_str();
         let ours = FenceState {

@@ -81,6 +81,32 @@ impl EngineConfig {
     }
 }
 
+/// When the node's lease ends, as the node knows it at the moment of asking (`None`: it holds
+/// none). A sync bounds every request by it, so that no request runs past the lease: a new
+/// owner may then start once the old owner's lease is over, with nothing of the old one still
+/// in flight (design section 5).
+#[derive(Clone)]
+pub struct LeaseEnd(std::sync::Arc<dyn Fn() -> Option<std::time::Instant> + Send + Sync>);
+
+impl LeaseEnd {
+    pub fn new(end: impl Fn() -> Option<std::time::Instant> + Send + Sync + 'static) -> LeaseEnd {
+        LeaseEnd(std::sync::Arc::new(end))
+    }
+
+    /// The time left on the lease now (zero when it has ended or none is held).
+    pub fn remaining(&self) -> Duration {
+        (self.0)()
+            .map(|end| end.saturating_duration_since(std::time::Instant::now()))
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for LeaseEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LeaseEnd({:?} left)", self.remaining())
+    }
+}
+
 /// One sync: what to apply where, as whom.
 #[derive(Clone, Debug)]
 pub struct SyncRequest {
@@ -102,6 +128,8 @@ pub struct SyncRequest {
     pub wait: bool,
     /// Cancelled when the node must stop (its lease lapsed): no write starts after that.
     pub cancel: CancellationToken,
+    /// The node's lease: no request starts after it ends, and none runs past it.
+    pub lease: Option<LeaseEnd>,
 }
 
 impl SyncRequest {
@@ -125,6 +153,7 @@ impl SyncRequest {
             previous_inventory: Vec::new(),
             wait: true,
             cancel: CancellationToken::new(),
+            lease: None,
         }
     }
 }

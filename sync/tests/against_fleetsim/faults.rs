@@ -175,3 +175,40 @@ async fn broken_clusters_do_not_delay_a_healthy_one() {
         hung.duration
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_request_runs_past_the_nodes_lease() {
+    let sim = fleet(1, Duration::from_millis(50)).await;
+    let engine = engine();
+    // Every request to c0 takes 5 s: far longer than what is left of the lease.
+    sim.set_fault("c0", Fault::latency(Duration::from_secs(5)))
+        .expect("fault");
+    let started = Instant::now();
+    let lease_end = std::time::Instant::now() + Duration::from_millis(400);
+    let mut bounded = request(&sim, "c0", "node-a", 1, &FILES);
+    bounded.lease = Some(starling_sync::LeaseEnd::new(move || Some(lease_end)));
+    let failure = engine
+        .sync(bounded)
+        .await
+        .expect_err("the lease ends first");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the sync stopped at the end of the lease, not after the request time-out: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(
+            failure.class(),
+            ErrorClass::Unreachable | ErrorClass::Cancelled
+        ),
+        "{failure}"
+    );
+
+    // A node whose lease is over starts nothing.
+    sim.clear_fault("c0", FaultKind::Latency).expect("clear");
+    let mut lapsed = request(&sim, "c0", "node-a", 1, &FILES);
+    lapsed.lease = Some(starling_sync::LeaseEnd::new(|| None));
+    let failure = engine.sync(lapsed).await.expect_err("no lease");
+    assert_eq!(failure.class(), ErrorClass::Cancelled, "{failure}");
+    assert!(writes_by(&sim, "c0", "node-a").is_empty());
+}
