@@ -232,6 +232,17 @@ async fn a_fourth_node_takes_about_a_quarter_and_a_drained_node_owns_nothing() {
     group.apply(1, &fleet_manifests(200)).await.expect("apply");
     group.add_node(4).await;
     group.wait_for_members(4).await;
+    // Members are the leader's view; ownership is node 1's applied state, which may lag.
+    wait_until(
+        Duration::from_secs(10),
+        "node 1 sees node 4 owning",
+        || async {
+            ownership(&group, 1)
+                .await
+                .is_some_and(|(owned, _)| owned.get(&4).is_some_and(|c| !c.is_empty()))
+        },
+    )
+    .await;
     let (owned, _) = ownership(&group, 1).await.expect("ownership");
     let fourth = owned.get(&4).map_or(0, BTreeSet::len);
     assert!(

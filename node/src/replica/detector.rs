@@ -61,6 +61,12 @@ pub struct FailureDetector {
     /// When this node became leader (the grace period starts here).
     leader_since: Instant,
     last_heard: BTreeMap<NodeId, Instant>,
+    /// When each member was first seen in the membership by this detector. The members of the
+    /// first look were members at the election; one that joined later cannot hold a lease from
+    /// an earlier leader, and gets a full `down_after` from when it joined.
+    first_seen: BTreeMap<NodeId, Instant>,
+    /// The members at the first look (those the election grace applies to).
+    initial: Option<std::collections::BTreeSet<NodeId>>,
 }
 
 impl FailureDetector {
@@ -70,6 +76,8 @@ impl FailureDetector {
             grace: grace.min(down_after),
             leader_since,
             last_heard: BTreeMap::new(),
+            first_seen: BTreeMap::new(),
+            initial: None,
         }
     }
 
@@ -79,7 +87,11 @@ impl FailureDetector {
             .last_heard
             .get(&node)
             .is_some_and(|heard| *heard >= self.leader_since);
-        if heard_since_election {
+        let member_at_election = self
+            .initial
+            .as_ref()
+            .is_none_or(|initial| initial.contains(&node));
+        if heard_since_election || !member_at_election {
             self.down_after.saturating_sub(DETECTION_SLACK)
         } else {
             self.grace
@@ -94,20 +106,37 @@ impl FailureDetector {
         }
     }
 
-    /// The time since `node` was last heard from, counting from the election when never heard.
+    /// The time since `node` was last heard from, counting from the election (or from when it
+    /// joined, if later) when never heard.
     pub fn silence(&self, node: NodeId, now: Instant) -> Duration {
+        let joined = self
+            .first_seen
+            .get(&node)
+            .copied()
+            .unwrap_or(self.leader_since);
         let since = self
             .last_heard
             .get(&node)
             .copied()
             .unwrap_or(self.leader_since)
-            .max(self.leader_since);
+            .max(self.leader_since)
+            .max(joined);
         now.saturating_duration_since(since)
     }
 
     /// The state changes to commit, given each member's committed state. Draining members
     /// are left alone: an operator put them there.
-    pub fn verdicts(&self, now: Instant, members: &[(NodeId, MemberState)]) -> Vec<Verdict> {
+    pub fn verdicts(&mut self, now: Instant, members: &[(NodeId, MemberState)]) -> Vec<Verdict> {
+        // Members at the first look count from the election, later ones from when they joined.
+        let seen_at = if self.initial.is_none() {
+            self.initial = Some(members.iter().map(|&(node, _)| node).collect());
+            self.leader_since
+        } else {
+            now
+        };
+        for &(node, _) in members {
+            self.first_seen.entry(node).or_insert(seen_at);
+        }
         let mut verdicts = Vec::new();
         for &(node, state) in members {
             let silent_for = self.silence(node, now);
@@ -142,6 +171,7 @@ impl FailureDetector {
     /// Forgets a node that left the membership.
     pub fn forget(&mut self, node: NodeId) {
         self.last_heard.remove(&node);
+        self.first_seen.remove(&node);
     }
 }
 
@@ -214,6 +244,39 @@ mod tests {
             vec![Verdict {
                 node: 2,
                 state: MemberState::Live
+            }]
+        );
+    }
+
+    /// Regression (CI): a replica added after the election was reported Down after the
+    /// election grace, before its first heartbeat, and came back with fewer clusters.
+    #[test]
+    fn a_member_that_joins_after_the_election_gets_a_full_down_after() {
+        let start = Instant::now();
+        let mut detector = FailureDetector::new(DOWN, GRACE, start);
+        detector.heard(1, start);
+        // The first look: node 1 is the only member at the election.
+        assert!(
+            detector
+                .verdicts(start, &[(1, MemberState::Live)])
+                .is_empty()
+        );
+        let joined = start + Duration::from_secs(10);
+        detector.heard(1, joined);
+        let members = [(1, MemberState::Live), (4, MemberState::Live)];
+        assert!(detector.verdicts(joined, &members).is_empty());
+        assert!(
+            detector
+                .verdicts(joined + Duration::from_secs(2), &members)
+                .is_empty(),
+            "a new member is not held to the election grace"
+        );
+        detector.heard(1, joined + Duration::from_secs(2));
+        assert_eq!(
+            detector.verdicts(joined + DOWN, &members),
+            vec![Verdict {
+                node: 4,
+                state: MemberState::Down
             }]
         );
     }
