@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use openraft::SnapshotPolicy;
 
+use crate::disk::SimDisk;
 use crate::error::OpenError;
 use crate::network::client::NetworkConfig;
 use crate::types::NodeId;
@@ -48,6 +49,9 @@ pub struct RaftConfig {
     /// Capacity of the broadcast of applied entries (see [`crate::StateReader::subscribe`]).
     pub event_capacity: usize,
     pub network: NetworkConfig,
+    /// Keep the log on this simulated disk instead of `raft/log.redb` (tests and the
+    /// deterministic simulation only: it lives in memory).
+    pub log_disk: Option<SimDisk>,
 }
 
 impl RaftConfig {
@@ -73,6 +77,7 @@ impl RaftConfig {
             forward_timeout: Duration::from_secs(5),
             event_capacity: 4096,
             network: NetworkConfig::default(),
+            log_disk: None,
         }
     }
 

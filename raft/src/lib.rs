@@ -9,7 +9,8 @@
 //!             └─ propose/propose_many (forward to the leader when not leading)
 //! ```
 //!
-//! Modules: [`types`] (type config), [`codec`] (versioned records), [`log_store`],
+//! Modules: [`types`] (type config), [`codec`] (versioned records), [`log_store`], [`disk`]
+//! (a simulated disk with faults and power cuts, for tests),
 //! `log_writer` (the log's writer thread), [`snapshot_store`], [`state_machine`], [`reader`], [`network`], [`write`], [`batch`], [`node`],
 //! [`admin`], [`config`], [`error`].
 
@@ -17,6 +18,7 @@ pub mod admin;
 pub mod batch;
 pub mod codec;
 pub mod config;
+pub mod disk;
 pub mod error;
 pub mod log_store;
 mod log_writer;
@@ -30,6 +32,7 @@ pub mod write;
 
 pub use admin::MembershipChange;
 pub use config::RaftConfig;
+pub use disk::SimDisk;
 pub use error::{AdminError, OpenError, StoreError, WriteError};
 pub use log_store::LogStore;
 pub use network::{NetworkConfig, NetworkFactory, RaftService};

@@ -34,6 +34,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::codec;
+use crate::disk::SimDisk;
 use crate::error::StoreError;
 use crate::log_writer::{self, CommitResult, WriteOp};
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
@@ -194,6 +195,27 @@ impl LogStore {
                 path: path.to_owned(),
                 source: Box::new(source),
             })?;
+        LogStore::from_database(db, path, tail_limit)
+    }
+
+    /// Opens the log on a simulated disk (tests and the deterministic simulation).
+    pub fn open_on(disk: &SimDisk, tail_limit: TailLimit) -> Result<LogStore, StoreError> {
+        let label = Path::new("<simulated disk>");
+        let db = redb::Builder::new()
+            .set_cache_size(DB_CACHE_BYTES)
+            .create_with_backend(disk.backend())
+            .map_err(|source| StoreError::Open {
+                path: label.to_owned(),
+                source: Box::new(source),
+            })?;
+        LogStore::from_database(db, label, tail_limit)
+    }
+
+    fn from_database(
+        db: Database,
+        path: &Path,
+        tail_limit: TailLimit,
+    ) -> Result<LogStore, StoreError> {
         check_store_version(&db, path)?;
         let tail_limit = TailLimit {
             entries: tail_limit.entries.max(1),

@@ -67,7 +67,10 @@ impl RaftNode {
         config.validate()?;
         let openraft_config = config.openraft_config()?;
         ensure_dir(&config.raft_dir())?;
-        let log_store = LogStore::open(&config.log_path())?;
+        let log_store = match &config.log_disk {
+            Some(disk) => LogStore::open_on(disk, Default::default())?,
+            None => LogStore::open(&config.log_path())?,
+        };
         let store_closed = log_store.closed();
         let state_machine = StateMachineStore::open(&config.snapshot_dir(), config.event_capacity)?;
         let reader = state_machine.reader();
