@@ -14,4 +14,4 @@ pub mod state;
 pub mod validate;
 pub mod vars;
 
-pub use state::{Command, FleetState, Outcome};
+pub use state::{Command, ExpectedRevision, FleetState, Outcome};

@@ -132,6 +132,7 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 source: "fleet/repo".into(),
                 revision: format!("main@sha1:{:04}", *revisions),
                 artifact: None,
+                expected: fleet::ExpectedRevision::Any,
                 at: AT.into(),
             }
         }

@@ -47,6 +47,12 @@ impl DemoRepo {
         Ok(demo)
     }
 
+    /// The commit `main` points at.
+    pub fn head(&self) -> anyhow::Result<String> {
+        let head = self.repo.head()?.peel_to_commit()?;
+        Ok(head.id().to_string())
+    }
+
     pub fn url(&self) -> String {
         format!("file://{}", self.path.display())
     }

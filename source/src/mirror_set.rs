@@ -202,15 +202,21 @@ impl MirrorSet {
         if mirror.has_commit(commit) {
             return Ok(false);
         }
-        self.fetch_if_older_than(url, auth, Duration::ZERO, timeout)?;
-        if mirror.has_commit(commit) {
-            Ok(true)
-        } else {
-            Err(SourceError::NotFound {
-                url: url.redacted(),
-                what: format!("commit {commit}"),
-            })
+        // A fetch already in flight may have started before the commit was pushed: when the
+        // first call only joined one, a second call makes sure a fetch started after this one.
+        for _ in 0..2 {
+            let report = self.fetch_if_older_than(url, auth, Duration::ZERO, timeout)?;
+            if mirror.has_commit(commit) {
+                return Ok(true);
+            }
+            if !report.joined {
+                break;
+            }
         }
+        Err(SourceError::NotFound {
+            url: url.redacted(),
+            what: format!("commit {commit}"),
+        })
     }
 
     /// Deletes the mirrors of URLs not in `keep` (Sources removed or moved to other nodes).

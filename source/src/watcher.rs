@@ -100,7 +100,11 @@ pub struct Resolution {
 impl Resolution {
     /// Records a success; returns whether the revision or artifact changed.
     pub fn record_success(&mut self, resolved: ResolvedRevision) -> bool {
-        let changed = self.last_good.as_ref() != Some(&resolved);
+        // What is committed is the revision and the artifact's digest; the rest (file count,
+        // which a watcher started from the committed state does not know) is no change.
+        let changed = self.last_good.as_ref().is_none_or(|good| {
+            good.revision != resolved.revision || good.artifact.digest != resolved.artifact.digest
+        });
         self.last_good = Some(resolved);
         self.error = None;
         self.consecutive_failures = 0;
@@ -288,6 +292,24 @@ impl SourceWatcher {
                 )?
                 .fetched
         };
+        // A mirror without the commit already resolved (by this replica before a restart, or
+        // by the source's previous owner) is older than what is committed: bring it up to date
+        // first, so that a stale view never moves the source back. A remote that no longer has
+        // that commit (history rewritten) is a real change and goes on.
+        if let Some(previous) = &self.resolution.last_good
+            && let Ok(commit) = previous.revision.oid()
+            && !mirror.has_commit(commit)
+        {
+            match self.mirrors.ensure_commit(
+                &config.url,
+                &config.auth,
+                commit,
+                config.limits.fetch_timeout,
+            ) {
+                Ok(_) | Err(SourceError::NotFound { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let revision = mirror.resolve(&config.policy)?;
         let previous = self.resolution.last_good.as_ref();
         let notices = match previous {

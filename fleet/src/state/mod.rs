@@ -188,6 +188,30 @@ pub struct FleetState {
     pub actionable: BTreeSet<Key>,
 }
 
+/// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
+/// resolution made from an outdated view (an owner that has not yet applied the newer revision
+/// another owner committed, for example during a handover) cannot move the source backwards.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExpectedRevision {
+    /// No check: log entries written before the check existed.
+    #[default]
+    Any,
+    /// The source has no revision yet.
+    Unresolved,
+    /// The source is at this revision.
+    Revision(String),
+}
+
+impl ExpectedRevision {
+    fn holds_for(&self, current: Option<&str>) -> bool {
+        match self {
+            ExpectedRevision::Any => true,
+            ExpectedRevision::Unresolved => current.is_none(),
+            ExpectedRevision::Revision(revision) => current == Some(revision.as_str()),
+        }
+    }
+}
+
 /// A change to the fleet state, as committed to the Raft log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -218,6 +242,10 @@ pub enum Command {
         source: Key,
         revision: String,
         artifact: Option<crate::resources::ArtifactRef>,
+        /// The committed revision the owner resolved from: refused when the source has moved
+        /// on since (a resolution of another owner, during a handover, won).
+        #[serde(default)]
+        expected: ExpectedRevision,
         at: String,
     },
     /// A source's owner failed to fetch or resolve; the last good revision stays in use.
@@ -425,8 +453,9 @@ impl FleetState {
                 source,
                 revision,
                 artifact,
+                expected,
                 at,
-            } => self.source_resolved(&source, revision, artifact, &at),
+            } => self.source_resolved(&source, revision, artifact, &expected, &at),
             Command::SourceFailed {
                 source,
                 message,

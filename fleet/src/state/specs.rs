@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::members::project_cluster_owner;
 use super::rollout::SyncRollout;
 use super::{
-    ApplyResult, ClusterEntry, FleetState, GroupEntry, Key, Outcome, SourceEntry, SyncEntry,
-    cluster_key_of, key_of, source_key_of,
+    ApplyResult, ClusterEntry, ExpectedRevision, FleetState, GroupEntry, Key, Outcome, SourceEntry,
+    SyncEntry, cluster_key_of, key_of, source_key_of,
 };
 use crate::manifest::{Kind, ObjectKey, Resource};
 use crate::resources::{
@@ -590,6 +590,7 @@ impl FleetState {
         source: &str,
         revision: String,
         artifact: Option<ArtifactRef>,
+        expected: &ExpectedRevision,
         at: &str,
     ) -> Outcome {
         let Some(entry) = self.sources.get_mut(source) else {
@@ -597,6 +598,19 @@ impl FleetState {
                 message: format!("source {source} not found"),
             };
         };
+        let current = entry
+            .object
+            .status
+            .as_ref()
+            .and_then(|status| status.revision.as_deref());
+        if !expected.holds_for(current) {
+            return Outcome::Rejected {
+                message: format!(
+                    "stale resolution of source {source}: {revision} was resolved from {expected:?}, but the source is at {}; its owner resolves again",
+                    current.unwrap_or("no revision")
+                ),
+            };
+        }
         let status = entry.object.status.get_or_insert_with(Default::default);
         status.last_fetch_time = Some(at.to_string());
         set_condition(

@@ -67,6 +67,7 @@ fn resolve(state: &mut FleetState, revision: &str) {
         source: "fleet/repo".into(),
         revision: revision.into(),
         artifact: None,
+        expected: ExpectedRevision::Any,
         at: AT.into(),
     });
     assert_eq!(outcome, Outcome::SourceRecorded { changed: true });
@@ -541,6 +542,7 @@ fn applied_commands_name_the_objects_they_changed() {
             source: "fleet/repo".into(),
             revision: "main@sha1:1".into(),
             artifact: None,
+            expected: ExpectedRevision::Any,
             at: AT.into(),
         },
     );
@@ -783,3 +785,50 @@ fn an_abandoned_or_failed_rollout_at_a_superseded_revision_keeps_its_slot() {
 }
 
 mod edits;
+
+/// Found by chaos seed 15: a replica that became the source's owner resolved from the revision
+/// it had applied (v1), while the previous owner had just committed v2; its v1 was committed
+/// after v2 and moved every target back. A resolution states what it was made from, and one
+/// made from an outdated view is refused.
+#[test]
+fn a_resolution_made_from_an_outdated_view_cannot_move_the_source_back() {
+    let mut state = fleet(2, "1", "");
+    let resolve_from = |state: &mut FleetState, revision: &str, expected: ExpectedRevision| {
+        state.apply(Command::SourceResolved {
+            source: "fleet/repo".into(),
+            revision: revision.into(),
+            artifact: None,
+            expected,
+            at: AT.into(),
+        })
+    };
+    let first = resolve_from(&mut state, "main@sha1:1", ExpectedRevision::Unresolved);
+    assert_eq!(first, Outcome::SourceRecorded { changed: true });
+    let second = resolve_from(
+        &mut state,
+        "main@sha1:2",
+        ExpectedRevision::Revision("main@sha1:1".into()),
+    );
+    assert_eq!(second, Outcome::SourceRecorded { changed: true });
+    // The new owner still saw v1 and "resolved" v1 again: refused, the source stays at v2.
+    let stale = resolve_from(
+        &mut state,
+        "main@sha1:1",
+        ExpectedRevision::Revision("main@sha1:1".into()),
+    );
+    assert!(
+        matches!(&stale, Outcome::Rejected { message } if message.contains("stale resolution")),
+        "{stale:?}"
+    );
+    let unresolved = resolve_from(&mut state, "main@sha1:3", ExpectedRevision::Unresolved);
+    assert!(
+        matches!(unresolved, Outcome::Rejected { .. }),
+        "{unresolved:?}"
+    );
+    let revision = state.sources["fleet/repo"]
+        .object
+        .status
+        .as_ref()
+        .and_then(|s| s.revision.clone());
+    assert_eq!(revision.as_deref(), Some("main@sha1:2"));
+}

@@ -10,6 +10,7 @@
 //!   and the peak resident memory of each node.
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 
+mod isolation;
 mod rollout;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,9 @@ enum Which {
     /// Time to roll a revision to the fleet against the physical bound, and peak memory per
     /// node, with node processes and fleetsim.
     Rollout(rollout::RolloutArgs),
+    /// Whether a few unreachable and slow clusters slow the rest of the fleet down: the good
+    /// clusters' update latency with and without them, and node memory while they fail.
+    Isolation(isolation::IsolationArgs),
     /// BeginSync + FinishSync pairs committed per second, and node memory.
     Admission {
         #[arg(long, default_value_t = 10_000)]
@@ -77,6 +81,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             concurrency,
         } => admission(clusters, batch, concurrency).await,
         Which::Rollout(args) => rollout::run(args).await,
+        Which::Isolation(args) => isolation::run(args).await,
     }
 }
 
@@ -462,6 +467,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
             source: "default/repo".into(),
             revision: format!("main@sha1:{round:040}"),
             artifact: None,
+            expected: fleet::ExpectedRevision::Any,
             at: at.clone(),
         })
         .await?;

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fleet::Command;
 use fleet::resources::{ArtifactRef, Source};
 use fleet::state::Key;
+use fleet::{Command, ExpectedRevision, Outcome};
 use source::{SourceConfig, SourceWatcher};
 use tokio::task::JoinSet;
 
@@ -33,20 +33,30 @@ struct Watched {
     polls: u64,
     /// The last failure committed, so a repeating error is committed once.
     reported_error: Option<String>,
+    /// The source's committed revision this watcher resolves from: the one in the state when
+    /// it started, then each one it committed. A resolution states it (`expected`), so that one
+    /// made from an outdated view is refused instead of moving the source back.
+    resolved_from: Option<String>,
 }
 
 pub async fn run(replica: Arc<Replica>) {
     let mut watched: BTreeMap<Key, Watched> = BTreeMap::new();
-    let mut polls: JoinSet<(Key, SourceWatcher, source::PollOutcome, Duration)> = JoinSet::new();
+    let mut polls: JoinSet<(
+        Key,
+        SourceWatcher,
+        ExpectedRevision,
+        source::PollOutcome,
+        Duration,
+    )> = JoinSet::new();
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             Some(done) = polls.join_next(), if !polls.is_empty() => {
-                if let Ok((key, watcher, outcome, took)) = done {
+                if let Ok((key, watcher, expected, outcome, took)) = done {
                     replica.metrics.source_fetch_duration.observe(took.as_secs_f64());
-                    finish_poll(&replica, &mut watched, key, watcher, outcome).await;
+                    finish_poll(&replica, &mut watched, key, watcher, expected, outcome).await;
                 }
                 continue;
             }
@@ -89,6 +99,10 @@ pub async fn run(replica: Arc<Replica>) {
                                 next_poll: Instant::now(),
                                 polls: 0,
                                 reported_error: None,
+                                resolved_from: object
+                                    .status
+                                    .as_ref()
+                                    .and_then(|status| status.revision.clone()),
                             },
                         );
                     }
@@ -105,6 +119,7 @@ pub async fn run(replica: Arc<Replica>) {
                                     next_poll: Instant::now(),
                                     polls: 0,
                                     reported_error: Some(message),
+                                    resolved_from: None,
                                 },
                             );
                         }
@@ -127,10 +142,14 @@ pub async fn run(replica: Arc<Replica>) {
                 continue;
             };
             let key = key.clone();
+            let expected = match &entry.resolved_from {
+                Some(revision) => ExpectedRevision::Revision(revision.clone()),
+                None => ExpectedRevision::Unresolved,
+            };
             polls.spawn(async move {
                 let started = Instant::now();
                 let outcome = watcher.poll_async().await;
-                (key, watcher, outcome, started.elapsed())
+                (key, watcher, expected, outcome, started.elapsed())
             });
         }
     }
@@ -141,6 +160,7 @@ async fn finish_poll(
     watched: &mut BTreeMap<Key, Watched>,
     key: Key,
     watcher: SourceWatcher,
+    expected: ExpectedRevision,
     outcome: source::PollOutcome,
 ) {
     let at = Replica::now_rfc3339();
@@ -155,6 +175,7 @@ async fn finish_poll(
                 digest: good.artifact.digest.to_string(),
                 size: good.artifact.size,
             }),
+            expected,
             at: at.clone(),
         });
     }
@@ -179,13 +200,33 @@ async fn finish_poll(
     let seed = xxhash(&key) ^ entry.polls;
     entry.next_poll = Instant::now() + watcher.next_delay(seed);
     entry.watcher = Some(watcher);
-    if let Some(command) = command
-        && let Err(error) = replica.raft.propose(command).await
-    {
-        tracing::warn!(source = %key, %error, "cannot commit the source's revision; retrying");
-        // Nothing was committed: start again from the committed state at the next tick, which
-        // sees the change again.
-        watched.remove(&key);
+    let Some(command) = command else {
+        return;
+    };
+    let resolved = match &command {
+        Command::SourceResolved { revision, .. } => Some(revision.clone()),
+        _ => None,
+    };
+    match replica.raft.propose(command).await {
+        Ok((_, Outcome::Rejected { message })) => {
+            // Another owner's resolution was committed first (a handover): start again from
+            // the committed state, whose revision the next poll resolves from.
+            tracing::info!(source = %key, %message, "source resolution refused; resolving again");
+            watched.remove(&key);
+        }
+        Ok(_) => {
+            if let Some(revision) = resolved
+                && let Some(entry) = watched.get_mut(&key)
+            {
+                entry.resolved_from = Some(revision);
+            }
+        }
+        Err(error) => {
+            tracing::warn!(source = %key, %error, "cannot commit the source's revision; retrying");
+            // Nothing was committed: start again from the committed state at the next tick,
+            // which sees the change again.
+            watched.remove(&key);
+        }
     }
 }
 

@@ -1,0 +1,320 @@
+//! `starling bench isolation`: do a few bad clusters slow the rest of the fleet down?
+//!
+//! One fleet, two rollouts of a new revision, measured the same way:
+//!
+//! ```text
+//!   baseline   every cluster healthy                        ─┐ per good cluster: time from the
+//!   faulty     U clusters down (unreachable), S clusters     ├ commit's resolution to its last
+//!              answering after --slow-latency (5 s)          ─┘ write of the revision (p50, p99)
+//! ```
+//!
+//! "Good" clusters are the same set in both runs (all but the U + S that the second run makes
+//! bad), so the two distributions compare like with like. The latencies come from fleetsim's
+//! audit log (the time of every successful write, by Starling, of the new revision's objects),
+//! not from the nodes' own view. Each node's resident memory is sampled after the faulty
+//! rollout and again after the bad clusters kept failing for `--soak`, to show whether the
+//! backlog of the bad clusters grows memory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use fleetsim::{AuditFilter, Fault, FleetSim};
+use source::demo::DemoRepo;
+
+use super::{Proc, rss_mib, spawn_group};
+
+#[derive(clap::Args, Debug)]
+pub struct IsolationArgs {
+    /// Simulated clusters.
+    #[arg(long, default_value_t = 1000)]
+    clusters: usize,
+    /// `starling node` processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// Clusters made unreachable in the faulty run.
+    #[arg(long, default_value_t = 1)]
+    unreachable: usize,
+    /// Clusters made slow in the faulty run.
+    #[arg(long, default_value_t = 10)]
+    slow: usize,
+    /// Latency of every request to a slow cluster.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    slow_latency: Duration,
+    /// The SyncGroup's budget.
+    #[arg(long, default_value = "10%")]
+    max_unavailable: String,
+    /// Latency fleetsim adds to every request.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    latency: Duration,
+    /// Delay before fleetsim makes a workload ready.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    ready_delay: Duration,
+    /// How long the bad clusters keep failing after the faulty rollout before memory is
+    /// sampled again.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    soak: Duration,
+    /// Upper bound on each rollout.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+/// The per-cluster update latencies of one rollout, in seconds, sorted.
+struct Run {
+    latencies: Vec<f64>,
+    /// Seconds until every good cluster reported the revision applied.
+    completed: f64,
+}
+
+impl Run {
+    fn quantile(&self, q: f64) -> f64 {
+        if self.latencies.is_empty() {
+            return 0.0;
+        }
+        let rank = ((self.latencies.len() as f64) * q).ceil() as usize;
+        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+    }
+}
+
+pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
+    let bad_count = args.unreachable + args.slow;
+    if args.clusters <= bad_count || args.nodes == 0 {
+        anyhow::bail!("--clusters must be larger than --unreachable + --slow, --nodes at least 1");
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("starling-bench-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let sim = FleetSim::start(fleetsim::Config {
+        clusters: args.clusters,
+        latency: args.latency,
+        ready_delay: args.ready_delay,
+        ..fleetsim::Config::default()
+    })
+    .await
+    .context("cannot start fleetsim")?;
+    let repo = DemoRepo::create(&dir.path().join("repo"))?;
+    let procs = spawn_group(dir.path(), args.nodes, &[]).await?;
+    let address = procs[&1].grpc.clone();
+    let channel = crate::client_channel(&address, Duration::from_secs(120))?;
+    let mut fleet = proto::fleet_client::FleetClient::new(channel)
+        .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
+        .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
+    let documents = crate::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
+    for chunk in documents.chunks(500) {
+        fleet
+            .apply(proto::ApplyRequest {
+                manifests: chunk.join("---\n").into_bytes(),
+                origin: "bench".into(),
+                dry_run: false,
+            })
+            .await
+            .context("cannot apply the demo specs")?;
+    }
+    // The bad clusters are spread over the fleet (and so over the owners and the admission
+    // order), the good ones are the rest.
+    let names = sim.cluster_names();
+    let stride = args.clusters / bad_count;
+    let bad: Vec<String> = (0..bad_count).map(|i| names[i * stride].clone()).collect();
+    let good: BTreeSet<String> = names
+        .iter()
+        .filter(|name| !bad.contains(name))
+        .cloned()
+        .collect();
+    eprintln!(
+        "{} nodes, {} clusters (latency {:?}, ready delay {:?}), budget {}; the faulty run makes {} unreachable and {} slow ({:?})",
+        args.nodes,
+        args.clusters,
+        args.latency,
+        args.ready_delay,
+        args.max_unavailable,
+        args.unreachable,
+        args.slow,
+        args.slow_latency
+    );
+    let first = repo.head()?;
+    wait_updated(&mut fleet, &first, &good, args.timeout)
+        .await
+        .context("the first rollout did not converge")?;
+
+    let baseline = measure(&sim, &repo, &mut fleet, &good, "v2", args.timeout).await?;
+    report("baseline (every cluster healthy)", &baseline);
+    let baseline_memory = resident(&procs);
+
+    for (index, name) in bad.iter().enumerate() {
+        let fault = if index < args.unreachable {
+            Fault::Down
+        } else {
+            Fault::latency(args.slow_latency)
+        };
+        sim.set_fault(name, fault)
+            .with_context(|| format!("cannot set a fault on {name}"))?;
+    }
+    let faulty = measure(&sim, &repo, &mut fleet, &good, "v3", args.timeout).await?;
+    report(
+        &format!(
+            "with {} unreachable and {} slow clusters",
+            args.unreachable, args.slow
+        ),
+        &faulty,
+    );
+    let faulty_memory = resident(&procs);
+    tokio::time::sleep(args.soak).await;
+    let soaked_memory = resident(&procs);
+
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    println!(
+        "good clusters' update latency, faulty/baseline: p50 {:.2}, p99 {:.2}; completion {:.2}",
+        ratio(faulty.quantile(0.5), baseline.quantile(0.5)),
+        ratio(faulty.quantile(0.99), baseline.quantile(0.99)),
+        ratio(faulty.completed, baseline.completed),
+    );
+    println!(
+        "resident memory per node: after the baseline {baseline_memory}; after the faulty rollout {faulty_memory}; after {:?} more of failing clusters {soaked_memory}",
+        args.soak
+    );
+    sim.shutdown().await;
+    Ok(())
+}
+
+fn report(label: &str, run: &Run) {
+    println!(
+        "{label}: {} good clusters updated in {:.1}s; per-cluster update latency p50 {:.2}s, p99 {:.2}s, max {:.2}s",
+        run.latencies.len(),
+        run.completed,
+        run.quantile(0.5),
+        run.quantile(0.99),
+        run.latencies.last().copied().unwrap_or_default(),
+    );
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Commits `version`, waits until every good cluster applied it, and measures each good
+/// cluster's update latency from fleetsim's audit log.
+async fn measure(
+    sim: &FleetSim,
+    repo: &DemoRepo,
+    fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
+    good: &BTreeSet<String>,
+    version: &str,
+    timeout: Duration,
+) -> anyhow::Result<Run> {
+    let since = sim.audit_stats().recorded;
+    let committed_at = unix_micros();
+    let started = Instant::now();
+    let revision = repo.commit(version, &format!("nginx:{version}"), version)?;
+    wait_updated(fleet, &revision, good, timeout).await?;
+    let completed = started.elapsed().as_secs_f64();
+    // Each good cluster's last successful write by Starling since the commit.
+    let mut last_write: BTreeMap<String, u64> = BTreeMap::new();
+    for record in sim.audit(&AuditFilter {
+        since: Some(since),
+        success_only: true,
+        origin: Some(fleetsim::Origin::Api),
+        ..AuditFilter::default()
+    }) {
+        if good.contains(&record.cluster) && record.writer.is_some() {
+            let at = last_write.entry(record.cluster).or_default();
+            *at = (*at).max(record.time_unix_micros);
+        }
+    }
+    if last_write.len() < good.len() {
+        anyhow::bail!(
+            "only {} of {} good clusters show a write of {version} in the audit log",
+            last_write.len(),
+            good.len()
+        );
+    }
+    let mut latencies: Vec<f64> = last_write
+        .values()
+        .map(|at| at.saturating_sub(committed_at) as f64 / 1e6)
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    Ok(Run {
+        latencies,
+        completed,
+    })
+}
+
+/// Waits until the Sync of every cluster in `clusters` reports `revision` applied.
+async fn wait_updated(
+    fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
+    revision: &str,
+    clusters: &BTreeSet<String>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let updated = updated_clusters(fleet, revision).await;
+        let done = clusters.iter().filter(|c| updated.contains(*c)).count();
+        if done == clusters.len() {
+            return Ok(());
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            last_report = Instant::now();
+            eprintln!(
+                "  {:.0}s: {done}/{} updated",
+                started.elapsed().as_secs_f64(),
+                clusters.len()
+            );
+        }
+        if started.elapsed() > timeout {
+            anyhow::bail!(
+                "only {done} of {} clusters applied {revision} within {timeout:?}",
+                clusters.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The clusters whose Sync reports `commit` as its last applied revision.
+async fn updated_clusters(
+    fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
+    commit: &str,
+) -> BTreeSet<String> {
+    let Ok(reply) = fleet
+        .list(proto::ListRequest {
+            kind: "Sync".into(),
+            ..Default::default()
+        })
+        .await
+    else {
+        return BTreeSet::new();
+    };
+    reply
+        .into_inner()
+        .objects
+        .iter()
+        .filter_map(|object| serde_json::from_slice::<serde_json::Value>(&object.json).ok())
+        .filter(|sync| {
+            // Revisions print as `main@sha1:<commit>`.
+            sync["status"]["lastAppliedRevision"]
+                .as_str()
+                .is_some_and(|applied| applied.ends_with(commit))
+        })
+        .filter_map(|sync| {
+            sync["spec"]["clusterRef"]["name"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Each node's resident memory.
+fn resident(procs: &BTreeMap<u64, Proc>) -> String {
+    procs
+        .iter()
+        .map(|(id, p)| {
+            rss_mib(p.child.id())
+                .map_or(format!("node {id} ?"), |m| format!("node {id} {m:.0} MiB"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
