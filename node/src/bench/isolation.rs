@@ -59,20 +59,29 @@ pub struct IsolationArgs {
     timeout: Duration,
 }
 
-/// The per-cluster update latencies of one rollout, in seconds, sorted.
+/// The per-cluster figures of one rollout, in seconds, sorted.
 struct Run {
+    /// From the commit to the cluster's last write of the revision.
     latencies: Vec<f64>,
+    /// From the cluster's first write of the revision to its last (the apply phase of its
+    /// sync, whatever waited before it).
+    applies: Vec<f64>,
     /// Seconds until every good cluster reported the revision applied.
     completed: f64,
 }
 
+/// The `q` quantile of sorted `values` (nearest rank).
+fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let rank = ((values.len() as f64) * q).ceil() as usize;
+    values[rank.clamp(1, values.len()) - 1]
+}
+
 impl Run {
     fn quantile(&self, q: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return 0.0;
-        }
-        let rank = ((self.latencies.len() as f64) * q).ceil() as usize;
-        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+        quantile(&self.latencies, q)
     }
 }
 
@@ -164,9 +173,17 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
 
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     println!(
-        "good clusters' update latency, faulty/baseline: p50 {:.2}, p99 {:.2}; completion {:.2}",
+        "good clusters, faulty/baseline: update latency p50 {:.2}, p99 {:.2}; apply phase p50 {:.2}, p99 {:.2}; completion {:.2}",
         ratio(faulty.quantile(0.5), baseline.quantile(0.5)),
         ratio(faulty.quantile(0.99), baseline.quantile(0.99)),
+        ratio(
+            quantile(&faulty.applies, 0.5),
+            quantile(&baseline.applies, 0.5)
+        ),
+        ratio(
+            quantile(&faulty.applies, 0.99),
+            quantile(&baseline.applies, 0.99)
+        ),
         ratio(faulty.completed, baseline.completed),
     );
     println!(
@@ -179,12 +196,14 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
 
 fn report(label: &str, run: &Run) {
     println!(
-        "{label}: {} good clusters updated in {:.1}s; per-cluster update latency p50 {:.2}s, p99 {:.2}s, max {:.2}s",
+        "{label}: {} good clusters updated in {:.1}s; per-cluster update latency p50 {:.2}s, p99 {:.2}s, max {:.2}s; apply phase p50 {:.3}s, p99 {:.3}s",
         run.latencies.len(),
         run.completed,
         run.quantile(0.5),
         run.quantile(0.99),
         run.latencies.last().copied().unwrap_or_default(),
+        quantile(&run.applies, 0.5),
+        quantile(&run.applies, 0.99),
     );
 }
 
@@ -211,7 +230,7 @@ async fn measure(
     wait_updated(fleet, &revision, good, timeout).await?;
     let completed = started.elapsed().as_secs_f64();
     // Each good cluster's last successful write by Starling since the commit.
-    let mut last_write: BTreeMap<String, u64> = BTreeMap::new();
+    let mut writes: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for record in sim.audit(&AuditFilter {
         since: Some(since),
         success_only: true,
@@ -219,24 +238,33 @@ async fn measure(
         ..AuditFilter::default()
     }) {
         if good.contains(&record.cluster) && record.writer.is_some() {
-            let at = last_write.entry(record.cluster).or_default();
-            *at = (*at).max(record.time_unix_micros);
+            let at = record.time_unix_micros;
+            let (first, last) = writes.entry(record.cluster).or_insert((at, at));
+            *first = (*first).min(at);
+            *last = (*last).max(at);
         }
     }
-    if last_write.len() < good.len() {
+    if writes.len() < good.len() {
         anyhow::bail!(
             "only {} of {} good clusters show a write of {version} in the audit log",
-            last_write.len(),
+            writes.len(),
             good.len()
         );
     }
-    let mut latencies: Vec<f64> = last_write
+    let seconds = |micros: u64| micros as f64 / 1e6;
+    let mut latencies: Vec<f64> = writes
         .values()
-        .map(|at| at.saturating_sub(committed_at) as f64 / 1e6)
+        .map(|(_, last)| seconds(last.saturating_sub(committed_at)))
+        .collect();
+    let mut applies: Vec<f64> = writes
+        .values()
+        .map(|(first, last)| seconds(last - first))
         .collect();
     latencies.sort_by(f64::total_cmp);
+    applies.sort_by(f64::total_cmp);
     Ok(Run {
         latencies,
+        applies,
         completed,
     })
 }
