@@ -22,7 +22,7 @@ use anyhow::Context as _;
 use fleetsim::{AuditFilter, Fault, FleetSim};
 use source::demo::DemoRepo;
 
-use super::{Proc, rss_mib, spawn_group};
+use super::{Testbed, resident};
 
 #[derive(clap::Args, Debug)]
 pub struct IsolationArgs {
@@ -90,25 +90,20 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
     if args.clusters <= bad_count || args.nodes == 0 {
         anyhow::bail!("--clusters must be larger than --unreachable + --slow, --nodes at least 1");
     }
-    let dir = tempfile::Builder::new()
-        .prefix("starling-bench-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
-    let sim = FleetSim::start(fleetsim::Config {
-        clusters: args.clusters,
-        latency: args.latency,
-        ready_delay: args.ready_delay,
-        ..fleetsim::Config::default()
-    })
-    .await
-    .context("cannot start fleetsim")?;
-    let repo = DemoRepo::create(&dir.path().join("repo"))?;
-    let procs = spawn_group(dir.path(), args.nodes, &[]).await?;
-    let address = procs[&1].grpc.clone();
-    let channel = crate::client_channel(&address, Duration::from_secs(120))?;
-    let mut fleet = proto::fleet_client::FleetClient::new(channel)
-        .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
-        .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
+    let Testbed {
+        sim,
+        repo,
+        procs,
+        mut fleet,
+        _dir,
+    } = Testbed::start(
+        args.clusters,
+        args.latency,
+        args.ready_delay,
+        args.nodes,
+        &[],
+    )
+    .await?;
     let documents = crate::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
     for chunk in documents.chunks(500) {
         fleet
@@ -333,16 +328,4 @@ async fn updated_clusters(
                 .map(str::to_owned)
         })
         .collect()
-}
-
-/// Each node's resident memory.
-fn resident(procs: &BTreeMap<u64, Proc>) -> String {
-    procs
-        .iter()
-        .map(|(id, p)| {
-            rss_mib(p.child.id())
-                .map_or(format!("node {id} ?"), |m| format!("node {id} {m:.0} MiB"))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -85,6 +85,65 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
+/// What the process benches share: a temporary directory, fleetsim in this process, the demo
+/// repository and `nodes` node processes, with a client of node 1's API.
+struct Testbed {
+    // Dropped last: the nodes and the repository live in it.
+    _dir: tempfile::TempDir,
+    sim: fleetsim::FleetSim,
+    repo: source::demo::DemoRepo,
+    procs: BTreeMap<u64, Proc>,
+    fleet: proto::fleet_client::FleetClient<tonic::transport::Channel>,
+}
+
+impl Testbed {
+    async fn start(
+        clusters: usize,
+        latency: Duration,
+        ready_delay: Duration,
+        nodes: u64,
+        node_args: &[String],
+    ) -> anyhow::Result<Testbed> {
+        let dir = tempfile::Builder::new()
+            .prefix("starling-bench-")
+            .tempdir()
+            .context("cannot create a temporary directory")?;
+        let sim = fleetsim::FleetSim::start(fleetsim::Config {
+            clusters,
+            latency,
+            ready_delay,
+            ..fleetsim::Config::default()
+        })
+        .await
+        .context("cannot start fleetsim")?;
+        let repo = source::demo::DemoRepo::create(&dir.path().join("repo"))?;
+        let procs = spawn_group(dir.path(), nodes, node_args).await?;
+        let channel = crate::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
+        let fleet = proto::fleet_client::FleetClient::new(channel)
+            .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
+            .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
+        Ok(Testbed {
+            _dir: dir,
+            sim,
+            repo,
+            procs,
+            fleet,
+        })
+    }
+}
+
+/// Each node's current resident memory, for the progress lines.
+fn resident(procs: &BTreeMap<u64, Proc>) -> String {
+    procs
+        .iter()
+        .map(|(id, p)| {
+            rss_mib(p.child.id())
+                .map_or(format!("node {id} ?"), |m| format!("node {id} {m:.0} MiB"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

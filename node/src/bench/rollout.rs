@@ -10,11 +10,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use fleetsim::FleetSim;
 
-use super::{Proc, peak_rss_mib, rss_mib, spawn_group, wait_for};
+use super::{Proc, Testbed, peak_rss_mib, resident, rss_mib, wait_for};
 use crate::dev::report::physical_bound;
-use source::demo::DemoRepo;
 
 #[derive(clap::Args, Debug)]
 pub struct RolloutArgs {
@@ -71,28 +69,25 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let budget = fleet::validate::max_unavailable(&policy, args.clusters as u32);
-    let dir = tempfile::Builder::new()
-        .prefix("starling-bench-")
-        .tempdir()
-        .context("cannot create a temporary directory")?;
-    let sim = FleetSim::start(fleetsim::Config {
-        clusters: args.clusters,
-        latency: args.latency,
-        ready_delay: args.ready_delay,
-        ..fleetsim::Config::default()
-    })
-    .await
-    .context("cannot start fleetsim")?;
-    let repo = DemoRepo::create(&dir.path().join("repo"))?;
     let extra = vec![
         "--max-concurrent-syncs".to_string(),
         args.max_concurrent_syncs.to_string(),
     ];
-    let procs = spawn_group(dir.path(), args.nodes, &extra).await?;
+    let Testbed {
+        sim,
+        repo,
+        procs,
+        mut fleet,
+        _dir,
+    } = Testbed::start(
+        args.clusters,
+        args.latency,
+        args.ready_delay,
+        args.nodes,
+        &extra,
+    )
+    .await?;
     let address = procs[&1].grpc.clone();
-    let channel = crate::client_channel(&address, Duration::from_secs(120))?;
-    let mut fleet = proto::fleet_client::FleetClient::new(channel)
-        .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
     let documents = crate::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
     // The clusters and their Secrets first, the Source and SyncGroup (document 0) last, so
     // that the memory of the specs alone is seen before any rollout starts.
@@ -154,18 +149,6 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     );
     sim.shutdown().await;
     Ok(())
-}
-
-/// Each node's current resident memory, for the progress lines.
-fn resident(procs: &std::collections::BTreeMap<u64, Proc>) -> String {
-    procs
-        .iter()
-        .map(|(id, p)| {
-            rss_mib(p.child.id())
-                .map_or(format!("node {id} ?"), |m| format!("node {id} {m:.0} MiB"))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Waits for SyncGroup `demo` to target a revision other than `previous` and then to update
