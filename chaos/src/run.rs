@@ -60,28 +60,31 @@ pub async fn run(schedule: &Schedule, config: &RunConfig) -> anyhow::Result<Outc
     let (stop_sampling, stopped) = tokio::sync::watch::channel(false);
     let sampler = tokio::spawn(most_unavailable(addresses, stopped));
     world.begin();
-    let mut undos: Vec<(Duration, Undo)> = Vec::new();
-    for step in &schedule.steps {
-        loop {
-            let next_undo = undos.iter().map(|(at, _)| *at).min();
-            let next = next_undo.filter(|at| *at <= step.at);
-            let due = next.unwrap_or(step.at);
-            tokio::time::sleep(due.saturating_sub(world.elapsed())).await;
-            let Some(at) = next else { break };
-            let index = undos.iter().position(|(t, _)| *t == at).expect("found");
-            let (_, undo) = undos.remove(index);
-            finish(&mut world, undo, &mut undos).await?;
-        }
-        inject(&mut world, &step.fault, &mut undos).await?;
+    if let Err(error) = drive(&mut world, schedule).await {
+        // A fault that could not be injected or undone (a write nobody acknowledged, a
+        // replica that did not come back) is a failure of its own: keep the evidence too.
+        world.log(format!("schedule stopped: {error:#}"));
+        let _ = stop_sampling.send(true);
+        let _ = sampler.await;
+        let records = world.fixture.sim.audit(&fleetsim::AuditFilter::default());
+        let mut outcome = Outcome {
+            seed: schedule.seed,
+            checks: vec![check(
+                "the schedule ran to its end",
+                &[format!("{error:#}")],
+                "",
+            )],
+            converged_after: None,
+            elapsed: began.elapsed(),
+            evidence: None,
+        };
+        let dir = config.evidence_dir.join(format!("seed-{}", schedule.seed));
+        keep_evidence(&world, schedule, &outcome, &records, &dir)
+            .await
+            .with_context(|| format!("cannot keep the evidence in {}", dir.display()))?;
+        outcome.evidence = Some(dir);
+        return Ok(outcome);
     }
-    // The window's end: the remaining undos in order, then everything healed.
-    tokio::time::sleep(schedule.shape.window.saturating_sub(world.elapsed())).await;
-    undos.sort_by_key(|(at, _)| *at);
-    while !undos.is_empty() {
-        let (_, undo) = undos.remove(0);
-        finish(&mut world, undo, &mut undos).await?;
-    }
-    world.heal().await?;
     let healed = Instant::now();
     let converged = converge(&world, config.converge_timeout).await;
     let converged_after = converged.is_ok().then(|| healed.elapsed().as_secs_f64());
@@ -399,6 +402,33 @@ async fn rollout_state(world: &World) -> Option<proto::Rollout> {
         .rollouts
         .into_iter()
         .find(|r| r.name == "demo")
+}
+
+/// Injects the schedule's faults at their times, undoes them, and heals everything.
+async fn drive(world: &mut World, schedule: &Schedule) -> anyhow::Result<()> {
+    let mut undos: Vec<(Duration, Undo)> = Vec::new();
+    for step in &schedule.steps {
+        loop {
+            let next_undo = undos.iter().map(|(at, _)| *at).min();
+            let next = next_undo.filter(|at| *at <= step.at);
+            let due = next.unwrap_or(step.at);
+            tokio::time::sleep(due.saturating_sub(world.elapsed())).await;
+            let Some(at) = next else { break };
+            let index = undos.iter().position(|(t, _)| *t == at).expect("found");
+            let (_, undo) = undos.remove(index);
+            finish(world, undo, &mut undos).await?;
+        }
+        inject(world, &step.fault, &mut undos).await?;
+    }
+    // The window's end: the remaining undos in order, then everything healed.
+    tokio::time::sleep(schedule.shape.window.saturating_sub(world.elapsed())).await;
+    undos.sort_by_key(|(at, _)| *at);
+    while !undos.is_empty() {
+        let (_, undo) = undos.remove(0);
+        finish(world, undo, &mut undos).await?;
+    }
+    world.heal().await?;
+    Ok(())
 }
 
 /// Writes what explains a failure: the schedule, the timeline, the checks, each replica's

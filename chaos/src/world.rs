@@ -16,6 +16,10 @@ use crate::schedule::{Schedule, Target};
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long one replica may take to answer a read.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a parallel start may take to form a group with every replica.
+const FORM_TIMEOUT: Duration = Duration::from_secs(60);
+/// `starling node --max-voters` default.
+const MAX_VOTERS: usize = 5;
 
 /// The workers log at debug, so that a stall can be explained from the logs.
 const NODE_LOG: &str = "info,starling::worker=debug,starling_sync=debug,openraft=warn";
@@ -106,6 +110,10 @@ impl World {
             started: Instant::now(),
         };
         world.ledger.note_budget();
+        // The fault window opens on a formed group. Right after a parallel start the lowest
+        // replica leads a group of one until the others have joined; faults in that moment
+        // (the bootstrap) are the membership tests' subject, not the schedules'.
+        world.wait_formed(shape.replicas as usize).await?;
         let mut manifests = world.source_manifest();
         manifests.push_str(&world.group_manifest());
         for name in world.initial.clone() {
@@ -113,6 +121,25 @@ impl World {
         }
         world.apply(&manifests).await.context("the demo specs")?;
         Ok(world)
+    }
+
+    /// Waits until every replica is a Live member and the voters are as many as they can be.
+    async fn wait_formed(&self, replicas: usize) -> anyhow::Result<()> {
+        let voters = replicas.min(MAX_VOTERS);
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            if let Some(status) = self.group.status().await {
+                let live = status.members.iter().filter(|m| m.state == "Live").count();
+                let voting = status.members.iter().filter(|m| m.voter).count();
+                if live == replicas && voting == voters {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("the {replicas} replicas did not form a group with {voters} voters within {FORM_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Marks the start of the fault window.
