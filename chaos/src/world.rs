@@ -136,7 +136,9 @@ impl World {
                 }
             }
             if Instant::now() > deadline {
-                bail!("the {replicas} replicas did not form a group with {voters} voters within {FORM_TIMEOUT:?}");
+                bail!(
+                    "the {replicas} replicas did not form a group with {voters} voters within {FORM_TIMEOUT:?}"
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -4,7 +4,15 @@
 //!
 //! Node ids are numbers. For a StatefulSet, a pod name such as `starling-2` is accepted
 //! wherever an id is (`--id`, `--peers`): its ordinal is the id, so the same flags work on
-//! every pod (`--id $(POD_NAME)` and `--peers starling-0.starling:7400,starling-1.starling:7400`).
+//! every pod (`--id $(POD_NAME)` and `--peers starling-1.starling:7400,starling-2.starling:7400`).
+//!
+//! Id 0 is refused: the gRPC API reads a zero node id as "none" (no leader known, every node),
+//! so a replica 0 would be invisible as a leader. A StatefulSet starts its ordinals at 1 with
+//! `spec.ordinals.start: 1`, as the Helm chart does.
+//!
+//! `starling node --validate-config` runs [`NodeArgs::validate`] alone and prints
+//! [`NodeConfig::summary`], so that a deployment's flags and environment can be checked
+//! without starting anything.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -63,6 +71,10 @@ pub struct NodeArgs {
     /// Syncs this node runs at once.
     #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
     pub max_concurrent_syncs: usize,
+    /// Check the flags and environment, print the resulting configuration on one line and exit
+    /// without starting anything (non-zero when the configuration is invalid).
+    #[arg(long)]
+    pub validate_config: bool,
 }
 
 /// A validated configuration.
@@ -83,11 +95,42 @@ pub struct NodeConfig {
     pub max_concurrent_syncs: usize,
 }
 
+impl NodeConfig {
+    /// The configuration on one line, as `starling node --validate-config` prints it.
+    pub fn summary(&self) -> String {
+        let peers = self
+            .peers
+            .iter()
+            .map(|(id, address)| format!("{id}={address}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        format!(
+            "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
+             data-dir {} down-after {} lease {} max-voters {} max-concurrent-syncs {}",
+            self.id,
+            self.listen,
+            self.advertise,
+            self.http_listen,
+            peers,
+            self.data_dir.display(),
+            humantime::format_duration(self.down_after),
+            humantime::format_duration(self.lease),
+            self.max_voters,
+            self.max_concurrent_syncs,
+        )
+    }
+}
+
 /// A configuration that cannot work.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error("invalid node id {0:?}: expected a number or a StatefulSet pod name ending in -N")]
     BadId(String),
+    #[error(
+        "node id 0 in {0:?} is reserved (the API reads 0 as no node): number nodes from 1, \
+         for a StatefulSet with spec.ordinals.start: 1"
+    )]
+    ZeroId(String),
     #[error("invalid peer {0:?}: expected ID=HOST:PORT or a StatefulSet HOST:PORT")]
     BadPeer(String),
     #[error("peer id {0} is listed twice in --peers")]
@@ -110,29 +153,43 @@ pub enum ConfigError {
 }
 
 /// Parses a node id: `7`, or a StatefulSet pod name (`starling-7`) or host name
-/// (`starling-7.starling-headless.ns.svc`) whose ordinal is the id.
+/// (`starling-7.starling-headless.ns.svc`) whose ordinal is the id. Zero is refused.
 pub fn parse_node_id(text: &str) -> Result<NodeId, ConfigError> {
-    if let Ok(id) = text.parse::<NodeId>() {
-        return Ok(id);
+    let id = match text.parse::<NodeId>() {
+        Ok(id) => id,
+        Err(_) => {
+            let first_label = text.split('.').next().unwrap_or(text);
+            first_label
+                .rsplit_once('-')
+                .and_then(|(_, ordinal)| ordinal.parse::<NodeId>().ok())
+                .ok_or_else(|| ConfigError::BadId(text.to_string()))?
+        }
+    };
+    if id == 0 {
+        return Err(ConfigError::ZeroId(text.to_string()));
     }
-    let first_label = text.split('.').next().unwrap_or(text);
-    first_label
-        .rsplit_once('-')
-        .and_then(|(_, ordinal)| ordinal.parse::<NodeId>().ok())
-        .ok_or_else(|| ConfigError::BadId(text.to_string()))
+    Ok(id)
+}
+
+/// A peer whose id is zero says so; any other bad id is a bad peer.
+fn bad_id(error: ConfigError, peer: &str) -> ConfigError {
+    match error {
+        ConfigError::ZeroId(_) => ConfigError::ZeroId(peer.to_string()),
+        _ => ConfigError::BadPeer(peer.to_string()),
+    }
 }
 
 fn parse_peer(text: &str) -> Result<(NodeId, String), ConfigError> {
     let bad = || ConfigError::BadPeer(text.to_string());
     let (id, address) = match text.split_once('=') {
-        Some((id, address)) => (parse_node_id(id).map_err(|_| bad())?, address.to_string()),
-        None => (parse_node_id(text).map_err(|_| bad())?, text.to_string()),
+        Some((id, address)) => (parse_node_id(id).map_err(|e| bad_id(e, text))?, address),
+        None => (parse_node_id(text).map_err(|e| bad_id(e, text))?, text),
     };
     let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
     if host.is_empty() || port.parse::<u16>().is_err() {
         return Err(bad());
     }
-    Ok((id, address))
+    Ok((id, address.to_string()))
 }
 
 impl NodeArgs {
@@ -230,15 +287,59 @@ mod tests {
         );
         let config = args(&[
             "--peers",
-            "starling-0.starling:7400,starling-1.starling:7400",
+            "starling-1.starling:7400,starling-2.starling:7400",
         ])
         .validate()
         .unwrap();
         assert_eq!(
-            config.peers.get(&0).map(String::as_str),
-            Some("starling-0.starling:7400")
+            config.peers.get(&2).map(String::as_str),
+            Some("starling-2.starling:7400")
         );
         assert!(config.peers.contains_key(&1));
+    }
+
+    #[test]
+    fn id_zero_is_refused_since_the_api_reads_it_as_no_node() {
+        assert_eq!(
+            parse_node_id("starling-0"),
+            Err(ConfigError::ZeroId("starling-0".to_string()))
+        );
+        assert!(matches!(
+            args(&["--peers", "starling-0.starling:7400"]).validate(),
+            Err(ConfigError::ZeroId(peer)) if peer == "starling-0.starling:7400"
+        ));
+        assert!(matches!(
+            args(&["--peers", "0=a:1"]).validate(),
+            Err(ConfigError::ZeroId(_))
+        ));
+    }
+
+    #[test]
+    fn the_summary_names_every_setting_a_deployment_chooses() {
+        let config = args(&[
+            "--listen",
+            "0.0.0.0:7400",
+            "--advertise",
+            "starling-1.starling-headless.ops.svc.cluster.local:7400",
+            "--http-listen",
+            "0.0.0.0:8080",
+            "--peers",
+            "starling-1.starling-headless.ops.svc.cluster.local:7400,\
+             starling-2.starling-headless.ops.svc.cluster.local:7400",
+            "--down-after",
+            "5s",
+            "--validate-config",
+        ]);
+        assert!(config.validate_config);
+        assert_eq!(
+            config.validate().unwrap().summary(),
+            "valid configuration: id 1 listen 0.0.0.0:7400 \
+             advertise starling-1.starling-headless.ops.svc.cluster.local:7400 \
+             http-listen 0.0.0.0:8080 \
+             peers 1=starling-1.starling-headless.ops.svc.cluster.local:7400,\
+             2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
+             data-dir /tmp/x down-after 5s lease 2s 500ms max-voters 5 max-concurrent-syncs 16"
+        );
     }
 
     #[test]

@@ -162,6 +162,11 @@ fn main() -> std::process::ExitCode {
 
 fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
     match command {
+        Command::Node(args) if args.validate_config => {
+            let config = args.validate()?;
+            println!("{}", config.summary());
+            Ok(())
+        }
         Command::Node(args) => {
             init_tracing(log_format);
             runtime().and_then(|rt| rt.block_on(serve::run(args)))

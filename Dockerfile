@@ -1,0 +1,47 @@
+# syntax=docker/dockerfile:1
+# The image the Helm chart (chart/) runs: the `starling` binary on a small Debian runtime, as a
+# non-root user whose uid (10001) the chart's securityContext uses.
+#
+#   docker build -t starling:0.1.0 .
+#
+# The binary links OpenSSL (git2's https transport) and zlib from the system; libgit2 and
+# libssh2 are built into it. It never runs the git command.
+
+FROM rust:1.95-bookworm AS builder
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pkg-config libssl-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+# Every workspace member, so that cargo can load the workspace; the build is only `starling`.
+COPY Cargo.toml Cargo.lock ./
+COPY chaos chaos
+COPY fleet fleet
+COPY fleetsim fleetsim
+COPY node node
+COPY proto proto
+COPY raft raft
+COPY shard shard
+COPY source source
+COPY sync sync
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p starling \
+ && cp target/release/starling /usr/local/bin/starling
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libssl3 ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 starling \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/starling --no-create-home \
+      --shell /usr/sbin/nologin starling \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/starling
+COPY --from=builder /usr/local/bin/starling /usr/local/bin/starling
+# Fails the build here, not in the cluster, when a shared library is missing.
+RUN starling --version
+USER 10001:10001
+WORKDIR /var/lib/starling
+# gRPC (Raft, API, heartbeats, artifacts) and HTTP (/healthz, /readyz, /metrics).
+EXPOSE 7400 7401
+ENTRYPOINT ["starling"]
+CMD ["--help"]

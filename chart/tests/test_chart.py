@@ -1,0 +1,560 @@
+"""Tests of the Helm chart, run by scripts/test-chart inside its virtual environment.
+
+They render the chart with the real Helm engine (helm-python-sdk), lint it strictly, validate
+every rendered manifest against the Kubernetes OpenAPI schemas (kubernetes-validate), check that
+values.schema.json refuses bad values, check the StatefulSet's and the RBAC's essentials, and
+run the rendered container's arguments and environment through the binary
+(`starling node --validate-config`, path in STARLING_BIN).
+
+Each check prints what it did; the script exits non-zero when any failed.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import helm_python
+import kubernetes_validate
+import yaml
+
+CHART = Path(__file__).resolve().parent.parent
+REPOSITORY = CHART.parent
+STARLING_BIN = os.environ.get("STARLING_BIN", str(REPOSITORY / "target/debug/starling"))
+OLDEST_KUBERNETES = "1.33"
+NEWEST_KUBERNETES = kubernetes_validate.latest_version()
+NAMESPACE = "fleet-system"
+
+# The variants every structural check runs on: (description, release name, namespace, values).
+VARIANTS = [
+    ("default values", "starling", NAMESPACE, {}),
+    ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
+    (
+        "a namespace-scoped install",
+        "fleet",
+        "team-a",
+        {"rbac": {"namespaced": True}},
+    ),
+    (
+        "watched namespaces",
+        "fleet",
+        "team-a",
+        {"rbac": {"watchNamespaces": ["apps", "infra"]}},
+    ),
+    (
+        "custom values",
+        "prod",
+        "ops",
+        {
+            "fullnameOverride": "fleet-ctl",
+            "replicaCount": 7,
+            "clusterDomain": "corp.internal",
+            "ports": {"grpc": 9000, "http": 9001},
+            "node": {
+                "downAfter": "10s",
+                "lease": "4s",
+                "maxVoters": 5,
+                "maxConcurrentSyncs": 64,
+                "logFormat": "text",
+                "logFilter": "info,starling=debug",
+            },
+            "persistence": {"size": "50Gi", "storageClass": "fast-ssd"},
+            "resources": {
+                "requests": {"cpu": "1", "memory": "1Gi"},
+                "limits": {"memory": "4Gi"},
+            },
+            "podAntiAffinity": "required",
+            "topologySpread": {
+                "enabled": True,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "maxSkew": 1,
+                "whenUnsatisfiable": "DoNotSchedule",
+            },
+            "service": {"type": "LoadBalancer", "annotations": {"a": "b"}},
+            "serviceAccount": {
+                "create": True,
+                "name": "fleet",
+                "annotations": {"iam": "role"},
+                "automountToken": True,
+            },
+            "imagePullSecrets": [{"name": "registry"}],
+            "podAnnotations": {"x": "y"},
+            "podLabels": {"team": "platform"},
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "fleet", "effect": "NoSchedule"}
+            ],
+            "priorityClassName": "system-cluster-critical",
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        },
+    ),
+    (
+        "spreading off",
+        "starling",
+        NAMESPACE,
+        {
+            "podAntiAffinity": "none",
+            "topologySpread": {
+                "enabled": False,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "maxSkew": 1,
+                "whenUnsatisfiable": "ScheduleAnyway",
+            },
+            "podDisruptionBudget": {"enabled": False, "maxUnavailable": 1},
+            "rbac": {"create": False, "namespaced": False, "watchNamespaces": []},
+        },
+    ),
+]
+
+# Kinds whose schema kubernetes-validate does not hold: checked for shape only.
+THIRD_PARTY_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def expect(condition, message):
+    if not condition:
+        raise CheckFailed(message)
+
+
+def render(values, name="starling", namespace=NAMESPACE):
+    """The rendered manifests: [(template path, manifest dict)], NOTES.txt left out."""
+    rendered = helm_python.Chart.load(str(CHART)).render(
+        values, name=name, namespace=namespace, is_install=True
+    )
+    manifests = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for document in yaml.safe_load_all(text):
+            if document:
+                manifests.append((path, document))
+    return manifests
+
+
+def notes(values, name="starling", namespace=NAMESPACE):
+    rendered = helm_python.Chart.load(str(CHART)).render(
+        values, name=name, namespace=namespace, is_install=True
+    )
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def only(manifests, kind):
+    found = [m for _, m in manifests if m["kind"] == kind]
+    expect(len(found) == 1, f"expected one {kind}, got {len(found)}")
+    return found[0]
+
+
+def all_of(manifests, kind):
+    return [m for _, m in manifests if m["kind"] == kind]
+
+
+def merged(values):
+    """The chart's default values with `values` merged in, as Helm merges them."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def merge(base, extra):
+        for key, value in extra.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                merge(base[key], value)
+            else:
+                base[key] = value
+        return base
+
+    return merge(defaults, values)
+
+
+# --- the checks -------------------------------------------------------------------------------
+
+
+def check_lint():
+    for values in [None] + [v for _, _, _, v in VARIANTS]:
+        result = helm_python.lint(
+            str(CHART),
+            values=values,
+            strict=True,
+            namespace=NAMESPACE,
+            kube_version="v1.33.0",
+        )
+        messages = result.get("messages") or []
+        # Severity 1 is information (such as "icon is recommended"); 2 a warning, 3 an error.
+        problems = [m for m in messages if m.get("severity", 0) >= 2]
+        problems += [{"severity": "error", "error": e} for e in result.get("errors") or []]
+        expect(not problems, f"helm lint --strict with {values}: {problems}")
+    return f"helm lint --strict passes for {len(VARIANTS) + 1} value sets (kube v1.33.0)"
+
+
+def check_manifests_validate():
+    count = 0
+    versions = sorted({OLDEST_KUBERNETES, NEWEST_KUBERNETES})
+    for description, name, namespace, values in VARIANTS:
+        for path, manifest in render(values, name, namespace):
+            if (manifest["apiVersion"], manifest["kind"]) in THIRD_PARTY_KINDS:
+                expect(
+                    manifest["spec"]["endpoints"][0]["port"] == "http",
+                    f"{path}: the ServiceMonitor scrapes the http port",
+                )
+                continue
+            for version in versions:
+                try:
+                    kubernetes_validate.validate(manifest, version, strict=True)
+                except Exception as error:  # the library raises several exception types
+                    raise CheckFailed(
+                        f"{description}: {path} {manifest['kind']} is invalid for "
+                        f"Kubernetes {version}: {error}"
+                    ) from error
+                count += 1
+    return (
+        f"{count} manifest validations of {len(VARIANTS)} variants against Kubernetes "
+        f"{' and '.join(versions)} (strict)"
+    )
+
+
+def check_schema_rejects_bad_values():
+    bad = [
+        ("a string for replicaCount", {"replicaCount": "3"}),
+        ("an unknown top-level key", {"replicas": 3}),
+        ("an unknown nested key", {"node": {"downAfterSeconds": 3}}),
+        ("mode: operator (not built yet)", {"mode": "operator"}),
+        ("replicaCount: 0", {"replicaCount": 0}),
+        ("a malformed duration", {"node": {"downAfter": "three seconds"}}),
+        ("maxVoters above 9", {"node": {"maxVoters": 10}}),
+        ("a port out of range", {"ports": {"grpc": 70000}}),
+        ("an unknown podAntiAffinity", {"podAntiAffinity": "sometimes"}),
+        ("an unknown resources key", {"resources": {"requests": {"gpu": 1}}}),
+    ]
+    for description, values in bad:
+        try:
+            render(values)
+        except helm_python.HelmError as error:
+            expect(
+                "schema" in str(error),
+                f"{description}: refused, but not by the schema: {error}",
+            )
+            continue
+        raise CheckFailed(f"values.schema.json accepted {description}: {values}")
+    render({"mode": "standalone", "node": {"lease": ""}})
+    return f"values.schema.json refuses {len(bad)} bad values ({', '.join(d for d, _ in bad[:4])}, ...)"
+
+
+def check_statefulset():
+    for description, name, namespace, values in VARIANTS:
+        effective = merged(values)
+        manifests = render(values, name, namespace)
+        statefulset = only(manifests, "StatefulSet")
+        spec = statefulset["spec"]
+        pod = spec["template"]["spec"]
+        container = pod["containers"][0]
+        where = f"{description}: StatefulSet"
+        expect(spec["replicas"] == effective["replicaCount"], f"{where}: replicas")
+        expect(spec["podManagementPolicy"] == "Parallel", f"{where}: podManagementPolicy")
+        expect(spec["ordinals"]["start"] == 1, f"{where}: ordinals start at 1 (id 0 is refused)")
+
+        headless = [
+            s
+            for s in all_of(manifests, "Service")
+            if s["metadata"]["name"] == spec["serviceName"]
+        ]
+        expect(len(headless) == 1, f"{where}: serviceName names a rendered Service")
+        expect(headless[0]["spec"]["clusterIP"] == "None", f"{where}: the peers' Service is headless")
+        expect(
+            headless[0]["spec"]["publishNotReadyAddresses"] is True,
+            f"{where}: the headless Service publishes not-ready replicas",
+        )
+
+        affinity = pod.get("affinity", {}).get("podAntiAffinity", {})
+        mode = effective["podAntiAffinity"]
+        if mode == "preferred":
+            terms = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+            expect(
+                terms[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname",
+                f"{where}: preferred anti-affinity by hostname",
+            )
+        elif mode == "required":
+            terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+            expect(terms[0]["topologyKey"] == "kubernetes.io/hostname", f"{where}: required anti-affinity")
+        else:
+            expect(not affinity, f"{where}: no anti-affinity")
+        spread = pod.get("topologySpreadConstraints", [])
+        if effective["topologySpread"]["enabled"]:
+            expect(
+                spread and spread[0]["topologyKey"] == "topology.kubernetes.io/zone",
+                f"{where}: topology spread over zones",
+            )
+        else:
+            expect(not spread, f"{where}: no topology spread")
+
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        expect(ports == effective["ports"], f"{where}: container ports {ports}")
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            get = container[probe]["httpGet"]
+            expect(get["path"] == path and get["port"] == "http", f"{where}: {probe} on {path}")
+
+        security = container["securityContext"]
+        expect(security["runAsNonRoot"] is True, f"{where}: runAsNonRoot")
+        expect(security["runAsUser"] == 10001, f"{where}: the image's uid")
+        expect(security["readOnlyRootFilesystem"] is True, f"{where}: readOnlyRootFilesystem")
+        expect(security["allowPrivilegeEscalation"] is False, f"{where}: allowPrivilegeEscalation")
+        expect(security["capabilities"]["drop"] == ["ALL"], f"{where}: capabilities dropped")
+        expect(security["seccompProfile"]["type"] == "RuntimeDefault", f"{where}: seccomp")
+        expect(pod["securityContext"]["runAsNonRoot"] is True, f"{where}: pod runAsNonRoot")
+        expect(pod["securityContext"]["fsGroup"] == 10001, f"{where}: fsGroup")
+        expect(pod["terminationGracePeriodSeconds"] >= 10, f"{where}: graceful termination")
+        expect(pod["enableServiceLinks"] is False, f"{where}: no service-link variables")
+        expect(
+            container["resources"]["requests"]["memory"]
+            and container["resources"]["limits"]["memory"],
+            f"{where}: memory request and limit",
+        )
+
+        claims = spec["volumeClaimTemplates"]
+        expect(len(claims) == 1 and claims[0]["metadata"]["name"] == "data", f"{where}: one PVC")
+        expect(
+            claims[0]["spec"]["resources"]["requests"]["storage"] == effective["persistence"]["size"],
+            f"{where}: PVC size",
+        )
+        storage_class = effective["persistence"]["storageClass"]
+        expect(
+            claims[0]["spec"].get("storageClassName", "") == storage_class,
+            f"{where}: PVC storageClass",
+        )
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        expect(mounts.get("data") == "/var/lib/starling", f"{where}: the PVC holds the data dir")
+        expect("--data-dir=/var/lib/starling" in container["args"], f"{where}: --data-dir")
+
+        budget = all_of(manifests, "PodDisruptionBudget")
+        if effective["podDisruptionBudget"]["enabled"]:
+            expect(len(budget) == 1 and budget[0]["spec"]["maxUnavailable"] == 1, f"{description}: PDB")
+        else:
+            expect(not budget, f"{description}: no PDB")
+
+        service = [
+            s for s in all_of(manifests, "Service") if s["metadata"]["name"] != spec["serviceName"]
+        ]
+        expect(len(service) == 1, f"{description}: one API Service")
+        service_ports = {p["name"]: p["port"] for p in service[0]["spec"]["ports"]}
+        expect(service_ports == effective["ports"], f"{description}: API Service ports")
+    return (
+        f"StatefulSet essentials hold in {len(VARIANTS)} variants: Parallel, ordinals from 1, "
+        "headless Service, anti-affinity, zone spread, probes, security context, PVC, PDB, Service"
+    )
+
+
+def check_rbac():
+    expected_resources = {
+        "sources",
+        "clusters",
+        "syncs",
+        "syncgroups",
+        "sources/status",
+        "clusters/status",
+        "syncs/status",
+        "syncgroups/status",
+        "secrets",
+        "events",
+    }
+    for description, name, namespace, values in VARIANTS:
+        effective = merged(values)
+        manifests = render(values, name, namespace)
+        roles = all_of(manifests, "ClusterRole") + all_of(manifests, "Role")
+        bindings = all_of(manifests, "ClusterRoleBinding") + all_of(manifests, "RoleBinding")
+        rbac = effective["rbac"]
+        if not rbac["create"]:
+            expect(not roles and not bindings, f"{description}: no RBAC when rbac.create is false")
+            continue
+        if rbac["watchNamespaces"]:
+            expect(
+                sorted(r["metadata"]["namespace"] for r in all_of(manifests, "Role"))
+                == sorted(rbac["watchNamespaces"])
+                and not all_of(manifests, "ClusterRole"),
+                f"{description}: one Role per watched namespace",
+            )
+        elif rbac["namespaced"]:
+            expect(
+                [r["metadata"]["namespace"] for r in all_of(manifests, "Role")] == [namespace]
+                and not all_of(manifests, "ClusterRole"),
+                f"{description}: a Role in the release namespace",
+            )
+        else:
+            expect(
+                len(all_of(manifests, "ClusterRole")) == 1 and not all_of(manifests, "Role"),
+                f"{description}: a ClusterRole",
+            )
+        expect(len(bindings) == len(roles), f"{description}: one binding per role")
+        service_account = only(manifests, "ServiceAccount")["metadata"]["name"]
+        pod = only(manifests, "StatefulSet")["spec"]["template"]["spec"]
+        expect(pod["serviceAccountName"] == service_account, f"{description}: pods run as the ServiceAccount")
+        for binding in bindings:
+            subject = binding["subjects"][0]
+            expect(
+                subject["name"] == service_account and subject["namespace"] == namespace,
+                f"{description}: bindings name the ServiceAccount",
+            )
+            expect(
+                any(r["metadata"]["name"] == binding["roleRef"]["name"] for r in roles),
+                f"{description}: bindings name a rendered role",
+            )
+        for role in roles:
+            granted = {}
+            for rule in role["rules"]:
+                for field in ("apiGroups", "resources", "verbs"):
+                    expect("*" not in rule[field], f"{description}: wildcard in {field}: {rule}")
+                for resource in rule["resources"]:
+                    granted.setdefault(resource, set()).update(rule["verbs"])
+            expect(set(granted) == expected_resources, f"{description}: resources {sorted(granted)}")
+            expect(granted["secrets"] == {"get", "list", "watch"}, f"{description}: secrets read-only")
+            expect(granted["events"] == {"create", "patch"}, f"{description}: events")
+            for kind in ("sources", "clusters", "syncs", "syncgroups"):
+                expect(granted[kind] == {"get", "list", "watch"}, f"{description}: {kind} read-only")
+                expect(
+                    granted[f"{kind}/status"] == {"get", "update", "patch"},
+                    f"{description}: {kind}/status",
+                )
+    crd_plurals = set()
+    for crd in (CHART / "crds").glob("*.yaml"):
+        document = yaml.safe_load(crd.read_text())
+        expect(document["spec"]["group"] == "starling.dev", f"{crd.name}: group")
+        crd_plurals.add(document["spec"]["names"]["plural"])
+    expect(
+        crd_plurals == {"sources", "clusters", "syncs", "syncgroups"},
+        f"the RBAC names the CRDs' plurals: {sorted(crd_plurals)}",
+    )
+    return (
+        "RBAC: no wildcard; the four CRDs get/list/watch, their status get/update/patch, "
+        "secrets get/list/watch only, events create/patch; ClusterRole, Role, Role per namespace"
+    )
+
+
+def expand_kubernetes_references(text, environment):
+    """Expands `$(VAR)` as the kubelet does in args and env values: a variable defined earlier
+    is replaced, an unknown reference stays as written, and `$$(` escapes to a literal `$(`."""
+
+    def replace(match):
+        if match.group(0).startswith("$$"):
+            return match.group(0)[1:]
+        return environment.get(match.group(1), match.group(0))
+
+    return re.sub(r"\$?\$\(([A-Za-z_][A-Za-z0-9_]*)\)", replace, text)
+
+
+def container_environment(container, pod_name, namespace):
+    environment = {}
+    for variable in container.get("env", []):
+        if "value" in variable:
+            environment[variable["name"]] = expand_kubernetes_references(variable["value"], environment)
+        else:
+            field = variable["valueFrom"]["fieldRef"]["fieldPath"]
+            known = {"metadata.name": pod_name, "metadata.namespace": namespace}
+            expect(field in known, f"env {variable['name']} from an unexpected field {field}")
+            environment[variable["name"]] = known[field]
+    return environment
+
+
+def check_binary_accepts_rendered_args():
+    binary = Path(STARLING_BIN)
+    expect(binary.is_file(), f"no starling binary at {binary} (build it, or set STARLING_BIN)")
+    runs = 0
+    # The test's own STARLING_* variables must not leak into the binary's configuration.
+    clean_environment = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
+    for description, name, namespace, values in VARIANTS:
+        manifests = render(values, name, namespace)
+        statefulset = only(manifests, "StatefulSet")
+        spec = statefulset["spec"]
+        container = spec["template"]["spec"]["containers"][0]
+        start = spec["ordinals"]["start"]
+        pods = [f"{statefulset['metadata']['name']}-{start + i}" for i in range(spec["replicas"])]
+        # The first and the last pod: both ends of the ordinals.
+        for pod_name in sorted({pods[0], pods[-1]}):
+            environment = container_environment(container, pod_name, namespace)
+            args = [expand_kubernetes_references(a, environment) for a in container["args"]]
+            expect(args[0] == "node", f"{description}: the container runs `starling node`")
+            unexpanded = [a for a in args if "$(" in a]
+            expect(not unexpanded, f"{description}: unexpanded references {unexpanded}")
+            completed = subprocess.run(
+                [str(binary), *args, "--validate-config"],
+                env={**clean_environment, **environment},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            expect(
+                completed.returncode == 0,
+                f"{description}: `starling {' '.join(args)} --validate-config` with "
+                f"STARLING_ID={pod_name} exited {completed.returncode}: "
+                f"{completed.stderr.strip()}",
+            )
+            summary = completed.stdout.strip()
+            ordinal = int(pod_name.rsplit("-", 1)[1])
+            expect(
+                f"valid configuration: id {ordinal} " in summary,
+                f"{description}: {pod_name} runs as id {ordinal}: {summary}",
+            )
+            for peer in pods:
+                expect(f"={peer}." in summary, f"{description}: {peer} is a peer: {summary}")
+            expect(
+                f"advertise {pod_name}." in summary,
+                f"{description}: {pod_name} advertises its own name: {summary}",
+            )
+            runs += 1
+    # The binary refuses what it must: the check above can fail.
+    refused = subprocess.run(
+        [str(binary), "node", "--data-dir", "/nonexistent", "--validate-config"],
+        env={**clean_environment, "STARLING_ID": "starling-0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    expect(
+        refused.returncode != 0 and "id 0" in refused.stderr,
+        f"the binary refuses id 0: exit {refused.returncode}, {refused.stderr.strip()}",
+    )
+    return (
+        f"`starling node --validate-config` accepts the rendered args and env of {runs} pods "
+        f"({len(VARIANTS)} variants, STARLING_ID from the pod name), and refuses starling-0"
+    )
+
+
+def check_notes():
+    text = notes({})
+    for needle in ("rollout status statefulset/starling", "port-forward", "members list"):
+        expect(needle in text, f"NOTES.txt tells the user to run {needle!r}")
+    return "NOTES.txt shows rollout status, the port-forward and `starling members list`"
+
+
+CHECKS = [
+    check_lint,
+    check_manifests_validate,
+    check_schema_rejects_bad_values,
+    check_statefulset,
+    check_rbac,
+    check_binary_accepts_rendered_args,
+    check_notes,
+]
+
+
+def main():
+    print(f"chart tests: {CHART} (helm {helm_python.helm_sdk_version()}, binary {STARLING_BIN})")
+    failures = 0
+    for check in CHECKS:
+        try:
+            print(f"ok   {check.__name__}: {check()}")
+        except CheckFailed as error:
+            failures += 1
+            print(f"FAIL {check.__name__}: {error}")
+        except Exception:  # an unexpected error is a failure too, with its trace
+            failures += 1
+            print(f"FAIL {check.__name__}: unexpected error")
+            traceback.print_exc()
+    if failures:
+        print(f"chart tests: {failures} of {len(CHECKS)} checks failed")
+        return 1
+    print(f"chart tests: all {len(CHECKS)} checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
