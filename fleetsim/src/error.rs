@@ -207,6 +207,11 @@ impl ApiError {
         )
     }
 
+    /// 406, for an `Accept` header or output conversion the server cannot answer with.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
             415,

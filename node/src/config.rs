@@ -71,10 +71,45 @@ pub struct NodeArgs {
     /// Syncs this node runs at once.
     #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
     pub max_concurrent_syncs: usize,
+    /// Where specs come from. `standalone`: through the API (`starling apply`). `operator`: the
+    /// leader watches the starling.dev objects (and the kubeconfig Secrets they name) in a
+    /// Kubernetes cluster and writes their status back; the API's specs are then read-only.
+    #[arg(long, env = "STARLING_MODE", value_enum, default_value_t = Mode::Standalone)]
+    pub mode: Mode,
+    /// Operator mode: the kubeconfig of the management cluster. Unset: `KUBECONFIG`, then
+    /// `~/.kube/config`, then the in-cluster service account.
+    #[arg(long, env = "STARLING_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Operator mode: the namespaces to watch (`a,b`); every namespace when unset.
+    #[arg(long, env = "STARLING_WATCH_NAMESPACES", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
+    /// Operator mode: status writes to the management cluster per second, at most.
+    #[arg(long, env = "STARLING_STATUS_WRITES_PER_SECOND", default_value_t = 50)]
+    pub status_writes_per_second: u32,
     /// Check the flags and environment, print the resulting configuration on one line and exit
     /// without starting anything (non-zero when the configuration is invalid).
     #[arg(long)]
     pub validate_config: bool,
+}
+
+/// Where a replica's specs come from.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Specs arrive through the API (`starling apply`, `starling delete`).
+    #[default]
+    Standalone,
+    /// Specs come from the starling.dev objects in a Kubernetes cluster; see [`crate::operator`].
+    Operator,
+}
+
+/// The settings of operator mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorConfig {
+    /// `None`: inferred (`KUBECONFIG`, `~/.kube/config`, in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// Empty: every namespace.
+    pub namespaces: Vec<String>,
+    pub status_writes_per_second: u32,
 }
 
 /// A validated configuration.
@@ -93,6 +128,8 @@ pub struct NodeConfig {
     /// How often heartbeats are sent: a tenth of `down_after`.
     pub heartbeat_interval: Duration,
     pub max_concurrent_syncs: usize,
+    /// `Some` in operator mode.
+    pub operator: Option<OperatorConfig>,
 }
 
 impl NodeConfig {
@@ -104,9 +141,25 @@ impl NodeConfig {
             .map(|(id, address)| format!("{id}={address}"))
             .collect::<Vec<_>>()
             .join(",");
+        let mode = match &self.operator {
+            None => "standalone".to_string(),
+            Some(operator) => format!(
+                "operator kubeconfig {} watch-namespaces {} status-writes-per-second {}",
+                operator
+                    .kubeconfig
+                    .as_ref()
+                    .map_or("inferred".to_string(), |path| path.display().to_string()),
+                if operator.namespaces.is_empty() {
+                    "all".to_string()
+                } else {
+                    operator.namespaces.join(",")
+                },
+                operator.status_writes_per_second
+            ),
+        };
         format!(
             "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
-             data-dir {} down-after {} lease {} max-voters {} max-concurrent-syncs {}",
+             data-dir {} down-after {} lease {} max-voters {} max-concurrent-syncs {} mode {}",
             self.id,
             self.listen,
             self.advertise,
@@ -117,6 +170,7 @@ impl NodeConfig {
             humantime::format_duration(self.lease),
             self.max_voters,
             self.max_concurrent_syncs,
+            mode,
         )
     }
 }
@@ -150,6 +204,14 @@ pub enum ConfigError {
     BadConcurrency(usize),
     #[error("--advertise {0:?} is not HOST:PORT")]
     BadAdvertise(String),
+    #[error("{0} is an operator mode setting: add --mode operator")]
+    OperatorOnly(&'static str),
+    #[error("--status-writes-per-second must be between 1 and 10000, got {0}")]
+    BadStatusRate(u32),
+    #[error(
+        "--watch-namespaces: {0:?} is not a namespace name (lowercase letters, digits and '-')"
+    )]
+    BadNamespace(String),
 }
 
 /// Parses a node id: `7`, or a StatefulSet pod name (`starling-7`) or host name
@@ -229,6 +291,7 @@ impl NodeArgs {
             }
         }
         peers.insert(id, advertise.clone());
+        let operator = self.operator_config()?;
         let http_listen = self.http_listen.unwrap_or_else(|| {
             let mut address = self.listen;
             address.set_port(self.listen.port().wrapping_add(1));
@@ -246,7 +309,48 @@ impl NodeArgs {
             lease,
             heartbeat_interval: heartbeat_interval(self.down_after),
             max_concurrent_syncs: self.max_concurrent_syncs,
+            operator,
         })
+    }
+
+    /// The operator mode settings, checked; `None` in standalone mode, where they are refused.
+    fn operator_config(&self) -> Result<Option<OperatorConfig>, ConfigError> {
+        let namespaces: Vec<String> = self
+            .watch_namespaces
+            .iter()
+            .map(|namespace| namespace.trim().to_string())
+            .filter(|namespace| !namespace.is_empty())
+            .collect();
+        if self.mode == Mode::Standalone {
+            if self.kubeconfig.is_some() {
+                return Err(ConfigError::OperatorOnly("--kubeconfig"));
+            }
+            if !namespaces.is_empty() {
+                return Err(ConfigError::OperatorOnly("--watch-namespaces"));
+            }
+            return Ok(None);
+        }
+        if !(1..=10_000).contains(&self.status_writes_per_second) {
+            return Err(ConfigError::BadStatusRate(self.status_writes_per_second));
+        }
+        if let Some(bad) = namespaces.iter().find(|namespace| {
+            namespace.len() > 63
+                || namespace.starts_with('-')
+                || namespace.ends_with('-')
+                || !namespace
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        }) {
+            return Err(ConfigError::BadNamespace(bad.clone()));
+        }
+        let mut unique = namespaces;
+        unique.sort();
+        unique.dedup();
+        Ok(Some(OperatorConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            namespaces: unique,
+            status_writes_per_second: self.status_writes_per_second,
+        }))
     }
 }
 
@@ -338,7 +442,51 @@ mod tests {
              http-listen 0.0.0.0:8080 \
              peers 1=starling-1.starling-headless.ops.svc.cluster.local:7400,\
              2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
-             data-dir /tmp/x down-after 5s lease 2s 500ms max-voters 5 max-concurrent-syncs 16"
+             data-dir /tmp/x down-after 5s lease 2s 500ms max-voters 5 max-concurrent-syncs 16 \
+             mode standalone"
+        );
+    }
+
+    #[test]
+    fn operator_mode_settings_are_checked_and_refused_in_standalone_mode() {
+        let config = args(&[
+            "--mode",
+            "operator",
+            "--watch-namespaces",
+            "team-b,team-a,team-b",
+            "--kubeconfig",
+            "/etc/mgmt.yaml",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(
+            config.operator,
+            Some(OperatorConfig {
+                kubeconfig: Some(PathBuf::from("/etc/mgmt.yaml")),
+                namespaces: vec!["team-a".into(), "team-b".into()],
+                status_writes_per_second: 50,
+            })
+        );
+        assert!(config.summary().ends_with(
+            "mode operator kubeconfig /etc/mgmt.yaml watch-namespaces team-a,team-b \
+             status-writes-per-second 50"
+        ));
+        assert_eq!(
+            args(&["--watch-namespaces", "a"]).validate().unwrap_err(),
+            ConfigError::OperatorOnly("--watch-namespaces")
+        );
+        assert_eq!(
+            args(&["--mode", "operator", "--watch-namespaces", "Team_A"])
+                .validate()
+                .unwrap_err()
+                .to_string(),
+            "--watch-namespaces: \"Team_A\" is not a namespace name (lowercase letters, digits and '-')"
+        );
+        assert_eq!(
+            args(&["--mode", "operator", "--status-writes-per-second", "0"])
+                .validate()
+                .unwrap_err(),
+            ConfigError::BadStatusRate(0)
         );
     }
 

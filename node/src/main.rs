@@ -9,6 +9,7 @@ mod config;
 mod dev;
 mod http;
 mod metrics;
+mod operator;
 mod replica;
 mod serve;
 mod worker;

@@ -76,6 +76,7 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         tokio::spawn(replica::voters::run(replica.clone())),
         tokio::spawn(crate::worker::sources::run(replica.clone())),
         tokio::spawn(crate::worker::syncs::run(replica.clone())),
+        tokio::spawn(crate::operator::run(replica.clone())),
     ];
     tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %replica.config.http_listen, "starling node started");
     Ok(RunningNode {

@@ -1,6 +1,8 @@
 //! The Kubernetes API of one virtual cluster: discovery, health, and the resource verbs
 //! (get, list, watch, create, update, patch, apply, delete, deletecollection) with their
-//! query parameters, content types and Status errors.
+//! query parameters, content types and Status errors. Every resource verb answers full
+//! objects or, when the `Accept` header asks for it, `PartialObjectMetadata` (see
+//! [`super::metadata`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use hyper::Response;
 use serde_json::Value;
 
 use super::http::{self as h, Body, Query};
+use super::metadata::{self, Output, Render};
 use super::routing::{ClusterPath, ResourcePath};
 use super::watch::{self, WatchParams};
 use crate::audit::Origin;
@@ -230,6 +233,7 @@ fn field_manager(request: &ApiRequest) -> String {
 
 fn list_body(
     info: &ResourceInfo,
+    render: Render,
     items: &[Arc<StoredObject>],
     page: Option<&ListPage>,
     rv: u64,
@@ -243,7 +247,8 @@ fn list_body(
             metadata["remainingItemCount"] = serde_json::json!(remaining);
         }
     }
-    let head = serde_json::json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": metadata});
+    let (api_version, kind) = render.list_type_meta(info);
+    let head = serde_json::json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
     let mut out = serde_json::to_vec(&head).unwrap_or_default();
     out.pop(); // the closing brace
     out.extend_from_slice(b",\"items\":[");
@@ -251,7 +256,7 @@ fn list_body(
         if index > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(&item.json);
+        out.extend_from_slice(&render.object(&item.json));
     }
     out.extend_from_slice(b"]}");
     Bytes::from(out)
@@ -264,6 +269,10 @@ async fn resource(
     path: &ResourcePath,
 ) -> Result<Response<Body>, ApiError> {
     let info = resolve(cluster, path)?;
+    // Each verb checks the asked shape (one object or a list) before it reads or writes;
+    // the apiserver finds a mismatch only when it encodes the answer, after a write has
+    // been committed.
+    let output = metadata::negotiate(request.accept.as_deref())?;
     let namespace = path.namespace.clone().unwrap_or_default();
     let status_scope = path.subresource.is_some();
     let scope = scope_of(&info, status_scope);
@@ -291,6 +300,7 @@ async fn resource(
                 send_initial_events: request.query.flag("sendInitialEvents"),
                 timeout,
                 query,
+                render: output.for_object(&info)?,
             };
             Ok(watch::respond(
                 shared.clone(),
@@ -300,17 +310,19 @@ async fn resource(
             ))
         }
         (&Method::GET, Some(name)) => {
+            let render = output.for_object(&info)?;
             let object = cluster
                 .read(|s| s.get(&info, &namespace, &name))
                 .ok_or_else(|| ApiError::not_found(&info, &name))?;
-            Ok(h::json_bytes(200, object.json.clone()))
+            Ok(h::json_bytes(200, render.object(&object.json)))
         }
         (&Method::GET, None) => {
+            let render = output.for_list(&info)?;
             let query = list_query(&request.query, path.namespace.as_deref())?;
             let page = cluster.read(|s| s.list(&info, &query))?;
             Ok(h::json_bytes(
                 200,
-                list_body(&info, &page.items, Some(&page), page.rv),
+                list_body(&info, render, &page.items, Some(&page), page.rv),
             ))
         }
         (&Method::POST, None) if info.namespaced && path.namespace.is_none() => Err(
@@ -325,6 +337,7 @@ async fn resource(
                 info,
                 namespace,
                 Write::Create { body },
+                output,
             )
         }
         (&Method::PUT, Some(name)) => {
@@ -336,6 +349,7 @@ async fn resource(
                 info,
                 namespace,
                 Write::Update { name, body, scope },
+                output,
             )
         }
         (&Method::PATCH, Some(name)) => {
@@ -375,7 +389,7 @@ async fn resource(
                 }
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
-            write(shared, cluster, request, info, namespace, operation)
+            write(shared, cluster, request, info, namespace, operation, output)
         }
         (&Method::DELETE, Some(name)) if !status_scope => {
             let options = delete_options(request)?;
@@ -386,16 +400,21 @@ async fn resource(
                 info,
                 namespace,
                 Write::Delete { name, options },
+                output,
             )
         }
         (&Method::DELETE, None) => {
+            let render = output.for_list(&info)?;
             let query = list_query(&request.query, path.namespace.as_deref())?;
             let mut options = delete_options(request)?;
             options.dry_run |= parse_dry_run(&request.query)?;
             let deleted =
                 ops::delete_collection(shared, cluster, &info, &query, &options, &request.actor)?;
             let rv = cluster.read(|s| s.rv);
-            Ok(h::json_bytes(200, list_body(&info, &deleted, None, rv)))
+            Ok(h::json_bytes(
+                200,
+                list_body(&info, render, &deleted, None, rv),
+            ))
         }
         (method, _) => Err(ApiError::method_not_allowed(method.as_str())),
     }
@@ -441,6 +460,7 @@ fn write(
     info: Arc<ResourceInfo>,
     namespace: String,
     operation: Write,
+    output: Output,
 ) -> Result<Response<Body>, ApiError> {
     let mut dry_run = parse_dry_run(&request.query)?;
     if let Write::Delete { options, .. } = &operation {
@@ -450,6 +470,7 @@ fn write(
         Write::Delete { .. } => None,
         _ => Some(field_manager(request)),
     };
+    let render = output.for_object(&info)?;
     let outcome = ops::write(
         shared,
         cluster,
@@ -462,7 +483,10 @@ fn write(
             actor: request.actor.clone(),
         },
     )?;
-    Ok(h::json_bytes(outcome.code, outcome.object.json.clone()))
+    Ok(h::json_bytes(
+        outcome.code,
+        render.object(&outcome.object.json),
+    ))
 }
 
 /// Whether a method writes (for auditing injected faults).

@@ -12,6 +12,7 @@
 
 pub(crate) mod api;
 pub(crate) mod http;
+pub(crate) mod metadata;
 pub(crate) mod routing;
 pub(crate) mod watch;
 

@@ -12,7 +12,9 @@
 //! Label-selector transitions are translated as the apiserver does: an object that starts
 //! matching is ADDED, one that stops matching is DELETED. A watcher that falls behind the
 //! history gets ERROR 410 and must relist. When the cluster goes "down" the stream is
-//! aborted so the connection closes mid-response.
+//! aborted so the connection closes mid-response. A metadata watch
+//! (`as=PartialObjectMetadata`) sends every object and bookmark as a
+//! `PartialObjectMetadata`; ERROR events stay Status objects.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::http::{Body, streaming};
+use super::metadata::Render;
 use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::resources::ResourceInfo;
@@ -42,6 +45,8 @@ pub(crate) struct WatchParams {
     pub send_initial_events: bool,
     pub timeout: Duration,
     pub query: ListQuery,
+    /// Full objects or PartialObjectMetadata, from the Accept header.
+    pub render: Render,
 }
 
 type Sender = mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>;
@@ -60,14 +65,15 @@ fn value_frame(event_type: &str, object: &Value) -> Bytes {
     event_frame(event_type, &serde_json::to_vec(object).unwrap_or_default())
 }
 
-fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
+fn bookmark(info: &ResourceInfo, render: Render, rv: u64, initial_end: bool) -> Bytes {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
+    let (api_version, kind) = render.type_meta(info);
     value_frame(
         "BOOKMARK",
-        &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata}),
+        &json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
     )
 }
 
@@ -153,13 +159,14 @@ async fn run(
         }
     };
     for object in &initial {
-        if !send(&tx, event_frame("ADDED", &object.json)).await {
+        let frame = event_frame("ADDED", &params.render.object(&object.json));
+        if !send(&tx, frame).await {
             return;
         }
     }
     if params.send_initial_events
         && params.bookmarks
-        && !send(&tx, bookmark(&info, last, true)).await
+        && !send(&tx, bookmark(&info, params.render, last, true)).await
     {
         return;
     }
@@ -193,7 +200,7 @@ async fn run(
             Ok((events, current)) => {
                 for event in &events {
                     if let Some((kind, object)) = translate(&params.query, event)
-                        && !send(&tx, event_frame(kind, &object.json)).await
+                        && !send(&tx, event_frame(kind, &params.render.object(&object.json))).await
                     {
                         return;
                     }
@@ -208,7 +215,7 @@ async fn run(
                 }
             }
             _ = tokio::time::sleep_until(next_bookmark), if params.bookmarks => {
-                if !send(&tx, bookmark(&info, last, false)).await {
+                if !send(&tx, bookmark(&info, params.render, last, false)).await {
                     return;
                 }
                 next_bookmark = Instant::now() + interval;

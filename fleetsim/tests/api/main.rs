@@ -9,5 +9,6 @@ mod common;
 mod controller;
 mod discovery;
 mod faults;
+mod metadata;
 mod verbs;
 mod watch;

@@ -55,6 +55,7 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::ApplyRequest>,
     ) -> Result<Response<proto::ApplyResponse>, Status> {
         let request = request.into_inner();
+        self.refuse_in_operator_mode(request.dry_run)?;
         let text = String::from_utf8(request.manifests)
             .map_err(|_| status(ApiError::invalid_argument("manifests are not valid utf-8")))?;
         let resources = parse_manifests(&text)
@@ -118,6 +119,7 @@ impl proto::fleet_server::Fleet for FleetService {
         &self,
         request: Request<proto::DeleteRequest>,
     ) -> Result<Response<proto::DeleteResponse>, Status> {
+        self.refuse_in_operator_mode(false)?;
         let request = request.into_inner();
         let keys = request
             .objects
@@ -272,6 +274,16 @@ impl proto::fleet_server::Fleet for FleetService {
 }
 
 impl FleetService {
+    /// In operator mode the specs are read-only here (a dry run still answers).
+    fn refuse_in_operator_mode(&self, dry_run: bool) -> Result<(), Status> {
+        if self.replica.operator.is_some() && !dry_run {
+            return Err(status(ApiError::failed_precondition(
+                crate::operator::READ_ONLY_MESSAGE,
+            )));
+        }
+        Ok(())
+    }
+
     async fn rollout(
         &self,
         request: proto::RolloutRequest,
@@ -282,6 +294,29 @@ impl FleetService {
         } else {
             request.namespace.as_str()
         };
+        if let Some(operator) = &self.replica.operator {
+            if !operator.watches(namespace) {
+                return Err(status(ApiError::failed_precondition(format!(
+                    "namespace {namespace} is not watched by this installation (--watch-namespaces)"
+                ))));
+            }
+            // The management cluster is the source of truth: the field is set there, and the
+            // watch brings it into the state.
+            operator
+                .set_paused(namespace, &request.name, pause)
+                .await
+                .map_err(|error| match error {
+                    kube::Error::Api(response) if response.code == 404 => status(
+                        ApiError::not_found(format!("syncgroup {namespace}/{} not found in the management cluster", request.name)),
+                    ),
+                    other => status(ApiError::unavailable(format!(
+                        "cannot set spec.rollout.paused on syncgroup {namespace}/{} in the management cluster: {other}",
+                        request.name
+                    ))),
+                })?;
+            let revision = self.replica.raft.reader().read(|state| state.revision);
+            return Ok(Response::new(proto::RolloutResponse { revision }));
+        }
         let group = key_of(namespace, &request.name);
         let command = if pause {
             Command::PauseRollout { group }

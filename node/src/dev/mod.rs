@@ -279,6 +279,7 @@ impl Dev {
                 lease: crate::config::default_lease(down_after),
                 heartbeat_interval: crate::config::heartbeat_interval(down_after),
                 max_concurrent_syncs: self.args.max_concurrent_syncs,
+                operator: None,
             };
             self.nodes.insert(id, serve::start(config).await?);
         }

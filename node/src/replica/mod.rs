@@ -72,6 +72,8 @@ pub struct Replica {
     /// The leader's own applied index over the last lease or so (sampled as heartbeats arrive),
     /// to tell a follower that is slow from one whose apply has stopped.
     applied_history: Mutex<VecDeque<(Instant, u64)>>,
+    /// The management cluster's client in operator mode ([`crate::operator`]).
+    pub operator: Option<Arc<crate::operator::Operator>>,
 }
 
 /// What a node said in its last heartbeat, and when it arrived.
@@ -102,6 +104,12 @@ impl Replica {
             .context("cannot open the artifact store")?;
         let mirrors = source::MirrorSet::open(config.data_dir.join("mirrors"))
             .context("cannot open the git mirrors")?;
+        let operator = match &config.operator {
+            Some(operator) => Some(Arc::new(
+                crate::operator::Operator::connect(operator).await?,
+            )),
+            None => None,
+        };
         let engine = starling_sync::SyncEngine::new(engine_config(config.lease))
             .map_err(|error| anyhow::anyhow!("cannot start the sync engine: {error}"))?;
         Ok(Replica {
@@ -119,6 +127,7 @@ impl Replica {
             reports: Mutex::new(BTreeMap::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
             applied_history: Mutex::new(VecDeque::new()),
+            operator,
             config,
             raft,
         })

@@ -1,0 +1,549 @@
+//! The leader's ingest: kube-runtime watches of the four starling.dev kinds and of Secrets
+//! (metadata only) feed the [`Mirror`]; what differs between the mirror and the replicated
+//! state is proposed through Raft in batches.
+//!
+//! ```text
+//! watcher(Source|Cluster|Sync|SyncGroup) ─┐                    ┌─► UpsertSpec / DeleteSpec
+//! metadata_watcher(Secret) ───────────────┴─► Mirror ─► diff ──┤   (client_write_many, 128
+//!          (per namespace, or all)         (dirty keys)  vs    │    per entry, retried)
+//!                                                       state  └─► GET Secret (referenced, changed)
+//! ```
+//!
+//! Nothing is lost: keys stay dirty until their commands are committed, failures are retried
+//! with a growing back-off, and a (re)list compares its whole scope with the state, so a
+//! change made while no leader watched (a failover, the management API down) is found on the
+//! next list. Deletions wait until every watch has listed once. Only the leader's own Raft
+//! instance commits (no forwarding): a deposed leader cannot commit an older view after its
+//! successor's.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use fleet::manifest::{Kind, ObjectKey, Resource};
+use fleet::resources::{Cluster, Source, Sync, SyncGroup};
+use fleet::state::key_of;
+use fleet::{Command, FleetState, Outcome};
+use futures::stream::{self, BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::Operator;
+use super::mirror::{
+    Dirty, Item, Mirror, Observed, Rejection, SECRET_VERSION_ANNOTATION, Scope, normalized_meta,
+};
+use crate::replica::{Replica, lock};
+
+/// Events gathered into one reconcile at most, and how long the ingest waits for more.
+const MAX_EVENTS: usize = 2_000;
+const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// Commands per Raft entry.
+const PROPOSAL_CHUNK: usize = 128;
+/// Secrets fetched at once.
+const FETCH_CONCURRENCY: usize = 8;
+/// Back-off after a failed reconcile: from the first to the last value, doubling.
+const RETRY: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(10));
+
+type Events = BoxStream<'static, (usize, Result<Event<(ObjectKey, Observed)>, watcher::Error>)>;
+
+/// The watch scopes: every kind in each watched namespace, or in all.
+pub fn scopes(operator: &Operator) -> Vec<Scope> {
+    let namespaces: Vec<Option<String>> = if operator.namespaces.is_empty() {
+        vec![None]
+    } else {
+        operator.namespaces.iter().cloned().map(Some).collect()
+    };
+    namespaces
+        .into_iter()
+        .flat_map(|namespace| {
+            [
+                Kind::Source,
+                Kind::Cluster,
+                Kind::Sync,
+                Kind::SyncGroup,
+                Kind::Secret,
+            ]
+            .map(|kind| Scope {
+                kind,
+                namespace: namespace.clone(),
+            })
+        })
+        .collect()
+}
+
+fn api<K>(operator: &Operator, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(operator.client.clone(), namespace),
+        None => Api::all(operator.client.clone()),
+    }
+}
+
+/// One typed watch, its events mapped to mirror entries.
+fn typed<K>(operator: &Operator, scope: &Scope, index: usize, wrap: fn(K) -> Resource) -> Events
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    K::DynamicType: Default,
+{
+    let api = api::<K>(operator, scope.namespace.as_deref());
+    watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .map(move |event| (index, event.map(|event| lift(event, |k| observe(wrap(k))))))
+        .boxed()
+}
+
+/// Every watch, merged; the index of each event is its scope's in [`scopes`].
+fn watches(operator: &Operator, scopes: &[Scope]) -> Events {
+    let streams: Vec<Events> = scopes
+        .iter()
+        .enumerate()
+        .map(|(index, scope)| match scope.kind {
+            Kind::Source => typed::<Source>(operator, scope, index, Resource::Source),
+            Kind::Cluster => typed::<Cluster>(operator, scope, index, Resource::Cluster),
+            Kind::Sync => typed::<Sync>(operator, scope, index, Resource::Sync),
+            Kind::SyncGroup => typed::<SyncGroup>(operator, scope, index, Resource::SyncGroup),
+            Kind::Secret => {
+                // Metadata only: the Secrets' data never enters memory unless needed.
+                let api = api::<PartialObjectMeta<Secret>>(operator, scope.namespace.as_deref());
+                watcher::watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .map(move |event| {
+                        (
+                            index,
+                            event.map(|event| {
+                                lift(event, |secret| observe_secret(&secret.metadata))
+                            }),
+                        )
+                    })
+                    .boxed()
+            }
+        })
+        .collect();
+    stream::select_all(streams).boxed()
+}
+
+fn lift<K, T>(event: Event<K>, f: impl Fn(K) -> T) -> Event<T> {
+    match event {
+        Event::Apply(object) => Event::Apply(f(object)),
+        Event::Delete(object) => Event::Delete(f(object)),
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(f(object)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+fn status_value<S: serde::Serialize>(status: Option<S>) -> Value {
+    status
+        .and_then(|status| serde_json::to_value(status).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// A starling.dev object as the mirror keeps it.
+fn observe(mut resource: Resource) -> (ObjectKey, Observed) {
+    let meta = resource.metadata().clone();
+    let status = match &mut resource {
+        Resource::Source(object) => status_value(object.status.take()),
+        Resource::Cluster(object) => status_value(object.status.take()),
+        Resource::Sync(object) => status_value(object.status.take()),
+        Resource::SyncGroup(object) => status_value(object.status.take()),
+        Resource::Secret(_) => Value::Null,
+    };
+    *resource.metadata_mut() = normalized_meta(&meta);
+    (
+        resource.key(),
+        Observed {
+            generation: meta.generation,
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+            item: Item::Object {
+                resource: Box::new(resource),
+                status,
+            },
+        },
+    )
+}
+
+fn observe_secret(meta: &ObjectMeta) -> (ObjectKey, Observed) {
+    (
+        ObjectKey::new(
+            Kind::Secret,
+            meta.namespace.clone().unwrap_or_else(|| "default".into()),
+            meta.name.clone().unwrap_or_default(),
+        ),
+        Observed {
+            generation: None,
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+            item: Item::Secret,
+        },
+    )
+}
+
+/// Watches the management cluster and proposes its changes until the future is dropped (when
+/// this replica stops leading).
+pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
+    let scopes = scopes(operator);
+    let mut events = watches(operator, &scopes);
+    let mut dirty = Dirty::default();
+    let mut retry = RETRY.0;
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let waiting = !dirty.is_empty() && lock(mirror).synced();
+        let first = tokio::select! {
+            event = events.next() => event,
+            _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if waiting => None,
+        };
+        let mut batch = Vec::from_iter(first);
+        let window = Instant::now() + BATCH_WINDOW;
+        while !batch.is_empty() && batch.len() < MAX_EVENTS {
+            match tokio::time::timeout_at(window, events.next()).await {
+                Ok(Some(event)) => batch.push(event),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        {
+            let mut mirror = lock(mirror);
+            for (index, event) in batch {
+                match event {
+                    Ok(event) => record(&mut mirror, index, event, &mut dirty),
+                    Err(error) => tracing::warn!(
+                        %error,
+                        kind = ?scopes[index].kind,
+                        namespace = scopes[index].namespace.as_deref().unwrap_or("(all)"),
+                        "watch of the management cluster failed; retrying with back-off"
+                    ),
+                }
+            }
+        }
+        let synced = lock(mirror).synced();
+        if !synced || dirty.is_empty() || retry_at.is_some_and(|at| at > Instant::now()) {
+            continue;
+        }
+        match reconcile(replica, operator, mirror, &mut dirty).await {
+            Ok(()) => {
+                retry = RETRY.0;
+                retry_at = None;
+            }
+            Err(error) => {
+                tracing::warn!(error = %format!("{error:#}"), retry_in = ?retry, "cannot bring the management cluster's specs into the state");
+                retry_at = Some(Instant::now() + retry);
+                retry = (retry * 2).min(RETRY.1);
+            }
+        }
+    }
+}
+
+fn record(
+    mirror: &mut Mirror,
+    index: usize,
+    event: Event<(ObjectKey, Observed)>,
+    dirty: &mut Dirty,
+) {
+    match event {
+        Event::Apply((key, observed)) => mirror.upsert(key, observed, dirty),
+        Event::Delete((key, _)) => mirror.remove(&key, dirty),
+        Event::Init => mirror.list_started(index),
+        Event::InitApply((key, observed)) => mirror.listed(index, key, observed),
+        Event::InitDone => mirror.list_done(index, dirty),
+    }
+}
+
+/// What one dirty key needs.
+enum Action {
+    Upsert(Resource),
+    Delete,
+    FetchSecret,
+    Reject(Rejection),
+}
+
+/// Compares the dirty keys with the state and commits the differences. Keys whose commands
+/// were not committed go back into `dirty`.
+async fn reconcile(
+    replica: &Replica,
+    operator: &Operator,
+    mirror: &Mutex<Mirror>,
+    dirty: &mut Dirty,
+) -> anyhow::Result<()> {
+    let taken = std::mem::take(dirty);
+    let reader = replica.raft.reader();
+    let actions: Vec<(ObjectKey, Action)> = {
+        let mut mirror = lock(mirror);
+        reader.read(|state| {
+            let mut keys = taken.keys;
+            for scope in &taken.scopes {
+                keys.extend(mirror.keys_in(scope));
+                keys.extend(state_keys(state, scope));
+            }
+            keys.into_iter()
+                .filter_map(|key| {
+                    let action = action(state, &mut mirror, &key)?;
+                    Some((key, action))
+                })
+                .collect()
+        })
+    };
+    let mut commands = Vec::new();
+    let mut fetches = Vec::new();
+    for (key, action) in actions {
+        match action {
+            Action::Upsert(resource) => commands.push((key, Some(resource))),
+            Action::Delete => commands.push((key, None)),
+            Action::FetchSecret => fetches.push(key),
+            Action::Reject(rejection) => {
+                tracing::warn!(object = %key, message = %rejection.message, "invalid object in the management cluster");
+                lock(mirror).rejected.insert(key, rejection);
+            }
+        }
+    }
+    let mut failed: BTreeSet<ObjectKey> = BTreeSet::new();
+    let fetched: Vec<(ObjectKey, Result<Option<Secret>, kube::Error>)> = stream::iter(fetches)
+        .map(|key| async move {
+            let api: Api<Secret> = Api::namespaced(operator.client.clone(), &key.namespace);
+            let secret = api.get_opt(&key.name).await;
+            (key, secret)
+        })
+        .buffer_unordered(FETCH_CONCURRENCY)
+        .collect()
+        .await;
+    let mut first_error = None;
+    for (key, secret) in fetched {
+        match secret {
+            Ok(Some(secret)) => {
+                commands.push((key, Some(Resource::Secret(replicated_secret(secret)))))
+            }
+            // Deleted since its metadata arrived: the watch brings the deletion.
+            Ok(None) => {}
+            Err(error) => {
+                first_error.get_or_insert_with(|| anyhow!("cannot read secret {key}: {error}"));
+                failed.insert(key);
+            }
+        }
+    }
+    let mut chunks = commands.chunks(PROPOSAL_CHUNK);
+    while let Some(chunk) = chunks.next() {
+        let at = Replica::now_rfc3339();
+        let proposal: Vec<Command> = chunk
+            .iter()
+            .map(|(key, resource)| match resource {
+                Some(resource) => Command::UpsertSpec {
+                    resource: Box::new(resource.clone()),
+                    at: at.clone(),
+                },
+                None => Command::DeleteSpec { key: key.clone() },
+            })
+            .collect();
+        match replica.raft.client_write_many(proposal).await {
+            Ok(committed) => {
+                let mut mirror = lock(mirror);
+                for ((key, resource), outcome) in chunk.iter().zip(&committed.outcomes) {
+                    match (resource, outcome) {
+                        (Some(resource), Outcome::Rejected { message }) => {
+                            tracing::warn!(object = %key, %message, "the state refused an object of the management cluster");
+                            mirror.rejected.insert(
+                                key.clone(),
+                                Rejection {
+                                    resource: resource.clone(),
+                                    message: message.clone(),
+                                },
+                            );
+                        }
+                        (Some(_), _) => {
+                            mirror.rejected.remove(key);
+                        }
+                        (None, _) => {}
+                    }
+                }
+            }
+            Err(error) => {
+                failed.extend(chunk.iter().map(|(key, _)| key.clone()));
+                failed.extend(chunks.flatten().map(|(key, _)| key.clone()));
+                first_error.get_or_insert_with(|| anyhow!("cannot commit the specs: {error}"));
+                break;
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        dirty.keys.extend(failed);
+        return Err(error).context("the changes are retried");
+    }
+    Ok(())
+}
+
+/// The keys of the replicated state inside a scope (Syncs a SyncGroup generated excluded:
+/// they are not objects of the management cluster).
+fn state_keys(state: &FleetState, scope: &Scope) -> Vec<ObjectKey> {
+    let in_scope = |key: &String| {
+        scope
+            .namespace
+            .as_ref()
+            .is_none_or(|ns| key.split_once('/').is_some_and(|(n, _)| n == ns))
+    };
+    let object_key = |key: &String| {
+        let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+        ObjectKey::new(scope.kind, namespace, name)
+    };
+    match scope.kind {
+        Kind::Source => state
+            .sources
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+        Kind::Cluster => state
+            .clusters
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+        Kind::Sync => state
+            .syncs
+            .iter()
+            .filter(|(k, entry)| entry.group.is_none() && in_scope(k))
+            .map(|(k, _)| object_key(k))
+            .collect(),
+        Kind::SyncGroup => state
+            .groups
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+        Kind::Secret => state
+            .secrets
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+    }
+}
+
+fn labels_and_annotations_differ(stored: &ObjectMeta, incoming: &ObjectMeta) -> bool {
+    let labels = |meta: &ObjectMeta| meta.labels.clone().filter(|m| !m.is_empty());
+    let annotations = |meta: &ObjectMeta| meta.annotations.clone().filter(|m| !m.is_empty());
+    labels(stored) != labels(incoming) || annotations(stored) != annotations(incoming)
+}
+
+/// Whether the state holds `resource` as the management cluster has it: `None` when it does
+/// not hold the object at all.
+pub fn state_matches(state: &FleetState, resource: &Resource) -> Option<bool> {
+    let key = key_of(resource.namespace(), resource.name());
+    let meta = resource.metadata();
+    match resource {
+        Resource::Source(object) => state.sources.get(&key).map(|e| {
+            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
+        }),
+        Resource::Cluster(object) => state.clusters.get(&key).map(|e| {
+            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
+        }),
+        Resource::Sync(object) => state
+            .syncs
+            .get(&key)
+            .filter(|e| e.group.is_none())
+            .map(|e| {
+                !labels_and_annotations_differ(&e.object.metadata, meta)
+                    && e.object.spec == object.spec
+            }),
+        Resource::SyncGroup(object) => state.groups.get(&key).map(|e| {
+            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
+        }),
+        Resource::Secret(object) => state.secrets.get(&key).map(|stored| {
+            !labels_and_annotations_differ(&stored.metadata, meta)
+                && stored.data == object.data
+                && stored.type_ == object.type_
+        }),
+    }
+}
+
+/// Whether the state holds an object under `key` that the management cluster feeds.
+fn in_state(state: &FleetState, key: &ObjectKey) -> bool {
+    let k = key_of(&key.namespace, &key.name);
+    match key.kind {
+        Kind::Source => state.sources.contains_key(&k),
+        Kind::Cluster => state.clusters.contains_key(&k),
+        Kind::Sync => state.syncs.get(&k).is_some_and(|e| e.group.is_none()),
+        Kind::SyncGroup => state.groups.contains_key(&k),
+        Kind::Secret => state.secrets.contains_key(&k),
+    }
+}
+
+fn action(state: &FleetState, mirror: &mut Mirror, key: &ObjectKey) -> Option<Action> {
+    let observed = mirror.objects.get(key);
+    if key.kind == Kind::Secret {
+        let stored = state.secrets.get(&key_of(&key.namespace, &key.name));
+        return match (observed, stored) {
+            (Some(observed), stored) if mirror.is_referenced(key) => {
+                let replicated_version = stored
+                    .and_then(|s| s.metadata.annotations.as_ref())
+                    .and_then(|a| a.get(SECRET_VERSION_ANNOTATION));
+                (replicated_version != Some(&observed.resource_version))
+                    .then_some(Action::FetchSecret)
+            }
+            (_, Some(_)) => Some(Action::Delete),
+            (_, None) => None,
+        };
+    }
+    let Some(Observed {
+        item: Item::Object { resource, .. },
+        ..
+    }) = observed
+    else {
+        return in_state(state, key).then_some(Action::Delete);
+    };
+    if state_matches(state, resource) == Some(true) {
+        mirror.rejected.remove(key);
+        return None;
+    }
+    if mirror
+        .rejected
+        .get(key)
+        .is_some_and(|rejection| rejection.resource == **resource)
+    {
+        return None;
+    }
+    if let Err(error) = fleet::validate::validate(resource) {
+        return Some(Action::Reject(Rejection {
+            resource: (**resource).clone(),
+            message: error.to_string(),
+        }));
+    }
+    Some(Action::Upsert((**resource).clone()))
+}
+
+/// The copy of a Secret the state keeps: its data and type, with the management cluster's
+/// `resourceVersion` recorded in [`SECRET_VERSION_ANNOTATION`].
+fn replicated_secret(secret: Secret) -> Secret {
+    let mut metadata = normalized_meta(&secret.metadata);
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            SECRET_VERSION_ANNOTATION.to_string(),
+            secret.metadata.resource_version.clone().unwrap_or_default(),
+        );
+    let mut data = secret.data.unwrap_or_default();
+    // `stringData` is write-only on a real API server; a simulated one may echo it.
+    for (key, value) in secret.string_data.unwrap_or_default() {
+        data.insert(key, k8s_openapi::ByteString(value.into_bytes()));
+    }
+    Secret {
+        metadata,
+        data: (!data.is_empty()).then_some(data),
+        type_: secret.type_,
+        ..Secret::default()
+    }
+}

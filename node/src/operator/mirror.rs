@@ -1,0 +1,322 @@
+//! The leader's mirror of the management cluster: every starling.dev object the watches saw
+//! (spec, labels and annotations as the replicated state keeps them, plus the API's own
+//! `generation`, `resourceVersion` and current status), the Secrets by their metadata only,
+//! and which Secrets the objects reference.
+//!
+//! Each watch stream (one kind in one namespace, or in all) owns a part of the mirror. A
+//! stream's (re)list is buffered and replaces that part at once when it ends, as kube-runtime's
+//! reflector store does, so an object deleted while nobody watched disappears from the mirror
+//! too. Until every stream has listed once, the mirror is incomplete and nothing may be
+//! deleted from the replicated state on its account ([`Mirror::synced`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleet::manifest::{Kind, ObjectKey, Resource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+/// The annotation on the replicated copy of a Secret that records the management cluster's
+/// `resourceVersion` of it: a new leader compares it with the metadata it watches and fetches
+/// only the Secrets that changed.
+pub const SECRET_VERSION_ANNOTATION: &str = "starling.dev/management-resource-version";
+
+/// One object as the management cluster shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// The API server's `metadata.generation` (spec changes).
+    pub generation: Option<i64>,
+    pub resource_version: String,
+    pub uid: Option<String>,
+    pub item: Item,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// A starling.dev object, normalized to what the state keeps (no status, no server
+    /// metadata), and its status as written on the API object (`Null` when it has none).
+    Object {
+        resource: Box<Resource>,
+        status: Value,
+    },
+    /// A Secret, watched by its metadata only: its data is fetched when it is needed.
+    Secret,
+}
+
+/// What a watch stream covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    pub kind: Kind,
+    /// `None`: every namespace.
+    pub namespace: Option<String>,
+}
+
+impl Scope {
+    pub fn covers(&self, key: &ObjectKey) -> bool {
+        key.kind == self.kind
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| *ns == key.namespace)
+    }
+}
+
+struct Stream {
+    scope: Scope,
+    /// The objects of a (re)list in progress.
+    listing: Option<BTreeMap<ObjectKey, Observed>>,
+    listed: bool,
+}
+
+/// A spec the replicated state refused (or that failed validation here), kept so that it is
+/// not proposed again until it changes, and so that its status can say why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    pub resource: Resource,
+    pub message: String,
+}
+
+/// What changed in the mirror, for the ingest to reconcile.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    pub keys: BTreeSet<ObjectKey>,
+    /// Streams that finished a (re)list: everything in their scope is compared.
+    pub scopes: Vec<Scope>,
+}
+
+impl Dirty {
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.scopes.is_empty()
+    }
+}
+
+pub struct Mirror {
+    pub objects: BTreeMap<ObjectKey, Observed>,
+    streams: Vec<Stream>,
+    /// Secret → the Clusters and Sources that reference it.
+    referrers: BTreeMap<ObjectKey, BTreeSet<ObjectKey>>,
+    pub rejected: BTreeMap<ObjectKey, Rejection>,
+    /// Bumped on every change, so the status writer can skip an unchanged mirror.
+    pub version: u64,
+}
+
+impl Mirror {
+    pub fn new(scopes: Vec<Scope>) -> Mirror {
+        Mirror {
+            objects: BTreeMap::new(),
+            streams: scopes
+                .into_iter()
+                .map(|scope| Stream {
+                    scope,
+                    listing: None,
+                    listed: false,
+                })
+                .collect(),
+            referrers: BTreeMap::new(),
+            rejected: BTreeMap::new(),
+            version: 0,
+        }
+    }
+
+    /// Whether every stream has listed once: only then is an object missing from the mirror
+    /// known to be gone from the management cluster.
+    pub fn synced(&self) -> bool {
+        self.streams.iter().all(|stream| stream.listed)
+    }
+
+    /// A (re)list of stream `index` starts.
+    pub fn list_started(&mut self, index: usize) {
+        self.streams[index].listing = Some(BTreeMap::new());
+    }
+
+    /// An object of a (re)list in progress.
+    pub fn listed(&mut self, index: usize, key: ObjectKey, observed: Observed) {
+        self.streams[index]
+            .listing
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key, observed);
+    }
+
+    /// A (re)list ended: its objects replace the stream's part of the mirror.
+    pub fn list_done(&mut self, index: usize, dirty: &mut Dirty) {
+        let listing = self.streams[index].listing.take().unwrap_or_default();
+        self.streams[index].listed = true;
+        let scope = self.streams[index].scope.clone();
+        let gone: Vec<ObjectKey> = self
+            .objects
+            .keys()
+            .filter(|key| scope.covers(key) && !listing.contains_key(*key))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.remove(&key, dirty);
+        }
+        for (key, observed) in listing {
+            self.upsert(key, observed, dirty);
+        }
+        dirty.scopes.push(scope);
+        self.version += 1;
+    }
+
+    /// An object was added or changed.
+    pub fn upsert(&mut self, key: ObjectKey, observed: Observed, dirty: &mut Dirty) {
+        if self.objects.get(&key) == Some(&observed) {
+            return;
+        }
+        self.unreference(&key, dirty);
+        if let Item::Object { resource, .. } = &observed.item {
+            for secret in referenced_secrets(resource) {
+                dirty.keys.insert(secret.clone());
+                self.referrers
+                    .entry(secret)
+                    .or_default()
+                    .insert(key.clone());
+            }
+        }
+        dirty.keys.insert(key.clone());
+        self.objects.insert(key, observed);
+        self.version += 1;
+    }
+
+    /// An object was deleted.
+    pub fn remove(&mut self, key: &ObjectKey, dirty: &mut Dirty) {
+        self.unreference(key, dirty);
+        if self.objects.remove(key).is_some() {
+            self.version += 1;
+        }
+        self.rejected.remove(key);
+        dirty.keys.insert(key.clone());
+    }
+
+    fn unreference(&mut self, key: &ObjectKey, dirty: &mut Dirty) {
+        let Some(Observed {
+            item: Item::Object { resource, .. },
+            ..
+        }) = self.objects.get(key)
+        else {
+            return;
+        };
+        for secret in referenced_secrets(resource) {
+            dirty.keys.insert(secret.clone());
+            if let Some(referrers) = self.referrers.get_mut(&secret) {
+                referrers.remove(key);
+                if referrers.is_empty() {
+                    self.referrers.remove(&secret);
+                }
+            }
+        }
+    }
+
+    /// Whether a Secret is referenced by an object in the mirror (only those are replicated).
+    pub fn is_referenced(&self, secret: &ObjectKey) -> bool {
+        self.referrers.contains_key(secret)
+    }
+
+    /// The keys a full comparison of `scope` covers on the mirror's side.
+    pub fn keys_in(&self, scope: &Scope) -> Vec<ObjectKey> {
+        self.objects
+            .keys()
+            .filter(|key| scope.covers(key))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The Secrets an object needs: a push Cluster's kubeconfig (`<name>-kubeconfig` unless it
+/// names another) and a Source's credentials.
+pub fn referenced_secrets(resource: &Resource) -> Vec<ObjectKey> {
+    let namespace = resource.namespace().to_string();
+    match resource {
+        Resource::Cluster(cluster) => {
+            let name = cluster.spec.kubeconfig_secret_ref.as_ref().map_or_else(
+                || format!("{}-kubeconfig", resource.name()),
+                |r| r.name.clone(),
+            );
+            vec![ObjectKey::new(Kind::Secret, namespace, name)]
+        }
+        Resource::Source(source) => source
+            .spec
+            .secret_ref
+            .iter()
+            .map(|r| ObjectKey::new(Kind::Secret, namespace.clone(), r.name.clone()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The metadata the replicated state keeps of an API object: name, namespace, labels and
+/// annotations (empty maps as none). Server fields (uid, resourceVersion, generation,
+/// managedFields, finalizers, timestamps) stay in the management cluster.
+pub fn normalized_meta(meta: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name.clone(),
+        namespace: Some(meta.namespace.clone().unwrap_or_else(|| "default".into())),
+        labels: meta.labels.clone().filter(|labels| !labels.is_empty()),
+        annotations: meta
+            .annotations
+            .clone()
+            .filter(|annotations| !annotations.is_empty()),
+        ..ObjectMeta::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet::resources::{Cluster, ClusterSpec};
+
+    fn cluster(name: &str) -> (ObjectKey, Observed) {
+        let mut object = Cluster::new(name, ClusterSpec::default());
+        object.metadata.namespace = Some("default".into());
+        let resource = Resource::Cluster(object);
+        (
+            resource.key(),
+            Observed {
+                generation: Some(1),
+                resource_version: "1".into(),
+                uid: None,
+                item: Item::Object {
+                    resource: Box::new(resource),
+                    status: Value::Null,
+                },
+            },
+        )
+    }
+
+    #[test]
+    fn a_relist_replaces_its_streams_part_and_marks_what_went_away() {
+        let scopes = vec![
+            Scope {
+                kind: Kind::Cluster,
+                namespace: None,
+            },
+            Scope {
+                kind: Kind::Secret,
+                namespace: None,
+            },
+        ];
+        let mut mirror = Mirror::new(scopes);
+        let mut dirty = Dirty::default();
+        mirror.list_started(0);
+        let (a, observed_a) = cluster("a");
+        let (b, observed_b) = cluster("b");
+        mirror.listed(0, a.clone(), observed_a);
+        mirror.listed(0, b.clone(), observed_b.clone());
+        mirror.list_done(0, &mut dirty);
+        assert!(!mirror.synced(), "the secrets stream has not listed yet");
+        let secret = ObjectKey::new(Kind::Secret, "default", "a-kubeconfig");
+        assert!(mirror.is_referenced(&secret));
+
+        // A relist after a watch gap: `a` was deleted meanwhile.
+        let mut dirty = Dirty::default();
+        mirror.list_started(0);
+        mirror.listed(0, b.clone(), observed_b);
+        mirror.list_done(0, &mut dirty);
+        assert!(!mirror.objects.contains_key(&a));
+        assert!(dirty.keys.contains(&a) && dirty.keys.contains(&secret));
+        assert!(!mirror.is_referenced(&secret));
+        assert_eq!(dirty.scopes.len(), 1);
+        mirror.list_started(1);
+        mirror.list_done(1, &mut dirty);
+        assert!(mirror.synced());
+    }
+}

@@ -1,0 +1,143 @@
+//! Operator mode (`starling node --mode operator`): the specs come from the starling.dev
+//! objects of a Kubernetes cluster (the management cluster) instead of `starling apply`, and
+//! their status goes back onto each object's `/status`.
+//!
+//! ```text
+//!  management cluster                       the leader                       every replica
+//!  ──────────────────                       ──────────                       ─────────────
+//!  Source, Cluster, Sync,   ─ watches ─►  ingest: mirror ─► diff ─► Raft ─► FleetState ─► shards,
+//!  SyncGroup, Secrets (meta)               (batched UpsertSpec/DeleteSpec)                  syncs
+//!  …/status                 ◄─ patches ─  status writer (on change, rate-limited) ◄─ FleetState
+//! ```
+//!
+//! Only the leader watches and writes. When leadership moves, the new leader lists everything
+//! again, proposes what the state lacks and goes on; the mirror is rebuilt from scratch, so a
+//! change made while nobody watched is not lost. Secrets are watched by their metadata only;
+//! the ones a Cluster or Source references are fetched when their `resourceVersion` differs
+//! from the one the state recorded. In operator mode the gRPC API refuses spec writes (`starling
+//! apply`, `delete`): the management cluster is the source of truth. `starling rollout
+//! pause|resume` sets `spec.rollout.paused` on the SyncGroup there.
+
+mod ingest;
+pub mod mirror;
+mod status;
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use fleet::resources::SyncGroup;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::config::OperatorConfig;
+use crate::replica::Replica;
+use mirror::Mirror;
+
+/// A replica's connection to the management cluster.
+pub struct Operator {
+    pub client: kube::Client,
+    /// Empty: every namespace.
+    pub namespaces: Vec<String>,
+    pub status_writes_per_second: u32,
+}
+
+/// What `starling apply` and `starling delete` are told in operator mode.
+pub const READ_ONLY_MESSAGE: &str = "this installation runs in operator mode: its specs are the \
+    starling.dev objects of the management cluster; change them there with kubectl apply -f / \
+    kubectl delete (reads, status, rollout pause|resume and members work here)";
+
+impl Operator {
+    /// Builds the client from `--kubeconfig`, or from `KUBECONFIG`, `~/.kube/config` or the
+    /// pod's service account. Nothing is contacted yet.
+    pub async fn connect(config: &OperatorConfig) -> anyhow::Result<Operator> {
+        let kube_config = match &config.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path).with_context(|| {
+                    format!(
+                        "cannot read the management cluster's kubeconfig {}",
+                        path.display()
+                    )
+                })?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .with_context(|| format!("invalid kubeconfig {}", path.display()))?
+            }
+            None => kube::Config::infer().await.context(
+                "cannot find the management cluster: set --kubeconfig or KUBECONFIG, or run in a \
+                 pod with a service account",
+            )?,
+        };
+        let client = kube::Client::try_from(kube_config)
+            .context("cannot build a client for the management cluster")?;
+        Ok(Operator {
+            client,
+            namespaces: config.namespaces.clone(),
+            status_writes_per_second: config.status_writes_per_second,
+        })
+    }
+
+    /// Whether objects of `namespace` are watched.
+    pub fn watches(&self, namespace: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// `starling rollout pause|resume` in operator mode: sets `spec.rollout.paused` on the
+    /// SyncGroup in the management cluster, so the cluster stays the source of truth. The
+    /// watch brings the change into the state.
+    pub async fn set_paused(
+        &self,
+        namespace: &str,
+        name: &str,
+        paused: bool,
+    ) -> Result<(), kube::Error> {
+        let api: Api<SyncGroup> = Api::namespaced(self.client.clone(), namespace);
+        let params = PatchParams {
+            field_manager: Some(status::FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        api.patch(
+            name,
+            &params,
+            &Patch::Merge(serde_json::json!({"spec": {"rollout": {"paused": paused}}})),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+/// Runs the ingest and the status writer while this replica leads, from a fresh mirror each
+/// time it becomes leader.
+pub async fn run(replica: Arc<Replica>) {
+    let Some(operator) = replica.operator.clone() else {
+        return;
+    };
+    let id = replica.id();
+    let mut metrics = replica.raft.metrics();
+    loop {
+        if metrics
+            .wait_for(|m| m.current_leader == Some(id))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        tracing::info!(
+            node = id,
+            namespaces = %if operator.namespaces.is_empty() { "all".to_string() } else { operator.namespaces.join(",") },
+            "leading: watching the management cluster"
+        );
+        let mirror = Mutex::new(Mirror::new(ingest::scopes(&operator)));
+        let lost = async {
+            let _ = metrics.wait_for(|m| m.current_leader != Some(id)).await;
+        };
+        tokio::select! {
+            _ = ingest::run(&replica, &operator, &mirror) => {}
+            _ = status::run(&replica, &operator, &mirror) => {}
+            _ = lost => {
+                tracing::info!(node = id, "no longer leading: stopped watching the management cluster");
+            }
+        }
+        metrics = replica.raft.metrics();
+    }
+}

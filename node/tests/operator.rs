@@ -1,0 +1,379 @@
+//! Operator mode end to end: fleetsim serves both the management cluster (the CRDs from
+//! `chart/crds/` installed into it) and the target clusters, three `starling node --mode
+//! operator` processes watch it, and the objects are created with the unmodified `kube`
+//! client. One scenario in sequence:
+//!
+//! 1. `starling apply` is refused; objects created with kube converge on the targets, and
+//!    status with `observedGeneration` and kstatus conditions appears on `/status`;
+//! 2. the leader is killed with `kill -9` mid-rollout and a Cluster is added at that moment:
+//!    nothing is lost, the rollout completes on every cluster, the new one included;
+//! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster;
+//! 4. the management API is down for 20 s; a deletion and an edit made as it comes back
+//!    reach the state, and the statuses catch up;
+//! 5. deleting the SyncGroup removes it from the state; an invalid object gets `Stalled`.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{Group, Options, config_versions, demo_fixture, demo_manifests, wait_until};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+
+const CLUSTERS: usize = 30;
+const MANAGEMENT: &str = "mgmt";
+
+async fn management_client(kubeconfig: &str) -> kube::Client {
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).expect("fleetsim kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("client config");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// The CRDs of `chart/crds/`, created and waited for until Established.
+async fn install_crds(client: &kube::Client) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../chart/crds");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("chart/crds") {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("crd file");
+        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).expect("crd yaml");
+        names.push(crd.metadata.name.clone().expect("crd name"));
+        api.create(&PostParams::default(), &crd)
+            .await
+            .expect("crd created");
+    }
+    wait_until(Duration::from_secs(30), "crds established", || async {
+        for name in &names {
+            let Ok(crd) = api.get(name).await else {
+                return false;
+            };
+            let established = crd
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if !established {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
+
+fn api_for(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
+    let api_version = object["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().expect("kind");
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+fn starling_api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
+    api_for(
+        client,
+        &json!({"apiVersion": "starling.dev/v1alpha1", "kind": kind, "metadata": {}}),
+    )
+}
+
+/// Creates every object of a multi-document YAML text with the kube client.
+async fn create_all(client: &kube::Client, manifests: &str) {
+    for document in serde_yaml_ng::Deserializer::from_str(manifests) {
+        let object: Value = serde::Deserialize::deserialize(document).expect("yaml document");
+        if object.is_null() {
+            continue;
+        }
+        let dynamic: DynamicObject = serde_json::from_value(object.clone()).expect("object");
+        api_for(client, &object)
+            .create(&PostParams::default(), &dynamic)
+            .await
+            .unwrap_or_else(|error| panic!("cannot create {object}: {error}"));
+    }
+}
+
+/// The manifests of one more target cluster: its kubeconfig Secret and its Cluster.
+fn cluster_manifests(sim: &fleetsim::FleetSim, name: &str) -> String {
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+        "stringData": {"value": sim.kubeconfig(name).expect("kubeconfig")},
+    });
+    format!(
+        "{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r0}}}}\nspec: {{}}\n"
+    )
+}
+
+async fn get(api: &Api<DynamicObject>, name: &str) -> Option<Value> {
+    api.get(name)
+        .await
+        .ok()
+        .and_then(|object| serde_json::to_value(object).ok())
+}
+
+fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// The versions of the demo ConfigMap on the target clusters (the management cluster left out).
+fn target_versions(sim: &fleetsim::FleetSim) -> Vec<(String, String)> {
+    config_versions(sim)
+        .into_iter()
+        .filter(|(name, _)| name != MANAGEMENT)
+        .collect()
+}
+
+/// Waits until SyncGroup `demo` completed a rollout over `total` clusters at a revision other
+/// than `previous`, as the replicas report it; returns the revision.
+async fn completed(group: &Group, total: u32, previous: &str) -> String {
+    let revision = std::sync::Mutex::new(String::new());
+    wait_until(
+        Duration::from_secs(180),
+        "the rollout completes",
+        || async {
+            let Some(rollout) = group.rollout("demo").await else {
+                return false;
+            };
+            let done = rollout.phase == "Complete"
+                && rollout.target_revision != previous
+                && rollout
+                    .summary
+                    .is_some_and(|s| s.total == total && s.updated == total);
+            if done {
+                *revision.lock().expect("revision") = rollout.target_revision.clone();
+            }
+            done
+        },
+    )
+    .await;
+    revision.into_inner().expect("revision")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_mode_converges_writes_status_and_loses_nothing() {
+    let fixture = demo_fixture(fleetsim::Config {
+        clusters: CLUSTERS,
+        ready_delay: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let (sim, demo) = (&fixture.sim, &fixture.repo);
+    let manifests = demo_manifests(sim, &fixture.url, "", "    maxUnavailable: \"20%\"\n");
+    sim.add_cluster(MANAGEMENT).expect("management cluster");
+    let kubeconfig_text = sim.kubeconfig(MANAGEMENT).expect("kubeconfig");
+    let client = management_client(&kubeconfig_text).await;
+    install_crds(&client).await;
+
+    let mut group = Group::prepare(
+        3,
+        Options {
+            extra_args: vec!["--max-concurrent-syncs".into(), "8".into()],
+            ..Options::default()
+        },
+    );
+    let kubeconfig = group.dir.path().join("management.kubeconfig");
+    std::fs::write(&kubeconfig, &kubeconfig_text).expect("kubeconfig written");
+    group.options.extra_args.extend([
+        "--mode".into(),
+        "operator".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+    ]);
+    group.spawn_all();
+    group.wait_for_members(3).await;
+
+    // 1. The API's specs are read-only; objects created with kube converge, with status.
+    let refused = group
+        .apply(
+            1,
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {name: x}\nspec: {}\n",
+        )
+        .await
+        .expect_err("apply is refused in operator mode");
+    assert!(
+        refused.message().contains("operator mode") && refused.message().contains("kubectl"),
+        "{}",
+        refused.message()
+    );
+    create_all(&client, &manifests).await;
+    let first = completed(&group, CLUSTERS as u32, "").await;
+    assert!(target_versions(sim).iter().all(|(_, v)| v == "v1"));
+
+    let groups = starling_api(&client, "SyncGroup");
+    let clusters = starling_api(&client, "Cluster");
+    let sources = starling_api(&client, "Source");
+    wait_until(
+        Duration::from_secs(30),
+        "status on the management cluster",
+        || async {
+            let Some(object) = get(&groups, "demo").await else {
+                return false;
+            };
+            object["status"]["phase"] == "Complete"
+                && object["status"]["observedGeneration"] == object["metadata"]["generation"]
+                && object["status"]["summary"]["updated"] == CLUSTERS
+                && condition(&object, "Ready").is_some_and(|c| c["status"] == "True")
+                && condition(&object, "Reconciling").is_some_and(|c| c["status"] == "False")
+                && condition(&object, "Stalled").is_some_and(|c| c["status"] == "False")
+        },
+    )
+    .await;
+    let source = get(&sources, "demo").await.expect("source");
+    assert_eq!(source["status"]["revision"], first.as_str(), "{source}");
+    let cluster = get(&clusters, "c00").await.expect("cluster");
+    assert!(
+        cluster["status"]["owner"]
+            .as_str()
+            .is_some_and(|o| !o.is_empty()),
+        "{cluster}"
+    );
+    assert_eq!(
+        condition(&cluster, "Ready").map(|c| c["status"].clone()),
+        Some(json!("True"))
+    );
+
+    // 2. kill -9 of the leader mid-rollout, and a Cluster added at that very moment.
+    demo.commit("v2", "nginx:1.28", "v2").expect("commit v2");
+    wait_until(Duration::from_secs(60), "the v2 rollout starts", || async {
+        group
+            .rollout("demo")
+            .await
+            .is_some_and(|r| r.target_revision != first && r.summary.is_some_and(|s| s.updated > 0))
+    })
+    .await;
+    let leader = group.status().await.expect("status").leader_id;
+    group.kill(leader);
+    sim.add_cluster("late").expect("late cluster");
+    create_all(&client, &cluster_manifests(sim, "late")).await;
+    let second = completed(&group, CLUSTERS as u32 + 1, &first).await;
+    assert_ne!(second, first);
+    assert!(
+        target_versions(sim).iter().all(|(_, v)| v == "v2"),
+        "{:?}",
+        target_versions(sim)
+    );
+    group.spawn(leader);
+    group.wait_for_members(3).await;
+
+    // 3. rollout pause sets the field in the management cluster, which stays the truth.
+    let mut fleet = group.fleet(1).await;
+    fleet
+        .rollout_pause(proto::RolloutRequest {
+            name: "demo".into(),
+            namespace: String::new(),
+        })
+        .await
+        .expect("pause");
+    let paused = get(&groups, "demo").await.expect("group");
+    assert_eq!(paused["spec"]["rollout"]["paused"], true, "{paused}");
+    wait_until(
+        Duration::from_secs(30),
+        "the pause reaches the state",
+        || async {
+            group
+                .rollout("demo")
+                .await
+                .is_some_and(|r| r.phase == "Paused")
+        },
+    )
+    .await;
+    fleet
+        .rollout_resume(proto::RolloutRequest {
+            name: "demo".into(),
+            namespace: String::new(),
+        })
+        .await
+        .expect("resume");
+    wait_until(
+        Duration::from_secs(30),
+        "the resume reaches the state",
+        || async {
+            group
+                .rollout("demo")
+                .await
+                .is_some_and(|r| r.phase == "Complete")
+        },
+    )
+    .await;
+
+    // 4. The management API down for 20 s; changes made as it comes back are not lost.
+    sim.set_down(MANAGEMENT, true).expect("down");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    sim.set_down(MANAGEMENT, false).expect("up");
+    clusters
+        .delete("late", &DeleteParams::default())
+        .await
+        .expect("late cluster deleted");
+    groups
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"rollout": {"maxUnavailable": "30%"}}})),
+        )
+        .await
+        .expect("group edited");
+    wait_until(
+        Duration::from_secs(60),
+        "the deletion reaches the state",
+        || async {
+            group
+                .rollout("demo")
+                .await
+                .is_some_and(|r| r.summary.is_some_and(|s| s.total == CLUSTERS as u32))
+        },
+    )
+    .await;
+    wait_until(Duration::from_secs(60), "the statuses catch up", || async {
+        get(&groups, "demo").await.is_some_and(|object| {
+            object["spec"]["rollout"]["maxUnavailable"] == "30%"
+                && object["status"]["observedGeneration"] == object["metadata"]["generation"]
+                && object["status"]["summary"]["total"] == CLUSTERS
+        })
+    })
+    .await;
+
+    // 5. An invalid object is Stalled with the reason; deleting the SyncGroup removes it.
+    create_all(
+        &client,
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: broken}\nspec:\n  interval: soon\n  git: {url: \"git://127.0.0.1:1/x\", ref: {branch: main}}\n",
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(30),
+        "the invalid source is stalled",
+        || async {
+            get(&sources, "broken").await.is_some_and(|object| {
+                condition(&object, "Stalled")
+                    .is_some_and(|c| c["status"] == "True" && c["reason"] == "InvalidSpec")
+            })
+        },
+    )
+    .await;
+    groups
+        .delete("demo", &DeleteParams::default())
+        .await
+        .expect("group deleted");
+    wait_until(
+        Duration::from_secs(30),
+        "the deletion of the group reaches the state",
+        || async {
+            group
+                .status()
+                .await
+                .is_some_and(|s| s.rollouts.iter().all(|r| r.name != "demo"))
+        },
+    )
+    .await;
+}
