@@ -153,6 +153,8 @@ const ROWS: &[Row] = &[
     row("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", CLUSTER, &[], false, false),
     row("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", CLUSTER, &[], false, false),
     row("coordination.k8s.io", "v1", "leases", "Lease", NS, &[], false, false),
+    // Stored apart from core/v1 events (the apiserver converts between the two).
+    row("events.k8s.io", "v1", "events", "Event", NS, &["ev"], false, false),
     row("networking.k8s.io", "v1", "ingresses", "Ingress", NS, &["ing"], true, true),
     row("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", NS, &["netpol"], false, true),
     row("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", NS, &["pdb"], true, true),

@@ -4,7 +4,8 @@
 //! client. One scenario in sequence:
 //!
 //! 1. `starling apply` is refused; objects created with kube converge on the targets, and
-//!    status with `observedGeneration` and kstatus conditions appears on `/status`;
+//!    status with `observedGeneration` and kstatus conditions appears on `/status`, and the
+//!    rollout's start and completion are recorded as Events;
 //! 2. the leader is killed with `kill -9` mid-rollout and a Cluster is added at that moment:
 //!    nothing is lost, the rollout completes on every cluster, the new one included;
 //! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster;
@@ -227,6 +228,25 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
                 && condition(&object, "Ready").is_some_and(|c| c["status"] == "True")
                 && condition(&object, "Reconciling").is_some_and(|c| c["status"] == "False")
                 && condition(&object, "Stalled").is_some_and(|c| c["status"] == "False")
+        },
+    )
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    wait_until(
+        Duration::from_secs(30),
+        "rollout events recorded",
+        || async {
+            let Ok(list) = events.list(&Default::default()).await else {
+                return false;
+            };
+            let reasons: Vec<&str> = list
+                .items
+                .iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("demo"))
+                .filter_map(|e| e.reason.as_deref())
+                .collect();
+            reasons.contains(&"RolloutStarted") && reasons.contains(&"RolloutCompleted")
         },
     )
     .await;

@@ -5,11 +5,17 @@
 //! (`maxUnavailable: 10%`); shows the first rollout converging, commits a second revision and
 //! shows the rolling update (optionally stopping a replica in the middle); then prints a
 //! summary with the physical bound and invariant checks from fleetsim's audit log.
+//!
+//! With `--mode operator` the specs take the way they take in a Kubernetes installation:
+//! fleetsim also serves a management cluster (see [`management`]), the demo's objects are
+//! created there with the kube client, the leader watches them and writes their status back,
+//! and the summary also checks the SyncGroup's status there.
 
+mod management;
+mod progress;
 pub(crate) mod report;
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,13 +29,17 @@ use fleet::state::{FleetState, MemberState};
 use fleetsim::{AuditFilter, FleetSim};
 
 use crate::cli::output::{OutputFormat, ReportFormat};
-use crate::config::NodeConfig;
+use crate::config::{Mode, NodeConfig, OperatorConfig};
 use crate::replica::Replica;
 use crate::serve::{self, RunningNode};
+use management::Management;
+use progress::Progress;
 use report::{Check, RolloutTiming, Summary};
 use source::demo::DemoRepo;
 
 const GROUP: &str = "default/demo";
+/// Status writes per second to the management cluster in operator mode (the node default).
+const STATUS_WRITES_PER_SECOND: u32 = 50;
 
 #[derive(clap::Args, Debug)]
 pub struct DevArgs {
@@ -66,6 +76,11 @@ pub struct DevArgs {
     /// Upper bound on each wait (replicas forming, each rollout).
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// Where the demo's specs live. `standalone`: proposed to the replicas directly.
+    /// `operator`: starling.dev objects in a management cluster (one more fleetsim cluster, not
+    /// a target) that the replicas watch and write status to; its kubeconfig is printed.
+    #[arg(long, value_enum, default_value_t = Mode::Standalone)]
+    pub mode: Mode,
 }
 
 /// How to run this same binary from a shell, for the hints printed once the demo runs:
@@ -140,6 +155,8 @@ struct Dev {
     /// Replicas stopped on purpose (their metrics still count).
     stopped: Vec<Arc<Replica>>,
     progress: Progress,
+    /// Operator mode: the management cluster the specs live in.
+    management: Option<Management>,
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
@@ -170,6 +187,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
     ));
     let repo = DemoRepo::create(&dir.path().join("repo"))?;
     progress.say(&format!("demo repository: {}", repo.url()));
+    let management = match args.mode {
+        Mode::Standalone => None,
+        Mode::Operator => {
+            let management = Management::start(&sim, dir.path()).await?;
+            progress.say(&format!(
+                "management cluster: fleetsim cluster {} (not a target) with the starling.dev CRDs\n  kubeconfig: {}\n  try: {}",
+                management::CLUSTER,
+                management.kubeconfig.display(),
+                management::kubectl_hint(&management.kubeconfig)
+            ));
+            Some(management)
+        }
+    };
 
     let mut dev = Dev {
         args,
@@ -177,6 +207,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
         nodes: BTreeMap::new(),
         stopped: Vec::new(),
         progress,
+        management,
     };
     dev.start_replicas(dir.path().to_path_buf()).await?;
     dev.apply_specs(&repo).await?;
@@ -189,7 +220,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
     let second = dev
         .wait_rollout(Some(first.revision.clone()), dev.args.kill_node_mid_rollout)
         .await?;
-    let summary = dev.summary(budget, vec![first, second]);
+    let mut summary = dev.summary(budget, vec![first, second]);
+    if let Some(check) = dev.management_status_check(&summary).await {
+        summary.checks.push(check);
+    }
     match format {
         ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
         ReportFormat::Text => summary.print_text(),
@@ -203,6 +237,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
         println!("  {starling} status                 # members, leader, load, rollouts");
         println!("  {starling} get syncgroups         # also: clusters, syncs, sources");
         println!("  {starling} rollout status demo    # the demo SyncGroup's rollout");
+        if let Some(management) = &summary.management {
+            println!("the specs live in the management cluster (starling apply is refused):");
+            println!("  {}", management.hint);
+        }
         println!(
             "fleetsim serves the clusters at {} (admin API at {}).",
             dev.sim.base_url(),
@@ -225,15 +263,25 @@ pub(crate) fn demo_manifests(
     url: &str,
     max_unavailable: &str,
 ) -> anyhow::Result<Vec<String>> {
+    demo_manifests_for(sim, &sim.cluster_names(), url, max_unavailable)
+}
+
+/// [`demo_manifests`] with the given fleetsim clusters as the targets.
+fn demo_manifests_for(
+    sim: &FleetSim,
+    targets: &[String],
+    url: &str,
+    max_unavailable: &str,
+) -> anyhow::Result<Vec<String>> {
     let mut documents = vec![format!(
         "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"{max_unavailable}\"\n"
     )];
     let regions = ["eu-west", "us-east", "ap-south"];
-    for (index, name) in sim.cluster_names().iter().enumerate() {
+    for (index, name) in targets.iter().enumerate() {
         let region = regions[index % regions.len()];
         let kubeconfig = sim
             .kubeconfig(name)
-            .context("fleetsim has no kubeconfig for a cluster")?;
+            .with_context(|| format!("fleetsim has no kubeconfig for cluster {name}"))?;
         let secret = serde_json::json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
@@ -248,6 +296,15 @@ pub(crate) fn demo_manifests(
 }
 
 impl Dev {
+    /// The fleetsim clusters Starling deploys to: all of them but the management cluster.
+    fn targets(&self) -> Vec<String> {
+        let mut names = self.sim.cluster_names();
+        if self.management.is_some() {
+            names.retain(|name| name != management::CLUSTER);
+        }
+        names
+    }
+
     fn read<R>(&self, f: impl FnOnce(&FleetState) -> R) -> R {
         let node = self
             .nodes
@@ -279,7 +336,11 @@ impl Dev {
                 lease: crate::config::default_lease(down_after),
                 heartbeat_interval: crate::config::heartbeat_interval(down_after),
                 max_concurrent_syncs: self.args.max_concurrent_syncs,
-                operator: None,
+                operator: self.management.as_ref().map(|m| OperatorConfig {
+                    kubeconfig: Some(m.kubeconfig.clone()),
+                    namespaces: Vec::new(),
+                    status_writes_per_second: STATUS_WRITES_PER_SECOND,
+                }),
             };
             self.nodes.insert(id, serve::start(config).await?);
         }
@@ -307,8 +368,16 @@ impl Dev {
     }
 
     async fn apply_specs(&self, repo: &DemoRepo) -> anyhow::Result<()> {
-        let manifests =
-            demo_manifests(&self.sim, &repo.url(), &self.args.max_unavailable)?.join("---\n");
+        let documents = demo_manifests_for(
+            &self.sim,
+            &self.targets(),
+            &repo.url(),
+            &self.args.max_unavailable,
+        )?;
+        if let Some(management) = &self.management {
+            return self.create_in_management(management, &documents).await;
+        }
+        let manifests = documents.join("---\n");
         let resources: Vec<Resource> =
             parse_manifests(&manifests).context("the demo manifests are invalid")?;
         let node = self.nodes.values().next().expect("a replica");
@@ -329,6 +398,58 @@ impl Dev {
         }
         self.progress.say(&format!("applied a Source, {} Clusters with kubeconfig Secrets, and SyncGroup demo (maxUnavailable {})", self.args.clusters, self.args.max_unavailable));
         Ok(())
+    }
+
+    /// Operator mode: creates the demo's objects in the management cluster and waits until the
+    /// leader took them all into the state.
+    async fn create_in_management(
+        &self,
+        management: &Management,
+        documents: &[String],
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let created = management.create_all(documents).await?;
+        self.progress.say(&format!(
+            "created {created} objects in the management cluster: a Source, {} Clusters with kubeconfig Secrets, and SyncGroup demo (maxUnavailable {})",
+            self.args.clusters, self.args.max_unavailable
+        ));
+        let clusters = self.args.clusters;
+        self.wait(
+            "the leader to take in the objects of the management cluster",
+            |state| {
+                state.clusters.len() == clusters
+                    && state.secrets.len() >= clusters
+                    && state.groups.contains_key(GROUP)
+                    && state.sources.contains_key(GROUP)
+            },
+        )
+        .await?;
+        self.progress.say(&format!(
+            "the leader took them into the replicated state in {:.1}s",
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    /// Operator mode: whether the SyncGroup's status on the management cluster shows the last
+    /// rollout complete. The leader writes statuses asynchronously, rate-limited: the wait
+    /// allows for writing every object's status twice over, within `--timeout`.
+    async fn management_status_check(&self, summary: &Summary) -> Option<Check> {
+        let management = self.management.as_ref()?;
+        let revision = summary.rollouts.last()?.revision.clone();
+        // A Source, a SyncGroup, and per cluster a Cluster and a Sync.
+        let objects = 2 + 2 * self.args.clusters as u64;
+        let wait = (Duration::from_secs(30)
+            + Duration::from_secs(2 * objects / u64::from(STATUS_WRITES_PER_SECOND)))
+        .min(self.args.timeout);
+        let (namespace, name) = GROUP.split_once('/').unwrap_or(("default", GROUP));
+        self.progress
+            .say("waiting for the SyncGroup's status on the management cluster");
+        Some(
+            management
+                .wait_for_group_status(namespace, name, &revision, self.args.clusters, wait)
+                .await,
+        )
     }
 
     async fn wait(
@@ -480,7 +601,11 @@ impl Dev {
                 0.0
             };
         }
-        let records = self.sim.audit(&AuditFilter::default());
+        // The management cluster's records (status writes) are no target's.
+        let mut records = self.sim.audit(&AuditFilter::default());
+        if self.management.is_some() {
+            records.retain(|record| record.cluster != management::CLUSTER);
+        }
         for rollout in &mut rollouts {
             rollout.max_concurrent_writes =
                 fleetsim::checks::concurrent_writes(&records, rollout.window_micros);
@@ -535,13 +660,18 @@ impl Dev {
             killed_node: self.stopped.first().map(|r| r.id()),
             checks,
             server,
+            mode: match self.args.mode {
+                Mode::Standalone => "standalone",
+                Mode::Operator => "operator",
+            },
+            management: self.management.as_ref().map(Management::summary),
         }
     }
 
     /// Every cluster has the second version's config map, rendered for that cluster.
     fn converged_check(&self) -> Check {
         let mut wrong = Vec::new();
-        for name in self.sim.cluster_names() {
+        for name in self.targets() {
             let object = self
                 .sim
                 .get_object(&name, "v1", "ConfigMap", Some("demo"), "demo-config")
@@ -574,70 +704,10 @@ fn unix_micros() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-fn short(revision: &str) -> String {
+pub(crate) fn short(revision: &str) -> String {
     match revision.split_once("@sha1:") {
         Some((name, sha)) => format!("{name}@{}", &sha[..sha.len().min(7)]),
         None => revision.to_string(),
-    }
-}
-
-/// Live progress on a terminal (a bar on stderr), plain lines otherwise.
-struct Progress {
-    quiet: bool,
-    terminal: bool,
-    last_line: std::sync::Mutex<Instant>,
-}
-
-impl Progress {
-    fn new(quiet: bool) -> Progress {
-        Progress {
-            quiet,
-            terminal: std::io::stderr().is_terminal(),
-            last_line: std::sync::Mutex::new(Instant::now()),
-        }
-    }
-
-    fn say(&self, line: &str) {
-        if !self.quiet {
-            eprintln!("{line}");
-        }
-    }
-
-    fn bar(&self, total: u64) -> Option<indicatif::ProgressBar> {
-        if self.quiet || !self.terminal {
-            return None;
-        }
-        let bar = indicatif::ProgressBar::new(total);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{bar:40.cyan/blue} {pos:>5}/{len} {elapsed:>4} {msg}",
-        ) {
-            bar.set_style(style);
-        }
-        Some(bar)
-    }
-
-    fn update(&self, bar: &Option<indicatif::ProgressBar>, position: u64, message: &str) {
-        match bar {
-            Some(bar) => {
-                bar.set_position(position);
-                bar.set_message(message.to_string());
-            }
-            None if !self.quiet => {
-                let mut last = crate::replica::lock(&self.last_line);
-                if last.elapsed() >= Duration::from_secs(2) {
-                    *last = Instant::now();
-                    eprintln!("  {message}");
-                }
-            }
-            None => {}
-        }
-    }
-
-    fn finish(&self, bar: Option<indicatif::ProgressBar>, line: &str) {
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        self.say(line);
     }
 }
 

@@ -18,6 +18,7 @@
 //! apply`, `delete`): the management cluster is the source of truth. `starling rollout
 //! pause|resume` sets `spec.rollout.paused` on the SyncGroup there.
 
+mod events;
 mod ingest;
 pub mod mirror;
 mod status;

@@ -8,6 +8,8 @@
 //! has not taken in yet is skipped: its `observedGeneration` would claim too much. The write
 //! is a JSON merge patch; fields the new status no longer has are removed with `null`.
 //!
+//! The same loop publishes rollout milestones as Events ([`super::events`]).
+//!
 //! kstatus reads the result as: `Stalled=True` → Failed, `Reconciling=True` or `Ready=False`
 //! → InProgress, otherwise Current once `observedGeneration` equals `generation`.
 
@@ -25,6 +27,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::Operator;
+use super::events::Milestones;
 use super::ingest::state_matches;
 use super::mirror::{Item, Mirror, Observed, Rejection};
 use crate::replica::{Replica, lock};
@@ -48,6 +51,8 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
     // written twice. Another writer changing the object changes its resourceVersion.
     let mut written: HashMap<ObjectKey, (String, Value)> = HashMap::new();
     let mut seen = (u64::MAX, u64::MAX);
+    let mut milestones = Milestones::new(operator, replica.id());
+    let mut events_seen = (u64::MAX, u64::MAX);
     // After failed writes (the API server down or refusing), the next try waits, doubling.
     let mut backoff = TICK;
     let mut resume_at = Instant::now();
@@ -65,6 +70,17 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
             lock(mirror).version,
             replica.raft.reader().read(|state| state.revision),
         );
+        if versions != events_seen {
+            events_seen = versions;
+            let due = {
+                let mirror = lock(mirror);
+                replica
+                    .raft
+                    .reader()
+                    .read(|state| milestones.due(state, &mirror))
+            };
+            milestones.publish(due).await;
+        }
         if versions == seen || tokens < 1.0 {
             continue;
         }
