@@ -78,8 +78,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The RBAC rules: exactly what the replicas use, no wildcards. Secrets are read-only. */}}
 {{- define "starling.rbacRules" -}}
 - apiGroups: ["starling.dev"]
-  resources: ["sources", "clusters", "syncs", "syncgroups"]
+  resources: ["sources", "clusters", "syncs"]
   verbs: ["get", "list", "watch"]
+- apiGroups: ["starling.dev"]
+  resources: ["syncgroups"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["starling.dev"]
   resources: ["sources/status", "clusters/status", "syncs/status", "syncgroups/status"]
   verbs: ["get", "update", "patch"]
@@ -89,4 +92,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+The namespaces operator mode watches, comma-separated: rbac.watchNamespaces, or the release's
+namespace with rbac.namespaced; empty (every namespace) otherwise. The same as the RBAC grants.
+*/}}
+{{- define "starling.watchNamespaces" -}}
+{{- if .Values.rbac.watchNamespaces -}}
+{{- join "," .Values.rbac.watchNamespaces -}}
+{{- else if .Values.rbac.namespaced -}}
+{{- .Release.Namespace -}}
+{{- end -}}
 {{- end }}

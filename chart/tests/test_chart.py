@@ -30,6 +30,7 @@ NAMESPACE = "fleet-system"
 # The variants every structural check runs on: (description, release name, namespace, values).
 VARIANTS = [
     ("default values", "starling", NAMESPACE, {}),
+    ("standalone mode", "starling", NAMESPACE, {"mode": "standalone"}),
     ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
     (
         "a namespace-scoped install",
@@ -219,7 +220,8 @@ def check_schema_rejects_bad_values():
         ("a string for replicaCount", {"replicaCount": "3"}),
         ("an unknown top-level key", {"replicas": 3}),
         ("an unknown nested key", {"node": {"downAfterSeconds": 3}}),
-        ("mode: operator (not built yet)", {"mode": "operator"}),
+        ("an unknown mode", {"mode": "agent"}),
+        ("a status write rate of 0", {"operator": {"statusWritesPerSecond": 0}}),
         ("replicaCount: 0", {"replicaCount": 0}),
         ("a malformed duration", {"node": {"downAfter": "three seconds"}}),
         ("maxVoters above 9", {"node": {"maxVoters": 10}}),
@@ -305,6 +307,12 @@ def check_statefulset():
         expect(pod["securityContext"]["fsGroup"] == 10001, f"{where}: fsGroup")
         expect(pod["terminationGracePeriodSeconds"] >= 10, f"{where}: graceful termination")
         expect(pod["enableServiceLinks"] is False, f"{where}: no service-link variables")
+        expect(
+            pod["automountServiceAccountToken"]
+            is (effective["mode"] == "operator" or effective["serviceAccount"]["automountToken"]),
+            f"{where}: the token is mounted in operator mode only (unless asked for)",
+        )
+        expect(f"--mode={effective['mode']}" in container["args"], f"{where}: --mode")
         expect(
             container["resources"]["requests"]["memory"]
             and container["resources"]["limits"]["memory"],
@@ -408,8 +416,13 @@ def check_rbac():
             expect(set(granted) == expected_resources, f"{description}: resources {sorted(granted)}")
             expect(granted["secrets"] == {"get", "list", "watch"}, f"{description}: secrets read-only")
             expect(granted["events"] == {"create", "patch"}, f"{description}: events")
-            for kind in ("sources", "clusters", "syncs", "syncgroups"):
+            for kind in ("sources", "clusters", "syncs"):
                 expect(granted[kind] == {"get", "list", "watch"}, f"{description}: {kind} read-only")
+            expect(
+                granted["syncgroups"] == {"get", "list", "watch", "patch"},
+                f"{description}: syncgroups read and patched (rollout pause)",
+            )
+            for kind in ("sources", "clusters", "syncs", "syncgroups"):
                 expect(
                     granted[f"{kind}/status"] == {"get", "update", "patch"},
                     f"{description}: {kind}/status",
@@ -424,7 +437,8 @@ def check_rbac():
         f"the RBAC names the CRDs' plurals: {sorted(crd_plurals)}",
     )
     return (
-        "RBAC: no wildcard; the four CRDs get/list/watch, their status get/update/patch, "
+        "RBAC: no wildcard; the four CRDs get/list/watch (syncgroups also patch), their status "
+        "get/update/patch, "
         "secrets get/list/watch only, events create/patch; ClusterRole, Role, Role per namespace"
     )
 
@@ -499,6 +513,18 @@ def check_binary_accepts_rendered_args():
                 f"advertise {pod_name}." in summary,
                 f"{description}: {pod_name} advertises its own name: {summary}",
             )
+            effective = merged(values)
+            if effective["mode"] == "operator":
+                rbac = effective["rbac"]
+                watched = ",".join(sorted(rbac["watchNamespaces"])) or (
+                    namespace if rbac["namespaced"] else "all"
+                )
+                expect(
+                    f"mode operator kubeconfig inferred watch-namespaces {watched} " in summary,
+                    f"{description}: operator mode watching {watched}: {summary}",
+                )
+            else:
+                expect(summary.endswith("mode standalone"), f"{description}: standalone: {summary}")
             runs += 1
     # The binary refuses what it must: the check above can fail.
     refused = subprocess.run(
@@ -520,9 +546,14 @@ def check_binary_accepts_rendered_args():
 
 def check_notes():
     text = notes({})
-    for needle in ("rollout status statefulset/starling", "port-forward", "members list"):
+    for needle in ("rollout status statefulset/starling", "port-forward", "members list", "kubectl apply -f"):
         expect(needle in text, f"NOTES.txt tells the user to run {needle!r}")
-    return "NOTES.txt shows rollout status, the port-forward and `starling members list`"
+    standalone = notes({"mode": "standalone"})
+    expect("apply -f fleet/" in standalone and "kubectl apply" not in standalone, "standalone NOTES")
+    return (
+        "NOTES.txt shows rollout status, the port-forward, `starling members list`, and kubectl "
+        "apply (operator mode) or starling apply (standalone)"
+    )
 
 
 CHECKS = [
