@@ -330,7 +330,11 @@ mod tests {
         // The status written for an older spec.
         let stale = group_status_check(Some(&group(complete(1), 2)), REVISION, 10);
         assert!(!stale.ok);
-        assert!(stale.detail.contains("observedGeneration 1"), "{}", stale.detail);
+        assert!(
+            stale.detail.contains("observedGeneration 1"),
+            "{}",
+            stale.detail
+        );
 
         // Still rolling out, or at the previous revision.
         let mut progressing = complete(2);
@@ -344,7 +348,9 @@ mod tests {
         assert!(!group_status_check(Some(&group(previous, 2)), REVISION, 10).ok);
 
         // No status yet, or no object.
-        assert!(!group_status_check(Some(&json!({"metadata": {"generation": 1}})), REVISION, 10).ok);
+        assert!(
+            !group_status_check(Some(&json!({"metadata": {"generation": 1}})), REVISION, 10).ok
+        );
         assert!(!group_status_check(None, REVISION, 10).ok);
     }
 

@@ -38,6 +38,7 @@ use report::{Check, RolloutTiming, Summary};
 use source::demo::DemoRepo;
 
 const GROUP: &str = "default/demo";
+const SOURCE: &str = "default/demo";
 /// Status writes per second to the management cluster in operator mode (the node default).
 const STATUS_WRITES_PER_SECOND: u32 = 50;
 
@@ -420,7 +421,7 @@ impl Dev {
                 state.clusters.len() == clusters
                     && state.secrets.len() >= clusters
                     && state.groups.contains_key(GROUP)
-                    && state.sources.contains_key(GROUP)
+                    && state.sources.contains_key(SOURCE)
             },
         )
         .await?;

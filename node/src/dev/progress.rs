@@ -39,7 +39,12 @@ impl Progress {
         Some(bar)
     }
 
-    pub(super) fn update(&self, bar: &Option<indicatif::ProgressBar>, position: u64, message: &str) {
+    pub(super) fn update(
+        &self,
+        bar: &Option<indicatif::ProgressBar>,
+        position: u64,
+        message: &str,
+    ) {
         match bar {
             Some(bar) => {
                 bar.set_position(position);

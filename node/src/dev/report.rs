@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use super::management::ManagementSummary;
 pub use fleetsim::checks::Check;
 use serde::Serialize;
 
@@ -34,6 +35,11 @@ pub struct Summary {
     pub killed_node: Option<u64>,
     pub checks: Vec<Check>,
     pub server: String,
+    /// `standalone` or `operator`.
+    pub mode: &'static str,
+    /// Operator mode: where the specs live.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub management: Option<ManagementSummary>,
 }
 
 impl Summary {
@@ -61,6 +67,13 @@ impl Summary {
                 "    most clusters unavailable at once: {} (ledger); most written at once: {} (audit log)",
                 rollout.max_unavailable_seen, rollout.max_concurrent_writes
             );
+        }
+        if let Some(management) = &self.management {
+            println!(
+                "  specs from the management cluster (fleetsim cluster {}, not a target): kubeconfig {}",
+                management.cluster, management.kubeconfig
+            );
+            println!("    {}", management.hint);
         }
         if let Some(node) = self.killed_node {
             println!("  node {node} was stopped mid-rollout; the survivors took over its clusters");
@@ -93,6 +106,48 @@ pub fn physical_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn summary(management: Option<ManagementSummary>) -> Summary {
+        Summary {
+            clusters: 10,
+            replicas: 3,
+            max_concurrent_syncs: 16,
+            budget: 1,
+            mean_sync_seconds: 0.1,
+            rollouts: Vec::new(),
+            killed_node: None,
+            checks: Vec::new(),
+            server: "127.0.0.1:7400".into(),
+            mode: if management.is_some() {
+                "operator"
+            } else {
+                "standalone"
+            },
+            management,
+        }
+    }
+
+    #[test]
+    fn the_json_summary_names_the_management_kubeconfig_in_operator_mode() {
+        let management = ManagementSummary {
+            cluster: "management".into(),
+            kubeconfig: "/tmp/d/management.kubeconfig".into(),
+            hint: "KUBECONFIG=/tmp/d/management.kubeconfig kubectl get syncgroups".into(),
+        };
+        let json = serde_json::to_value(summary(Some(management))).unwrap();
+        assert_eq!(json["mode"], "operator");
+        assert_eq!(
+            json["management"]["kubeconfig"],
+            "/tmp/d/management.kubeconfig"
+        );
+        assert_eq!(
+            json["management"]["hint"],
+            "KUBECONFIG=/tmp/d/management.kubeconfig kubectl get syncgroups"
+        );
+        let json = serde_json::to_value(summary(None)).unwrap();
+        assert_eq!(json["mode"], "standalone");
+        assert!(json.get("management").is_none(), "{json}");
+    }
 
     #[test]
     fn the_bound_counts_waves_of_the_narrowest_limit() {
