@@ -148,6 +148,28 @@ impl Group {
         self.spawn(id);
     }
 
+    /// Waits up to `timeout` for node `id` to exit by itself (after a signal) and returns its
+    /// exit status; `None` when it still ran, in which case it is killed.
+    pub async fn wait_exit(
+        &mut self,
+        id: u64,
+        timeout: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let mut child = self.nodes.get_mut(&id).and_then(|n| n.child.take())?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn signal(&self, id: u64, signal: &str) {
         let pid = self.nodes[&id].child.as_ref().expect("running node").id();
         let status = Command::new("kill")

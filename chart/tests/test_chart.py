@@ -240,6 +240,12 @@ def check_schema_rejects_bad_values():
             continue
         raise CheckFailed(f"values.schema.json accepted {description}: {values}")
     render({"mode": "standalone", "node": {"lease": ""}})
+    try:
+        render({"terminationGracePeriodSeconds": 20})
+    except helm_python.HelmError as error:
+        expect("drainTimeoutSeconds" in str(error), f"a grace period shorter than the drain: {error}")
+    else:
+        raise CheckFailed("the chart accepted a grace period shorter than the drain")
     return f"values.schema.json refuses {len(bad)} bad values ({', '.join(d for d, _ in bad[:4])}, ...)"
 
 
@@ -305,7 +311,14 @@ def check_statefulset():
         expect(security["seccompProfile"]["type"] == "RuntimeDefault", f"{where}: seccomp")
         expect(pod["securityContext"]["runAsNonRoot"] is True, f"{where}: pod runAsNonRoot")
         expect(pod["securityContext"]["fsGroup"] == 10001, f"{where}: fsGroup")
-        expect(pod["terminationGracePeriodSeconds"] >= 10, f"{where}: graceful termination")
+        expect(
+            pod["terminationGracePeriodSeconds"] >= effective["node"]["drainTimeoutSeconds"] + 5,
+            f"{where}: the grace period covers the drain",
+        )
+        expect(
+            f"--drain-timeout={effective['node']['drainTimeoutSeconds']}s" in container["args"],
+            f"{where}: --drain-timeout",
+        )
         expect(pod["enableServiceLinks"] is False, f"{where}: no service-link variables")
         expect(
             pod["automountServiceAccountToken"]

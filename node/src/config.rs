@@ -71,6 +71,10 @@ pub struct NodeArgs {
     /// Syncs this node runs at once.
     #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
     pub max_concurrent_syncs: usize,
+    /// On SIGTERM or SIGINT, how long the replica may take to hand its clusters on before it
+    /// exits (0s: no drain). Keep it below the pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "STARLING_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
     /// Where specs come from. `standalone`: through the API (`starling apply`). `operator`: the
     /// leader watches the starling.dev objects (and the kubeconfig Secrets they name) in a
     /// Kubernetes cluster and writes their status back; the API's specs are then read-only.
@@ -128,6 +132,8 @@ pub struct NodeConfig {
     /// How often heartbeats are sent: a tenth of `down_after`.
     pub heartbeat_interval: Duration,
     pub max_concurrent_syncs: usize,
+    /// How long a graceful stop may take to hand the clusters on ([`crate::replica::stopping`]).
+    pub drain_timeout: Duration,
     /// `Some` in operator mode.
     pub operator: Option<OperatorConfig>,
 }
@@ -159,7 +165,8 @@ impl NodeConfig {
         };
         format!(
             "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
-             data-dir {} down-after {} lease {} max-voters {} max-concurrent-syncs {} mode {}",
+             data-dir {} down-after {} lease {} max-voters {} max-concurrent-syncs {} \
+             drain-timeout {} mode {}",
             self.id,
             self.listen,
             self.advertise,
@@ -170,6 +177,7 @@ impl NodeConfig {
             humantime::format_duration(self.lease),
             self.max_voters,
             self.max_concurrent_syncs,
+            humantime::format_duration(self.drain_timeout),
             mode,
         )
     }
@@ -309,6 +317,7 @@ impl NodeArgs {
             lease,
             heartbeat_interval: heartbeat_interval(self.down_after),
             max_concurrent_syncs: self.max_concurrent_syncs,
+            drain_timeout: self.drain_timeout,
             operator,
         })
     }
@@ -443,7 +452,7 @@ mod tests {
              peers 1=starling-1.starling-headless.ops.svc.cluster.local:7400,\
              2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
              data-dir /tmp/x down-after 5s lease 2s 500ms max-voters 5 max-concurrent-syncs 16 \
-             mode standalone"
+             drain-timeout 20s mode standalone"
         );
     }
 

@@ -77,6 +77,7 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         tokio::spawn(crate::worker::sources::run(replica.clone())),
         tokio::spawn(crate::worker::syncs::run(replica.clone())),
         tokio::spawn(crate::operator::run(replica.clone())),
+        tokio::spawn(replica::stopping::rejoin(replica.clone())),
     ];
     tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %replica.config.http_listen, "starling node started");
     Ok(RunningNode {
@@ -168,7 +169,11 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         })
     );
     let result = tokio::select! {
-        _ = shutdown_signal() => Ok(()),
+        _ = shutdown_signal() => {
+            let timeout = node.replica.config.drain_timeout;
+            replica::stopping::drain(&node.replica, timeout).await;
+            Ok(())
+        }
         // A replica whose Raft stopped can neither apply nor vote: serving stale reads would
         // hide it. Exit so that the supervisor (the StatefulSet) restarts it from its disk.
         fatal = node.replica.raft_fatal() => {

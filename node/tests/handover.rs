@@ -6,7 +6,9 @@
 //!   every cluster must end at the newest revision, and a `Complete` rollout must mean that;
 //! - a replica frozen (SIGSTOP) for less than its lease while drained, then thawed: a zombie
 //!   owner with writes in flight, which the handover must wait for;
-//! - followers restarted again and again under write load catch up with the log every time.
+//! - followers restarted again and again under write load catch up with the log every time;
+//! - a replica stopped with SIGTERM mid-rollout hands its clusters on before it exits, and
+//!   takes a share back when it returns.
 
 mod harness;
 
@@ -372,6 +374,88 @@ async fn a_replica_whose_apply_stops_is_not_ready_and_loses_its_clusters() {
                 s.shards
                     .iter()
                     .all(|s| s.node_id != 3 || s.clusters.is_empty())
+            })
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_stopped_with_sigterm_hands_its_clusters_on_before_it_exits() {
+    let fixture = demo_fixture(fleetsim::Config {
+        clusters: CLUSTERS,
+        ready_delay: Duration::from_millis(200),
+        ..Default::default()
+    })
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
+    let mut group = start_demo_group(sim, &url).await;
+    let first = wait_rollout_progress(&group, "", CLUSTERS as u32).await;
+
+    // SIGTERM to the replica owning the most clusters, leader or not, in the middle of a rollout.
+    let status = group.status().await.expect("status");
+    let victim = status
+        .members
+        .iter()
+        .max_by_key(|m| m.clusters_owned)
+        .expect("a member")
+        .id;
+    demo.commit("v2", "nginx:1.28", "v2").expect("commit v2");
+    wait_rollout_progress(&group, &first, 5).await;
+    group.signal(victim, "-TERM");
+    let exit = group
+        .wait_exit(victim, Duration::from_secs(40))
+        .await
+        .expect("the replica exits by itself within its drain timeout");
+    assert!(exit.success(), "a graceful stop exits with 0: {exit:?}");
+
+    // Before it exited, its share had moved: the others own every cluster, and it is Draining
+    // (not Down: nothing waited for the failure detector).
+    let status = group.status().await.expect("status");
+    let stopped = status
+        .members
+        .iter()
+        .find(|m| m.id == victim)
+        .expect("still a member");
+    assert_eq!(stopped.state, "Draining", "{status:?}");
+    assert_eq!(stopped.clusters_owned, 0, "{status:?}");
+    let owned: u32 = status.members.iter().map(|m| m.clusters_owned).sum();
+    assert_eq!(owned as usize, CLUSTERS, "every cluster has a live owner");
+
+    // The rollout completes without it, with one writer per cluster and generation.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        if let Some(rollout) = group.rollout("demo").await
+            && rollout.target_revision != first
+            && rollout.phase == "Complete"
+            && rollout
+                .summary
+                .is_some_and(|s| s.updated as usize == CLUSTERS)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no convergence without the stopped replica"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(config_versions(sim).iter().all(|(_, v)| v == "v2"));
+    for check in report::writer_checks(&sim.audit(&AuditFilter::default())) {
+        assert!(check.ok, "{}: {}", check.name, check.detail);
+    }
+
+    // Back: it turns itself Live and takes a share again.
+    group.spawn(victim);
+    wait_member_state(&group, victim, "Live").await;
+    wait_until(
+        Duration::from_secs(30),
+        "the returning replica owns clusters",
+        || async {
+            group.status().await.is_some_and(|s| {
+                s.members
+                    .iter()
+                    .any(|m| m.id == victim && m.clusters_owned > 0)
             })
         },
     )

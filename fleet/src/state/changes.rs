@@ -65,7 +65,8 @@ impl Touch {
             ),
             Command::AddMember { .. }
             | Command::RemoveMember { .. }
-            | Command::SetMemberState { .. } => Touch::Nothing,
+            | Command::SetMemberState { .. }
+            | Command::StopMember { .. } => Touch::Nothing,
         }
     }
 }

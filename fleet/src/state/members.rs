@@ -21,6 +21,7 @@ impl FleetState {
                 address,
                 state: MemberState::Live,
                 since: Some(at.to_string()),
+                stopping: false,
             },
         );
         let moved = self.place_on_node(id);
@@ -51,6 +52,9 @@ impl FleetState {
             };
         };
         let previous = member.state;
+        if state != MemberState::Draining {
+            member.stopping = false;
+        }
         if previous == state {
             return Outcome::MembershipChanged { moved: 0 };
         }
@@ -69,6 +73,24 @@ impl FleetState {
     }
 
     /// A node became Live: it takes its share of clusters and sources.
+    /// [`super::Command::StopMember`]: a Live replica shutting down drains; one Down or
+    /// Draining already (an operator's drain) is left as it is.
+    pub(super) fn stop_member(&mut self, id: NodeId, at: &str) -> Outcome {
+        match self.members.get(&id).map(|m| m.state) {
+            None => Outcome::Rejected {
+                message: format!("node {id} is not a member"),
+            },
+            Some(MemberState::Live) => {
+                let outcome = self.set_member_state(id, MemberState::Draining, at);
+                if let Some(member) = self.members.get_mut(&id) {
+                    member.stopping = true;
+                }
+                outcome
+            }
+            Some(_) => Outcome::MembershipChanged { moved: 0 },
+        }
+    }
+
     fn place_on_node(&mut self, id: NodeId) -> usize {
         let cluster_moves = self.cluster_placement.add_node(id);
         let source_moves = self.source_placement.add_node(id);

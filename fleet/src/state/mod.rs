@@ -72,6 +72,10 @@ pub struct Member {
     pub state: MemberState,
     /// When `state` last changed, as stamped by the proposer.
     pub since: Option<String>,
+    /// Draining because the replica is shutting down (SIGTERM), not by an operator: it turns
+    /// itself Live again when it is back ([`Command::StopMember`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 /// A revision a Sync should be at: the source's resolved revision and its sequence number
@@ -235,6 +239,13 @@ pub enum Command {
     SetMemberState {
         id: NodeId,
         state: MemberState,
+        at: String,
+    },
+    /// A replica that is shutting down gives its clusters and sources away before it exits:
+    /// it is Draining, marked `stopping`, until it comes back and turns itself Live. A
+    /// member Draining by an operator's drain is left as it is.
+    StopMember {
+        id: NodeId,
         at: String,
     },
     /// A source's owner found a new revision.
@@ -449,6 +460,7 @@ impl FleetState {
             Command::AddMember { id, address, at } => self.add_member(id, address, &at),
             Command::RemoveMember { id } => self.remove_member(id),
             Command::SetMemberState { id, state, at } => self.set_member_state(id, state, &at),
+            Command::StopMember { id, at } => self.stop_member(id, &at),
             Command::SourceResolved {
                 source,
                 revision,

@@ -11,6 +11,7 @@
 //! created there with the kube client, the leader watches them and writes their status back,
 //! and the summary also checks the SyncGroup's status there.
 
+mod invocation;
 mod management;
 mod progress;
 pub(crate) mod report;
@@ -82,46 +83,6 @@ pub struct DevArgs {
     /// a target) that the replicas watch and write status to; its kubeconfig is printed.
     #[arg(long, value_enum, default_value_t = Mode::Standalone)]
     pub mode: Mode,
-}
-
-/// How to run this same binary from a shell, for the hints printed once the demo runs:
-/// `starling` when that is what `PATH` finds, else its path, relative to the current directory
-/// when under it (`target/release/starling` after `cargo run --release -- dev`).
-fn invocation() -> String {
-    let Ok(exe) = std::env::current_exe() else {
-        return "starling".to_owned();
-    };
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let cwd = std::env::current_dir().ok();
-    invocation_from(&exe, cwd.as_deref(), std::env::split_paths(&path))
-}
-
-fn invocation_from(
-    exe: &std::path::Path,
-    cwd: Option<&std::path::Path>,
-    path_dirs: impl IntoIterator<Item = PathBuf>,
-) -> String {
-    let same_file =
-        |candidate: &std::path::Path| match (candidate.canonicalize(), exe.canonicalize()) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => candidate == exe,
-        };
-    if path_dirs
-        .into_iter()
-        .any(|dir| same_file(&dir.join("starling")))
-    {
-        return "starling".to_owned();
-    }
-    let shown = match cwd.and_then(|cwd| exe.strip_prefix(cwd).ok()) {
-        Some(relative) if relative.components().count() > 1 => relative.display().to_string(),
-        Some(relative) => format!("./{}", relative.display()),
-        None => exe.display().to_string(),
-    };
-    if shown.contains(char::is_whitespace) {
-        format!("'{shown}'")
-    } else {
-        shown
-    }
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -232,7 +193,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
     let ok = summary.ok();
     if !dev.args.exit_when_converged {
         println!();
-        let starling = invocation();
+        let starling = invocation::invocation();
         println!("starling dev keeps running; in another terminal:");
         println!("  export STARLING_SERVER={}", summary.server);
         println!("  {starling} status                 # members, leader, load, rollouts");
@@ -337,6 +298,7 @@ impl Dev {
                 lease: crate::config::default_lease(down_after),
                 heartbeat_interval: crate::config::heartbeat_interval(down_after),
                 max_concurrent_syncs: self.args.max_concurrent_syncs,
+                drain_timeout: Duration::ZERO,
                 operator: self.management.as_ref().map(|m| OperatorConfig {
                     kubeconfig: Some(m.kubeconfig.clone()),
                     namespaces: Vec::new(),
@@ -709,40 +671,5 @@ pub(crate) fn short(revision: &str) -> String {
     match revision.split_once("@sha1:") {
         Some((name, sha)) => format!("{name}@{}", &sha[..sha.len().min(7)]),
         None => revision.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::{Path, PathBuf};
-
-    use super::invocation_from;
-
-    #[test]
-    fn hints_name_the_binary_the_user_can_run() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("target/release");
-        std::fs::create_dir_all(&target).unwrap();
-        let exe = target.join("starling");
-        std::fs::write(&exe, "").unwrap();
-        // Run with `cargo run --release -- dev` from the checkout: the path under it.
-        assert_eq!(
-            invocation_from(&exe, Some(dir.path()), Vec::<PathBuf>::new()),
-            "target/release/starling"
-        );
-        // Installed on PATH: its name.
-        assert_eq!(
-            invocation_from(&exe, Some(dir.path()), vec![target.clone()]),
-            "starling"
-        );
-        // Elsewhere: the whole path.
-        assert_eq!(
-            invocation_from(&exe, Some(Path::new("/nowhere")), Vec::<PathBuf>::new()),
-            exe.display().to_string()
-        );
-        assert_eq!(
-            invocation_from(&exe, Some(&target), Vec::<PathBuf>::new()),
-            "./starling"
-        );
     }
 }

@@ -21,6 +21,7 @@ pub mod detector;
 pub mod heartbeat;
 pub mod leader;
 pub mod lease;
+pub mod stopping;
 pub mod tickets;
 pub mod voters;
 
@@ -72,6 +73,9 @@ pub struct Replica {
     /// The leader's own applied index over the last lease or so (sampled as heartbeats arrive),
     /// to tell a follower that is slow from one whose apply has stopped.
     applied_history: Mutex<VecDeque<(Instant, u64)>>,
+    /// Set once a graceful stop began ([`stopping::drain`]): the replica no longer turns itself
+    /// Live.
+    pub shutting_down: std::sync::atomic::AtomicBool,
     /// The management cluster's client in operator mode ([`crate::operator`]).
     pub operator: Option<Arc<crate::operator::Operator>>,
 }
@@ -128,6 +132,7 @@ impl Replica {
             stopping: tokio_util::sync::CancellationToken::new(),
             applied_history: Mutex::new(VecDeque::new()),
             operator,
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
             config,
             raft,
         })
