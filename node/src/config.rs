@@ -87,6 +87,10 @@ pub struct NodeArgs {
     /// Operator mode: the namespaces to watch (`a,b`); every namespace when unset.
     #[arg(long, env = "STARLING_WATCH_NAMESPACES", value_delimiter = ',')]
     pub watch_namespaces: Vec<String>,
+    /// Operator mode: how long a deleted Sync or SyncGroup may wait for its objects to be
+    /// pruned from unreachable clusters; after it, they are orphaned and the object goes.
+    #[arg(long, env = "STARLING_DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub deletion_timeout: Duration,
     /// Operator mode: status writes to the management cluster per second, at most.
     #[arg(long, env = "STARLING_STATUS_WRITES_PER_SECOND", default_value_t = 50)]
     pub status_writes_per_second: u32,
@@ -114,6 +118,8 @@ pub struct OperatorConfig {
     /// Empty: every namespace.
     pub namespaces: Vec<String>,
     pub status_writes_per_second: u32,
+    /// How long pruning on deletion may take before the objects are orphaned.
+    pub deletion_timeout: Duration,
 }
 
 /// A validated configuration.
@@ -359,6 +365,7 @@ impl NodeArgs {
             kubeconfig: self.kubeconfig.clone(),
             namespaces: unique,
             status_writes_per_second: self.status_writes_per_second,
+            deletion_timeout: self.deletion_timeout,
         }))
     }
 }
@@ -474,6 +481,7 @@ mod tests {
                 kubeconfig: Some(PathBuf::from("/etc/mgmt.yaml")),
                 namespaces: vec!["team-a".into(), "team-b".into()],
                 status_writes_per_second: 50,
+                deletion_timeout: Duration::from_secs(300),
             })
         );
         assert!(config.summary().ends_with(

@@ -11,7 +11,8 @@
 //! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster;
 //! 4. the management API is down for 20 s; a deletion and an edit made as it comes back
 //!    reach the state, and the statuses catch up;
-//! 5. deleting the SyncGroup removes it from the state; an invalid object gets `Stalled`.
+//! 5. an invalid object gets `Stalled`; deleting the SyncGroup (which carries Starling's
+//!    finalizer) prunes what it applied from every target before the object goes.
 
 mod harness;
 
@@ -381,19 +382,36 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         },
     )
     .await;
+    let before = get(&groups, "demo").await.expect("group");
+    assert!(
+        before["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "starling.dev/prune")),
+        "the SyncGroup carries Starling's finalizer: {before}"
+    );
     groups
         .delete("demo", &DeleteParams::default())
         .await
         .expect("group deleted");
+    // Its objects are pruned from every target before the SyncGroup goes.
     wait_until(
-        Duration::from_secs(30),
-        "the deletion of the group reaches the state",
+        Duration::from_secs(120),
+        "the deleted group's objects pruned",
         || async {
-            group
-                .status()
-                .await
-                .is_some_and(|s| s.rollouts.iter().all(|r| r.name != "demo"))
+            get(&groups, "demo").await.is_none()
+                && group
+                    .status()
+                    .await
+                    .is_some_and(|s| s.rollouts.iter().all(|r| r.name != "demo"))
         },
     )
     .await;
+    let left: Vec<_> = target_versions(sim)
+        .into_iter()
+        .filter(|(name, version)| name != "late" && !version.is_empty())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "pruned on deletion, yet still there: {left:?}"
+    );
 }

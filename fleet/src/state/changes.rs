@@ -40,7 +40,7 @@ impl Touch {
                 let before = state.generated_from(&key);
                 Touch::Object { key, before }
             }
-            Command::DeleteSpec { key } => Touch::Object {
+            Command::DeleteSpec { key } | Command::RetireSpec { key } => Touch::Object {
                 before: state.generated_from(key),
                 key: key.clone(),
             },

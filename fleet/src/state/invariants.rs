@@ -106,6 +106,12 @@ impl FleetState {
             if actionable != self.actionable.contains(key) {
                 return fail(format!("sync {key} actionable index out of step"));
             }
+            if sync.retiring != self.retiring.contains(key) {
+                return fail(format!("sync {key} retiring index out of step"));
+            }
+            if sync.retiring && sync.rollout.state != SyncState::Idle {
+                return fail(format!("retiring sync {key} is {:?}", sync.rollout.state));
+            }
             if let Some(group) = &sync.group {
                 let Some(entry) = self.groups.get(group) else {
                     return fail(format!("sync {key} belongs to missing group {group}"));
@@ -143,6 +149,9 @@ impl FleetState {
         }
         if self.actionable.iter().any(|k| !self.syncs.contains_key(k)) {
             return fail("actionable index holds a removed sync".into());
+        }
+        if self.retiring.iter().any(|k| !self.syncs.contains_key(k)) {
+            return fail("retiring index holds a removed sync".into());
         }
         Ok(())
     }

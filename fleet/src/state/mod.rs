@@ -21,6 +21,7 @@
 mod changes;
 mod invariants;
 mod members;
+mod retire;
 mod rollout;
 mod shared_map;
 mod specs;
@@ -93,6 +94,8 @@ pub enum SyncKind {
     Rollout,
     /// Re-applying the revision the cluster already has (drift correction): does not count.
     Drift,
+    /// Deleting everything a retiring Sync applied (prune on deletion): does not count.
+    Retire,
 }
 
 /// A granted right to apply one Sync at one revision, held by one node at one owner generation.
@@ -151,6 +154,10 @@ pub struct SyncEntry {
     /// The SyncGroup that generated this Sync, if any.
     pub group: Option<Key>,
     pub rollout: rollout::SyncRollout,
+    /// Deleted with prune ([`Command::RetireSpec`]): its owner deletes what it applied from
+    /// the target, then the Sync goes away.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retiring: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -162,6 +169,9 @@ pub struct GroupEntry {
     /// Keys of the Syncs this group owns.
     pub members: BTreeSet<Key>,
     pub ledger: rollout::Ledger,
+    /// Deleted with prune: its members are retiring; it goes away with the last of them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retiring: bool,
 }
 
 /// The whole replicated state of an installation.
@@ -190,6 +200,9 @@ pub struct FleetState {
     pub next_ticket: u64,
     /// Syncs a node may act on now: admitted and not started, or failed (to retry).
     pub actionable: BTreeSet<Key>,
+    /// Syncs being deleted with prune ([`SyncEntry::retiring`]): their owners act on them too.
+    #[serde(default)]
+    pub retiring: BTreeSet<Key>,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -225,6 +238,12 @@ pub enum Command {
         at: String,
     },
     DeleteSpec {
+        key: ObjectKey,
+    },
+    /// Deletes a Sync or SyncGroup after its owners have deleted what it applied from the
+    /// target clusters (prune on deletion). A Sync with `prune: false`, or that never applied
+    /// anything, goes at once. [`Command::DeleteSpec`] still removes it at once (orphaning).
+    RetireSpec {
         key: ObjectKey,
     },
     /// A replica joins (or re-registers with a new address).
@@ -461,6 +480,7 @@ impl FleetState {
             Command::RemoveMember { id } => self.remove_member(id),
             Command::SetMemberState { id, state, at } => self.set_member_state(id, state, &at),
             Command::StopMember { id, at } => self.stop_member(id, &at),
+            Command::RetireSpec { key } => self.retire_spec(&key),
             Command::SourceResolved {
                 source,
                 revision,
@@ -568,6 +588,7 @@ impl FleetState {
     pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
         self.actionable
             .iter()
+            .chain(self.retiring.iter())
             .filter(|key| {
                 self.syncs
                     .get(key)

@@ -220,6 +220,10 @@ impl FleetState {
         let eligible = self.eligible(key);
         let entry = self.syncs.get(key)?;
         let facts = &entry.rollout;
+        // A retiring Sync is out of the rollout: it counts against no budget.
+        if entry.retiring {
+            return Some(SyncState::Idle);
+        }
         let state = if let Some((_, SyncKind::Rollout)) = facts.ticket {
             SyncState::Applying
         } else {

@@ -265,6 +265,10 @@ impl FleetState {
                     self.remove_sync(&sync);
                     groups.insert(group);
                 }
+                // Nothing is left to prune for a retiring Sync whose cluster is gone.
+                None if self.retiring.contains(&sync) => {
+                    self.remove_sync(&sync);
+                }
                 None => {
                     self.void_ticket_of(&sync);
                     self.settle(&sync);
@@ -279,6 +283,11 @@ impl FleetState {
 
     fn upsert_sync(&mut self, mut object: Sync) -> Outcome {
         let key = object_key(&object.metadata);
+        if self.retiring.contains(&key) {
+            return Outcome::Rejected {
+                message: format!("sync {key} is being deleted (its objects are being pruned)"),
+            };
+        }
         if let Some(group) = self.syncs.get(&key).and_then(|s| s.group.clone()) {
             return Outcome::Rejected {
                 message: format!(
@@ -319,6 +328,7 @@ impl FleetState {
                         object,
                         group: group.clone(),
                         rollout: SyncRollout::default(),
+                        retiring: false,
                     },
                 );
                 if let Some(group) = group.as_ref().and_then(|g| self.groups.get_mut(g)) {
@@ -333,7 +343,7 @@ impl FleetState {
     }
 
     /// Removes a Sync and everything that refers to it. Returns whether it existed.
-    fn remove_sync(&mut self, key: &str) -> bool {
+    pub(super) fn remove_sync(&mut self, key: &str) -> bool {
         let Some(entry) = self.syncs.get(key) else {
             return false;
         };
@@ -345,11 +355,16 @@ impl FleetState {
         self.uncount(key);
         self.unindex_sync(key, &object);
         self.syncs.remove(key);
+        self.retiring.remove(key);
         if let Some(group) = group
             && let Some(entry) = self.groups.get_mut(&group)
         {
             entry.members.remove(key);
-            self.admit(&group);
+            if entry.retiring && entry.members.is_empty() {
+                self.groups.remove(&group);
+            } else {
+                self.admit(&group);
+            }
         }
         true
     }
@@ -429,6 +444,11 @@ impl FleetState {
                 };
             }
         };
+        if self.groups.get(&key).is_some_and(|g| g.retiring) {
+            return Outcome::Rejected {
+                message: format!("syncgroup {key} is being deleted (its objects are being pruned)"),
+            };
+        }
         let existing = self.groups.get(&key);
         let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
         let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
@@ -458,6 +478,7 @@ impl FleetState {
                         partitions,
                         members: BTreeSet::new(),
                         ledger: Default::default(),
+                        retiring: false,
                     },
                 );
             }
@@ -468,7 +489,7 @@ impl FleetState {
 
     /// Brings a group's Syncs in line with the clusters its selector picks.
     fn expand_group(&mut self, group_key: &str) {
-        let Some(group) = self.groups.get(group_key) else {
+        let Some(group) = self.groups.get(group_key).filter(|g| !g.retiring) else {
             return;
         };
         let namespace = namespace_of(&group.object.metadata).to_string();
@@ -517,6 +538,7 @@ impl FleetState {
             .groups
             .range_from(&prefix)
             .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(_, g)| !g.retiring)
             .map(|(k, g)| (k.clone(), selects(g, cluster)))
             .collect();
         for (group, selected) in groups {

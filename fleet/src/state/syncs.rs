@@ -51,6 +51,30 @@ impl FleetState {
         if !releasing.is_empty() {
             return denied(DenyReason::Handover { tickets: releasing });
         }
+        let (retiring, in_flight) = (entry.retiring, entry.rollout.ticket.map(|(t, _)| t));
+        if retiring {
+            // Deleting with prune: no revision, budget or dependency applies.
+            if let Some(ticket) = in_flight {
+                return denied(DenyReason::InFlight { ticket });
+            }
+            self.next_ticket += 1;
+            let ticket = Ticket {
+                id: self.next_ticket,
+                sync: sync.to_string(),
+                cluster: cluster_key,
+                node,
+                generation,
+                revision: String::new(),
+                seq: 0,
+                kind: SyncKind::Retire,
+                spec_generation: current_spec,
+            };
+            self.tickets.insert(ticket.id, ticket.clone());
+            if let Some(entry) = self.syncs.get_mut(sync) {
+                entry.rollout.ticket = Some((ticket.id, SyncKind::Retire));
+            }
+            return Outcome::Granted { ticket };
+        }
         let Some((target, mark)) = self.desired_mark(sync) else {
             return denied(DenyReason::NotEligible);
         };
@@ -110,6 +134,9 @@ impl FleetState {
         let Some(ticket) = self.tickets.remove(&ticket_id) else {
             return Outcome::StaleTicket;
         };
+        if ticket.kind == SyncKind::Retire {
+            return self.finish_retire(&ticket.sync, outcome, at);
+        }
         let desired = self.desired_mark(&ticket.sync).map(|(_, mark)| mark);
         // The result is for the spec the holder rendered, not one edited since.
         let generation = match ticket.spec_generation {

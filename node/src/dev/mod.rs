@@ -303,6 +303,7 @@ impl Dev {
                     kubeconfig: Some(m.kubeconfig.clone()),
                     namespaces: Vec::new(),
                     status_writes_per_second: STATUS_WRITES_PER_SECOND,
+                    deletion_timeout: Duration::from_secs(300),
                 }),
             };
             self.nodes.insert(id, serve::start(config).await?);

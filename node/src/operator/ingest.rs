@@ -29,6 +29,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -38,13 +39,16 @@ use tokio::time::Instant;
 
 use super::Operator;
 use super::mirror::{
-    Dirty, Item, Mirror, Observed, Rejection, SECRET_VERSION_ANNOTATION, Scope, normalized_meta,
+    DELETION_POLICY_ANNOTATION, Dirty, FINALIZER, Item, Mirror, Observed, Rejection,
+    SECRET_VERSION_ANNOTATION, Scope, normalized_meta,
 };
 use crate::replica::{Replica, lock};
 
 /// Events gathered into one reconcile at most, and how long the ingest waits for more.
 const MAX_EVENTS: usize = 2_000;
 const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// How often deletions in progress are looked at again.
+const RECHECK: Duration = Duration::from_secs(2);
 /// Commands per Raft entry.
 const PROPOSAL_CHUNK: usize = 128;
 /// Secrets fetched at once.
@@ -171,6 +175,8 @@ fn observe(mut resource: Resource) -> (ObjectKey, Observed) {
             generation: meta.generation,
             resource_version: meta.resource_version.clone().unwrap_or_default(),
             uid: meta.uid.clone(),
+            deleting: meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+            finalizers: meta.finalizers.clone().unwrap_or_default(),
             item: Item::Object {
                 resource: Box::new(resource),
                 status,
@@ -190,6 +196,8 @@ fn observe_secret(meta: &ObjectMeta) -> (ObjectKey, Observed) {
             generation: None,
             resource_version: meta.resource_version.clone().unwrap_or_default(),
             uid: meta.uid.clone(),
+            deleting: None,
+            finalizers: Vec::new(),
             item: Item::Secret,
         },
     )
@@ -203,11 +211,26 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
     let mut dirty = Dirty::default();
     let mut retry = RETRY.0;
     let mut retry_at: Option<Instant> = None;
+    let mut recheck = tokio::time::interval(RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let waiting = !dirty.is_empty() && lock(mirror).synced();
         let first = tokio::select! {
             event = events.next() => event,
             _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if waiting => None,
+            _ = recheck.tick() => {
+                // Deletions in progress are looked at again: the prune may have finished, or
+                // the deletion timed out.
+                let mirror = lock(mirror);
+                dirty.keys.extend(
+                    mirror
+                        .objects
+                        .iter()
+                        .filter(|(_, o)| o.deleting.is_some() && o.finalized())
+                        .map(|(key, _)| key.clone()),
+                );
+                None
+            }
         };
         let mut batch = Vec::from_iter(first);
         let window = Instant::now() + BATCH_WINDOW;
@@ -268,9 +291,23 @@ fn record(
 enum Action {
     Upsert(Resource),
     Delete,
+    /// Deleted in the management cluster, with Starling's finalizer: prune, then delete.
+    Retire,
     FetchSecret,
     Reject(Rejection),
+    /// Gone from the state after its deletion: let Kubernetes delete the object.
+    RemoveFinalizer,
 }
+
+/// A command for one key.
+enum Proposal {
+    Upsert(Box<Resource>),
+    Delete,
+    Retire,
+}
+
+/// A finalizer list to write: the object's key, the resourceVersion it was read at, the list.
+type FinalizerPatch = (ObjectKey, String, Vec<String>);
 
 /// Compares the dirty keys with the state and commits the differences. Keys whose commands
 /// were not committed go back into `dirty`.
@@ -282,7 +319,7 @@ async fn reconcile(
 ) -> anyhow::Result<()> {
     let taken = std::mem::take(dirty);
     let reader = replica.raft.reader();
-    let actions: Vec<(ObjectKey, Action)> = {
+    let (actions, mut finalizers): (Vec<(ObjectKey, Action)>, Vec<FinalizerPatch>) = {
         let mut mirror = lock(mirror);
         reader.read(|state| {
             let mut keys = taken.keys;
@@ -290,28 +327,47 @@ async fn reconcile(
                 keys.extend(mirror.keys_in(scope));
                 keys.extend(state_keys(state, scope));
             }
-            keys.into_iter()
+            let finalizers = keys
+                .iter()
+                .filter_map(|key| finalizer_to_add(&mirror, key))
+                .collect();
+            let actions = keys
+                .into_iter()
                 .filter_map(|key| {
-                    let action = action(state, &mut mirror, &key)?;
+                    let action = action(state, &mut mirror, &key, operator.deletion_timeout)?;
                     Some((key, action))
                 })
-                .collect()
+                .collect();
+            (actions, finalizers)
         })
     };
-    let mut commands = Vec::new();
+    let mut proposals: Vec<(ObjectKey, Proposal)> = Vec::new();
     let mut fetches = Vec::new();
     for (key, action) in actions {
         match action {
-            Action::Upsert(resource) => commands.push((key, Some(resource))),
-            Action::Delete => commands.push((key, None)),
+            Action::Upsert(resource) => proposals.push((key, Proposal::Upsert(Box::new(resource)))),
+            Action::Delete => proposals.push((key, Proposal::Delete)),
+            Action::Retire => proposals.push((key, Proposal::Retire)),
             Action::FetchSecret => fetches.push(key),
             Action::Reject(rejection) => {
                 tracing::warn!(object = %key, message = %rejection.message, "invalid object in the management cluster");
                 lock(mirror).rejected.insert(key, rejection);
             }
+            Action::RemoveFinalizer => {
+                if let Some(observed) = lock(mirror).objects.get(&key) {
+                    let rest = observed
+                        .finalizers
+                        .iter()
+                        .filter(|f| *f != FINALIZER)
+                        .cloned()
+                        .collect();
+                    finalizers.push((key, observed.resource_version.clone(), rest));
+                }
+            }
         }
     }
     let mut failed: BTreeSet<ObjectKey> = BTreeSet::new();
+    let mut first_error = None;
     let fetched: Vec<(ObjectKey, Result<Option<Secret>, kube::Error>)> = stream::iter(fetches)
         .map(|key| async move {
             let api: Api<Secret> = Api::namespaced(operator.client.clone(), &key.namespace);
@@ -321,12 +377,12 @@ async fn reconcile(
         .buffer_unordered(FETCH_CONCURRENCY)
         .collect()
         .await;
-    let mut first_error = None;
     for (key, secret) in fetched {
         match secret {
-            Ok(Some(secret)) => {
-                commands.push((key, Some(Resource::Secret(replicated_secret(secret)))))
-            }
+            Ok(Some(secret)) => proposals.push((
+                key,
+                Proposal::Upsert(Box::new(Resource::Secret(replicated_secret(secret)))),
+            )),
             // Deleted since its metadata arrived: the watch brings the deletion.
             Ok(None) => {}
             Err(error) => {
@@ -335,46 +391,28 @@ async fn reconcile(
             }
         }
     }
-    let mut chunks = commands.chunks(PROPOSAL_CHUNK);
-    while let Some(chunk) = chunks.next() {
-        let at = Replica::now_rfc3339();
-        let proposal: Vec<Command> = chunk
-            .iter()
-            .map(|(key, resource)| match resource {
-                Some(resource) => Command::UpsertSpec {
-                    resource: Box::new(resource.clone()),
-                    at: at.clone(),
-                },
-                None => Command::DeleteSpec { key: key.clone() },
-            })
-            .collect();
-        match replica.raft.client_write_many(proposal).await {
-            Ok(committed) => {
-                let mut mirror = lock(mirror);
-                for ((key, resource), outcome) in chunk.iter().zip(&committed.outcomes) {
-                    match (resource, outcome) {
-                        (Some(resource), Outcome::Rejected { message }) => {
-                            tracing::warn!(object = %key, %message, "the state refused an object of the management cluster");
-                            mirror.rejected.insert(
-                                key.clone(),
-                                Rejection {
-                                    resource: resource.clone(),
-                                    message: message.clone(),
-                                },
-                            );
-                        }
-                        (Some(_), _) => {
-                            mirror.rejected.remove(key);
-                        }
-                        (None, _) => {}
-                    }
-                }
-            }
+    if let Err(error) = commit(replica, mirror, &proposals, &mut failed).await {
+        first_error.get_or_insert(error);
+    }
+    let patched: Vec<(ObjectKey, Result<(), kube::Error>)> = stream::iter(finalizers)
+        .map(|(key, version, list)| async move {
+            let result = patch_finalizers(operator, &key, &version, &list).await;
+            (key, result)
+        })
+        .buffer_unordered(FETCH_CONCURRENCY)
+        .collect()
+        .await;
+    for (key, result) in patched {
+        match result {
+            Ok(()) => {}
+            // Gone, or changed since it was read: the watch brings the newer object, which
+            // is compared again.
+            Err(kube::Error::Api(response)) if matches!(response.code, 404 | 409) => {}
             Err(error) => {
-                failed.extend(chunk.iter().map(|(key, _)| key.clone()));
-                failed.extend(chunks.flatten().map(|(key, _)| key.clone()));
-                first_error.get_or_insert_with(|| anyhow!("cannot commit the specs: {error}"));
-                break;
+                first_error.get_or_insert_with(|| {
+                    anyhow!("cannot write the finalizers of {key}: {error}")
+                });
+                failed.insert(key);
             }
         }
     }
@@ -383,6 +421,101 @@ async fn reconcile(
         return Err(error).context("the changes are retried");
     }
     Ok(())
+}
+
+/// Commits proposals in chunks through this replica's own Raft instance. Keys of chunks that
+/// did not commit go into `failed`.
+async fn commit(
+    replica: &Replica,
+    mirror: &Mutex<Mirror>,
+    proposals: &[(ObjectKey, Proposal)],
+    failed: &mut BTreeSet<ObjectKey>,
+) -> anyhow::Result<()> {
+    let mut chunks = proposals.chunks(PROPOSAL_CHUNK);
+    while let Some(chunk) = chunks.next() {
+        let at = Replica::now_rfc3339();
+        let commands: Vec<Command> = chunk
+            .iter()
+            .map(|(key, proposal)| match proposal {
+                Proposal::Upsert(resource) => Command::UpsertSpec {
+                    resource: resource.clone(),
+                    at: at.clone(),
+                },
+                Proposal::Delete => Command::DeleteSpec { key: key.clone() },
+                Proposal::Retire => Command::RetireSpec { key: key.clone() },
+            })
+            .collect();
+        match replica.raft.client_write_many(commands).await {
+            Ok(committed) => {
+                let mut mirror = lock(mirror);
+                for ((key, proposal), outcome) in chunk.iter().zip(&committed.outcomes) {
+                    match (proposal, outcome) {
+                        (Proposal::Upsert(resource), Outcome::Rejected { message }) => {
+                            tracing::warn!(object = %key, %message, "the state refused an object of the management cluster");
+                            mirror.rejected.insert(
+                                key.clone(),
+                                Rejection {
+                                    resource: (**resource).clone(),
+                                    message: message.clone(),
+                                },
+                            );
+                        }
+                        (Proposal::Upsert(_), _) => {
+                            mirror.rejected.remove(key);
+                        }
+                        (_, Outcome::Rejected { message }) => {
+                            tracing::warn!(object = %key, %message, "the state refused a deletion");
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Err(error) => {
+                failed.extend(chunk.iter().map(|(key, _)| key.clone()));
+                failed.extend(chunks.flatten().map(|(key, _)| key.clone()));
+                return Err(anyhow!("cannot commit the specs: {error}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A Sync or SyncGroup that is not being deleted gets Starling's finalizer, so its deletion
+/// waits for the prune.
+fn finalizer_to_add(mirror: &Mirror, key: &ObjectKey) -> Option<FinalizerPatch> {
+    if !matches!(key.kind, Kind::Sync | Kind::SyncGroup) {
+        return None;
+    }
+    let observed = mirror.objects.get(key)?;
+    if observed.deleting.is_some() || observed.finalized() {
+        return None;
+    }
+    let mut list = observed.finalizers.clone();
+    list.push(FINALIZER.to_string());
+    Some((key.clone(), observed.resource_version.clone(), list))
+}
+
+/// Writes an object's finalizers, at the resourceVersion they were read at (a conflict means
+/// someone else changed them meanwhile: the watch brings the newer object).
+async fn patch_finalizers(
+    operator: &Operator,
+    key: &ObjectKey,
+    resource_version: &str,
+    finalizers: &[String],
+) -> Result<(), kube::Error> {
+    let resource = match key.kind {
+        Kind::Sync => ApiResource::erase::<Sync>(&()),
+        Kind::SyncGroup => ApiResource::erase::<SyncGroup>(&()),
+        _ => return Ok(()),
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(operator.client.clone(), &key.namespace, &resource);
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": resource_version}
+    });
+    api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
 }
 
 /// The keys of the replicated state inside a scope (Syncs a SyncGroup generated excluded:
@@ -481,7 +614,12 @@ fn in_state(state: &FleetState, key: &ObjectKey) -> bool {
     }
 }
 
-fn action(state: &FleetState, mirror: &mut Mirror, key: &ObjectKey) -> Option<Action> {
+fn action(
+    state: &FleetState,
+    mirror: &mut Mirror,
+    key: &ObjectKey,
+    deletion_timeout: Duration,
+) -> Option<Action> {
     let observed = mirror.objects.get(key);
     if key.kind == Kind::Secret {
         let stored = state.secrets.get(&key_of(&key.namespace, &key.name));
@@ -497,13 +635,18 @@ fn action(state: &FleetState, mirror: &mut Mirror, key: &ObjectKey) -> Option<Ac
             (_, None) => None,
         };
     }
-    let Some(Observed {
-        item: Item::Object { resource, .. },
-        ..
-    }) = observed
+    let Some(
+        observed @ Observed {
+            item: Item::Object { resource, .. },
+            ..
+        },
+    ) = observed
     else {
         return in_state(state, key).then_some(Action::Delete);
     };
+    if observed.deleting.is_some() && matches!(key.kind, Kind::Sync | Kind::SyncGroup) {
+        return deletion(state, key, observed, resource, deletion_timeout);
+    }
     if state_matches(state, resource) == Some(true) {
         mirror.rejected.remove(key);
         return None;
@@ -522,6 +665,52 @@ fn action(state: &FleetState, mirror: &mut Mirror, key: &ObjectKey) -> Option<Ac
         }));
     }
     Some(Action::Upsert((**resource).clone()))
+}
+
+/// A Sync or SyncGroup deleted in the management cluster: pruned through the state
+/// ([`Command::RetireSpec`]) while Starling's finalizer holds it; orphaned at once with
+/// `starling.dev/deletion-policy: orphan`, or once `--deletion-timeout` has passed (a target
+/// that stays unreachable must not block the deletion forever); the finalizer goes when the
+/// state no longer holds it.
+fn deletion(
+    state: &FleetState,
+    key: &ObjectKey,
+    observed: &Observed,
+    resource: &Resource,
+    timeout: Duration,
+) -> Option<Action> {
+    if !observed.finalized() {
+        // Nothing holds it: Kubernetes deletes it, and the watch says so.
+        return None;
+    }
+    if !in_state(state, key) {
+        return Some(Action::RemoveFinalizer);
+    }
+    let orphan = resource
+        .metadata()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DELETION_POLICY_ANNOTATION))
+        .is_some_and(|policy| policy == "orphan");
+    let waited = observed
+        .deleting
+        .as_deref()
+        .and_then(|since| humantime::parse_rfc3339_weak(since).ok())
+        .and_then(|since| std::time::SystemTime::now().duration_since(since).ok())
+        .unwrap_or_default();
+    if orphan {
+        return Some(Action::Delete);
+    }
+    if waited > timeout {
+        tracing::warn!(object = %key, ?timeout, "pruning on deletion did not finish in time (--deletion-timeout): its objects are left on the clusters it could not reach");
+        return Some(Action::Delete);
+    }
+    let k = key_of(&key.namespace, &key.name);
+    let retiring = match key.kind {
+        Kind::Sync => state.syncs.get(&k).is_some_and(|s| s.retiring),
+        _ => state.groups.get(&k).is_some_and(|g| g.retiring),
+    };
+    (!retiring).then_some(Action::Retire)
 }
 
 /// The copy of a Secret the state keeps: its data and type, with the management cluster's

@@ -20,6 +20,14 @@ use serde_json::Value;
 /// only the Secrets that changed.
 pub const SECRET_VERSION_ANNOTATION: &str = "starling.dev/management-resource-version";
 
+/// The finalizer on Syncs and SyncGroups: their deletion waits until what they applied is
+/// pruned from the target clusters (or orphaned).
+pub const FINALIZER: &str = "starling.dev/prune";
+
+/// The annotation that orphans a Sync's or SyncGroup's objects on deletion: `orphan` leaves
+/// them on the targets and deletes the object at once.
+pub const DELETION_POLICY_ANNOTATION: &str = "starling.dev/deletion-policy";
+
 /// One object as the management cluster shows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
@@ -27,7 +35,17 @@ pub struct Observed {
     pub generation: Option<i64>,
     pub resource_version: String,
     pub uid: Option<String>,
+    /// `metadata.deletionTimestamp`: the object is being deleted and waits for finalizers.
+    pub deleting: Option<String>,
+    pub finalizers: Vec<String>,
     pub item: Item,
+}
+
+impl Observed {
+    /// Whether Starling's finalizer holds the object.
+    pub fn finalized(&self) -> bool {
+        self.finalizers.iter().any(|f| f == FINALIZER)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -274,6 +292,8 @@ mod tests {
                 generation: Some(1),
                 resource_version: "1".into(),
                 uid: None,
+                deleting: None,
+                finalizers: Vec::new(),
                 item: Item::Object {
                     resource: Box::new(resource),
                     status: Value::Null,

@@ -41,6 +41,8 @@ pub struct Operator {
     /// Empty: every namespace.
     pub namespaces: Vec<String>,
     pub status_writes_per_second: u32,
+    /// How long pruning on deletion may take before the objects are orphaned.
+    pub deletion_timeout: std::time::Duration,
 }
 
 /// What `starling apply` and `starling delete` are told in operator mode.
@@ -75,6 +77,7 @@ impl Operator {
             client,
             namespaces: config.namespaces.clone(),
             status_writes_per_second: config.status_writes_per_second,
+            deletion_timeout: config.deletion_timeout,
         })
     }
 

@@ -488,6 +488,17 @@ fn desired_status(
         }
         Resource::Secret(_) => return None,
     };
+    let verdict = if observed.deleting.is_some() {
+        Verdict {
+            ready: false,
+            reconciling: true,
+            stalled: false,
+            reason: "Pruning",
+            message: "deleted: removing what it applied from its clusters first".into(),
+        }
+    } else {
+        verdict
+    };
     let object = status.as_object_mut()?;
     // The state's own conditions of the same types are replaced by the verdict's; others
     // (a SyncGroup's Conflict) stay.

@@ -74,6 +74,8 @@ struct Prepared {
     object: Sync,
     target: Result<ClusterTarget, String>,
     artifact: Result<ArtifactNeed, String>,
+    /// Deleting with prune: nothing to fetch or apply; the inventory is pruned.
+    retire: bool,
 }
 
 struct Planner {
@@ -243,6 +245,11 @@ impl Planner {
                 .get(&sync)
                 .is_some_and(|(at, _, for_revision)| *at > now && *for_revision == revision);
             if busy.contains(&sync) || backing_off {
+                continue;
+            }
+            // Deleting with prune waits for no dependency and no jitter.
+            if state.retiring.contains(&sync) {
+                plan.push(Work { sync, drift: false });
                 continue;
             }
             // Unmet dependencies (or a cycle) are read locally: no BeginSync is proposed until
@@ -469,27 +476,29 @@ async fn apply(
             Some(class),
         )
     };
-    let target = match prepared.target {
+    let target = match prepared.target.clone() {
         Ok(target) => target,
         Err(message) => return fail(ErrorClass::Invalid, message),
     };
-    let need = match prepared.artifact {
-        Ok(need) => need,
-        Err(message) => return fail(ErrorClass::Unreachable, message),
+    let mut request = if prepared.retire {
+        let mut request = SyncRequest::new(
+            sync,
+            target,
+            format!("node-{}", replica.id()),
+            prepared.generation,
+            // Never read: a retiring Sync renders nothing.
+            ArtifactSource::Directory(std::path::PathBuf::new()),
+            prepared.object.spec.template.clone(),
+        );
+        request.retire = true;
+        request.wait = false;
+        request
+    } else {
+        match build_request(replica, sync, target, &prepared).await {
+            Ok(request) => request,
+            Err(message) => return fail(ErrorClass::Unreachable, message),
+        }
     };
-    let stored = match artifacts::ensure(replica, &need).await {
-        Ok(stored) => stored,
-        Err(message) => return fail(ErrorClass::Unreachable, message),
-    };
-    let mut request = SyncRequest::new(
-        sync,
-        target,
-        format!("node-{}", replica.id()),
-        prepared.generation,
-        ArtifactSource::Archive(replica.store.path_of(&stored.digest)),
-        prepared.object.spec.template.clone(),
-    );
-    request.revision = Some(prepared.revision);
     request.previous_inventory = prepared
         .object
         .status
@@ -571,6 +580,27 @@ async fn apply(
     }
 }
 
+/// The request of a sync to a revision: its artifact fetched (or built) first.
+async fn build_request(
+    replica: &Arc<Replica>,
+    sync: &str,
+    target: ClusterTarget,
+    prepared: &Prepared,
+) -> Result<SyncRequest, String> {
+    let need = prepared.artifact.clone()?;
+    let stored = artifacts::ensure(replica, &need).await?;
+    let mut request = SyncRequest::new(
+        sync,
+        target,
+        format!("node-{}", replica.id()),
+        prepared.generation,
+        ArtifactSource::Archive(replica.store.path_of(&stored.digest)),
+        prepared.object.spec.template.clone(),
+    );
+    request.revision = Some(prepared.revision.clone());
+    Ok(request)
+}
+
 fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
     let entry = state.syncs.get(sync)?;
     let object = entry.object.clone();
@@ -584,7 +614,6 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
     if owner != node {
         return None;
     }
-    let target = state.target_of(sync)?;
     let cluster = &state.clusters.get(&cluster_key)?.object;
     let cluster_target = connection(state, &namespace, cluster).map(|connection| ClusterTarget {
         name: object.spec.cluster_ref.name.clone(),
@@ -592,6 +621,18 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
         labels: cluster.metadata.labels.clone().unwrap_or_default(),
         connection,
     });
+    if entry.retiring {
+        return Some(Prepared {
+            cluster: cluster_key,
+            generation,
+            revision: String::new(),
+            object,
+            target: cluster_target,
+            artifact: Err("a retiring sync needs no artifact".into()),
+            retire: true,
+        });
+    }
+    let target = state.target_of(sync)?;
     let source_key = fleet::state::key_of(&namespace, &object.spec.source_ref.name);
     let artifact = match state.sources.get(&source_key) {
         None => Err(format!("source {source_key} not found")),
@@ -632,6 +673,7 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
         object,
         target: cluster_target,
         artifact,
+        retire: false,
     })
 }
 

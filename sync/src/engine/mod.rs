@@ -7,6 +7,9 @@
 //!   ─► wait for readiness (optional) ─► fence check ─► prune ─► mirror new ─► SyncReport
 //! ```
 //!
+//! A retiring Sync (`SyncRequest::retire`, deleted with prune) renders nothing, so the same
+//! path deletes its whole inventory, fenced like any write.
+//!
 //! Every request is bounded (request time-out, the sync's deadline); the whole sync is bounded
 //! by the Sync's `timeout` (5m when unset). Cancelling the request's token stops the sync before
 //! its next write. A failure says what failed and carries the inventory to record when the
@@ -213,7 +216,11 @@ impl SyncEngine {
         deadline: Instant,
         progress: &mut Progress,
     ) -> Result<SyncReport, SyncError> {
-        let objects = self.render(request).await?;
+        let objects = if request.retire {
+            Vec::new()
+        } else {
+            self.render(request).await?
+        };
         let session = self.sync_session(request, deadline).await?;
         progress.session = Some(session.clone());
         let system = self.config.system_namespace.as_str();
@@ -266,7 +273,7 @@ impl SyncEngine {
         }
 
         let mut outcome = PruneOutcome::default();
-        let prune_enabled = request.template.prune.unwrap_or(true);
+        let prune_enabled = request.retire || request.template.prune.unwrap_or(true);
         let candidates = removed(&previous, &current);
         if prune_enabled && !candidates.is_empty() {
             fence::check(&session, system, &ours).await?;

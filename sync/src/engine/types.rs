@@ -130,6 +130,9 @@ pub struct SyncRequest {
     pub cancel: CancellationToken,
     /// The node's lease: no request starts after it ends, and none runs past it.
     pub lease: Option<LeaseEnd>,
+    /// Deleting the Sync with prune: nothing is rendered or applied, and everything in the
+    /// inventory is pruned (objects marked `starling.dev/prune: disabled` stay).
+    pub retire: bool,
 }
 
 impl SyncRequest {
@@ -154,6 +157,7 @@ impl SyncRequest {
             wait: true,
             cancel: CancellationToken::new(),
             lease: None,
+            retire: false,
         }
     }
 }
