@@ -92,6 +92,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if and (eq .Values.mode "operator") .Values.operator.capi }}
+- apiGroups: ["cluster.x-k8s.io"]
+  resources: ["clusters"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
 {{- end }}
 
 {{/*

@@ -31,6 +31,7 @@ NAMESPACE = "fleet-system"
 VARIANTS = [
     ("default values", "starling", NAMESPACE, {}),
     ("standalone mode", "starling", NAMESPACE, {"mode": "standalone"}),
+    ("Cluster API", "starling", NAMESPACE, {"operator": {"capi": True}}),
     ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
     (
         "a namespace-scoped install",
@@ -427,6 +428,12 @@ def check_rbac():
                 for resource in rule["resources"]:
                     granted.setdefault(resource, set()).update(rule["verbs"])
             expect(set(granted) == expected_resources, f"{description}: resources {sorted(granted)}")
+            capi_rules = [r for r in role["rules"] if r["apiGroups"] == ["cluster.x-k8s.io"]]
+            wants_capi = effective["mode"] == "operator" and effective["operator"]["capi"]
+            expect(
+                capi_rules == ([{"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["get", "list", "watch"]}] if wants_capi else []),
+                f"{description}: Cluster API clusters readable only with operator.capi",
+            )
             expect(granted["secrets"] == {"get", "list", "watch"}, f"{description}: secrets read-only")
             expect(granted["events"] == {"create", "patch"}, f"{description}: events")
             for kind in ("sources", "clusters", "syncs"):
@@ -536,6 +543,8 @@ def check_binary_accepts_rendered_args():
                     f"mode operator kubeconfig inferred watch-namespaces {watched} " in summary,
                     f"{description}: operator mode watching {watched}: {summary}",
                 )
+                capi = "on" if effective["operator"]["capi"] else "off"
+                expect(summary.endswith(f"capi {capi}"), f"{description}: capi {capi}: {summary}")
             else:
                 expect(summary.endswith("mode standalone"), f"{description}: standalone: {summary}")
             runs += 1

@@ -91,6 +91,10 @@ pub struct NodeArgs {
     /// pruned from unreachable clusters; after it, they are orphaned and the object goes.
     #[arg(long, env = "STARLING_DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub deletion_timeout: Duration,
+    /// Operator mode: Cluster API `Cluster` objects (cluster.x-k8s.io/v1beta1) become Starling
+    /// Clusters, with their labels and their `<name>-kubeconfig` Secret.
+    #[arg(long, env = "STARLING_CAPI")]
+    pub capi: bool,
     /// Operator mode: status writes to the management cluster per second, at most.
     #[arg(long, env = "STARLING_STATUS_WRITES_PER_SECOND", default_value_t = 50)]
     pub status_writes_per_second: u32,
@@ -120,6 +124,8 @@ pub struct OperatorConfig {
     pub status_writes_per_second: u32,
     /// How long pruning on deletion may take before the objects are orphaned.
     pub deletion_timeout: Duration,
+    /// Cluster API `Cluster` objects become Starling Clusters.
+    pub capi: bool,
 }
 
 /// A validated configuration.
@@ -156,7 +162,7 @@ impl NodeConfig {
         let mode = match &self.operator {
             None => "standalone".to_string(),
             Some(operator) => format!(
-                "operator kubeconfig {} watch-namespaces {} status-writes-per-second {}",
+                "operator kubeconfig {} watch-namespaces {} status-writes-per-second {} capi {}",
                 operator
                     .kubeconfig
                     .as_ref()
@@ -166,7 +172,8 @@ impl NodeConfig {
                 } else {
                     operator.namespaces.join(",")
                 },
-                operator.status_writes_per_second
+                operator.status_writes_per_second,
+                if operator.capi { "on" } else { "off" },
             ),
         };
         format!(
@@ -343,6 +350,9 @@ impl NodeArgs {
             if !namespaces.is_empty() {
                 return Err(ConfigError::OperatorOnly("--watch-namespaces"));
             }
+            if self.capi {
+                return Err(ConfigError::OperatorOnly("--capi"));
+            }
             return Ok(None);
         }
         if !(1..=10_000).contains(&self.status_writes_per_second) {
@@ -366,6 +376,7 @@ impl NodeArgs {
             namespaces: unique,
             status_writes_per_second: self.status_writes_per_second,
             deletion_timeout: self.deletion_timeout,
+            capi: self.capi,
         }))
     }
 }
@@ -482,11 +493,12 @@ mod tests {
                 namespaces: vec!["team-a".into(), "team-b".into()],
                 status_writes_per_second: 50,
                 deletion_timeout: Duration::from_secs(300),
+                capi: false,
             })
         );
         assert!(config.summary().ends_with(
             "mode operator kubeconfig /etc/mgmt.yaml watch-namespaces team-a,team-b \
-             status-writes-per-second 50"
+             status-writes-per-second 50 capi off"
         ));
         assert_eq!(
             args(&["--watch-namespaces", "a"]).validate().unwrap_err(),

@@ -6,6 +6,7 @@
 //! 1. `starling apply` is refused; objects created with kube converge on the targets, and
 //!    status with `observedGeneration` and kstatus conditions appears on `/status`, and the
 //!    rollout's start and completion are recorded as Events;
+//!    A Cluster API `Cluster` (`--capi`) becomes a Starling Cluster the SyncGroup selects;
 //! 2. the leader is killed with `kill -9` mid-rollout and a Cluster is added at that moment:
 //!    nothing is lost, the rollout completes on every cluster, the new one included;
 //! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster;
@@ -67,6 +68,44 @@ async fn install_crds(client: &kube::Client) {
         }
         true
     })
+    .await;
+}
+
+/// A minimal Cluster API `Cluster` CRD (cluster.x-k8s.io/v1beta1), as `clusterctl init`
+/// would install a full one.
+async fn install_capi_crd(client: &kube::Client) {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusters.cluster.x-k8s.io"},
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "names": {"kind": "Cluster", "listKind": "ClusterList", "plural": "clusters", "singular": "cluster"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+            }],
+        },
+    }))
+    .expect("crd");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.create(&PostParams::default(), &crd)
+        .await
+        .expect("capi crd created");
+    wait_until(
+        Duration::from_secs(30),
+        "the capi crd established",
+        || async {
+            api.get("clusters.cluster.x-k8s.io").await.is_ok_and(|crd| {
+                crd.status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+        },
+    )
     .await;
 }
 
@@ -177,6 +216,7 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
     let kubeconfig_text = sim.kubeconfig(MANAGEMENT).expect("kubeconfig");
     let client = management_client(&kubeconfig_text).await;
     install_crds(&client).await;
+    install_capi_crd(&client).await;
 
     let mut group = Group::prepare(
         3,
@@ -192,6 +232,7 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         "operator".into(),
         "--kubeconfig".into(),
         kubeconfig.display().to_string(),
+        "--capi".into(),
     ]);
     group.spawn_all();
     group.wait_for_members(3).await;
@@ -265,6 +306,34 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         Some(json!("True"))
     );
 
+    // A Cluster API Cluster (with the kubeconfig Secret Cluster API writes) joins the fleet.
+    sim.add_cluster("capi-1").expect("capi cluster");
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "capi-1-kubeconfig", "namespace": "default"},
+        "stringData": {"value": sim.kubeconfig("capi-1").expect("kubeconfig")},
+    });
+    create_all(
+        &client,
+        &format!("{secret}\n---\napiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata: {{name: capi-1, labels: {{region: r1}}}}\nspec: {{}}\n"),
+    )
+    .await;
+    completed(&group, CLUSTERS as u32 + 1, "").await;
+    assert!(
+        target_versions(sim)
+            .iter()
+            .any(|(name, version)| name == "capi-1" && version == "v1")
+    );
+    let capi_clusters = api_for(
+        &client,
+        &json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "metadata": {}}),
+    );
+    let capi_object = get(&capi_clusters, "capi-1").await.expect("capi cluster");
+    assert!(
+        capi_object.get("status").is_none_or(Value::is_null),
+        "no Starling status on a Cluster API object: {capi_object}"
+    );
+
     // 2. kill -9 of the leader mid-rollout, and a Cluster added at that very moment.
     demo.commit("v2", "nginx:1.28", "v2").expect("commit v2");
     wait_until(Duration::from_secs(60), "the v2 rollout starts", || async {
@@ -278,7 +347,7 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
     group.kill(leader);
     sim.add_cluster("late").expect("late cluster");
     create_all(&client, &cluster_manifests(sim, "late")).await;
-    let second = completed(&group, CLUSTERS as u32 + 1, &first).await;
+    let second = completed(&group, CLUSTERS as u32 + 2, &first).await;
     assert_ne!(second, first);
     assert!(
         target_versions(sim).iter().all(|(_, v)| v == "v2"),
@@ -352,7 +421,7 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
             group
                 .rollout("demo")
                 .await
-                .is_some_and(|r| r.summary.is_some_and(|s| s.total == CLUSTERS as u32))
+                .is_some_and(|r| r.summary.is_some_and(|s| s.total == CLUSTERS as u32 + 1))
         },
     )
     .await;
@@ -360,7 +429,7 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         get(&groups, "demo").await.is_some_and(|object| {
             object["spec"]["rollout"]["maxUnavailable"] == "30%"
                 && object["status"]["observedGeneration"] == object["metadata"]["generation"]
-                && object["status"]["summary"]["total"] == CLUSTERS
+                && object["status"]["summary"]["total"] == CLUSTERS + 1
         })
     })
     .await;

@@ -304,6 +304,7 @@ impl Dev {
                     namespaces: Vec::new(),
                     status_writes_per_second: STATUS_WRITES_PER_SECOND,
                     deletion_timeout: Duration::from_secs(300),
+                    capi: false,
                 }),
             };
             self.nodes.insert(id, serve::start(config).await?);

@@ -75,10 +75,18 @@ pub fn scopes(operator: &Operator) -> Vec<Scope> {
                 Kind::SyncGroup,
                 Kind::Secret,
             ]
+            .into_iter()
             .map(|kind| Scope {
                 kind,
                 namespace: namespace.clone(),
+                capi: false,
             })
+            .chain(operator.capi.then(|| Scope {
+                kind: Kind::Cluster,
+                namespace: namespace.clone(),
+                capi: true,
+            }))
+            .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -118,6 +126,39 @@ fn watches(operator: &Operator, scopes: &[Scope]) -> Events {
         .iter()
         .enumerate()
         .map(|(index, scope)| match scope.kind {
+            Kind::Cluster if scope.capi => {
+                let resource = super::capi::api_resource();
+                let api: Api<DynamicObject> = match scope.namespace.as_deref() {
+                    Some(namespace) => {
+                        Api::namespaced_with(operator.client.clone(), namespace, &resource)
+                    }
+                    None => Api::all_with(operator.client.clone(), &resource),
+                };
+                watcher::watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .map(move |event| {
+                        (
+                            index,
+                            event.map(|event| {
+                                lift(event, |object| {
+                                    let (key, mut observed) = observe(Resource::Cluster(
+                                        super::capi::to_cluster(&object),
+                                    ));
+                                    observed.capi = true;
+                                    observed.generation = object.metadata.generation;
+                                    observed.resource_version = object
+                                        .metadata
+                                        .resource_version
+                                        .clone()
+                                        .unwrap_or_default();
+                                    observed.uid = object.metadata.uid.clone();
+                                    (key, observed)
+                                })
+                            }),
+                        )
+                    })
+                    .boxed()
+            }
             Kind::Source => typed::<Source>(operator, scope, index, Resource::Source),
             Kind::Cluster => typed::<Cluster>(operator, scope, index, Resource::Cluster),
             Kind::Sync => typed::<Sync>(operator, scope, index, Resource::Sync),
@@ -177,6 +218,7 @@ fn observe(mut resource: Resource) -> (ObjectKey, Observed) {
             uid: meta.uid.clone(),
             deleting: meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
             finalizers: meta.finalizers.clone().unwrap_or_default(),
+            capi: false,
             item: Item::Object {
                 resource: Box::new(resource),
                 status,
@@ -198,6 +240,7 @@ fn observe_secret(meta: &ObjectMeta) -> (ObjectKey, Observed) {
             uid: meta.uid.clone(),
             deleting: None,
             finalizers: Vec::new(),
+            capi: false,
             item: Item::Secret,
         },
     )
@@ -211,6 +254,7 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
     let mut dirty = Dirty::default();
     let mut retry = RETRY.0;
     let mut retry_at: Option<Instant> = None;
+    let mut capi_missing_told = false;
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -245,6 +289,18 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
             for (index, event) in batch {
                 match event {
                     Ok(event) => record(&mut mirror, index, event, &mut dirty),
+                    // Cluster API is not installed: nothing to watch there (yet). The watch
+                    // keeps trying, and lists once the CRD appears.
+                    Err(error) if scopes[index].capi && not_served(&error) => {
+                        if !capi_missing_told {
+                            capi_missing_told = true;
+                            tracing::info!(
+                                "--capi: the cluster.x-k8s.io Cluster CRD is not installed; watching for it"
+                            );
+                        }
+                        mirror.list_started(index);
+                        mirror.list_done(index, &mut dirty);
+                    }
                     Err(error) => tracing::warn!(
                         %error,
                         kind = ?scopes[index].kind,
@@ -272,6 +328,16 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
     }
 }
 
+/// A watch error that says the resource is not served (404).
+fn not_served(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(response))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(response))
+        | watcher::Error::WatchFailed(kube::Error::Api(response)) => response.code == 404,
+        _ => false,
+    }
+}
+
 fn record(
     mirror: &mut Mirror,
     index: usize,
@@ -280,7 +346,7 @@ fn record(
 ) {
     match event {
         Event::Apply((key, observed)) => mirror.upsert(key, observed, dirty),
-        Event::Delete((key, _)) => mirror.remove(&key, dirty),
+        Event::Delete((key, observed)) => mirror.remove(&key, observed.capi, dirty),
         Event::Init => mirror.list_started(index),
         Event::InitApply((key, observed)) => mirror.listed(index, key, observed),
         Event::InitDone => mirror.list_done(index, dirty),

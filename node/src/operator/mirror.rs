@@ -38,6 +38,9 @@ pub struct Observed {
     /// `metadata.deletionTimestamp`: the object is being deleted and waits for finalizers.
     pub deleting: Option<String>,
     pub finalizers: Vec<String>,
+    /// Made from a Cluster API `Cluster` (`--capi`): a Starling Cluster of the same name wins
+    /// over it, and no status is written back onto it.
+    pub capi: bool,
     pub item: Item,
 }
 
@@ -66,6 +69,8 @@ pub struct Scope {
     pub kind: Kind,
     /// `None`: every namespace.
     pub namespace: Option<String>,
+    /// The Cluster API `Cluster` watch (kind `Cluster`).
+    pub capi: bool,
 }
 
 impl Scope {
@@ -108,7 +113,11 @@ impl Dirty {
 }
 
 pub struct Mirror {
+    /// What the state should hold: every object, a Starling Cluster shadowing a Cluster API
+    /// Cluster of the same name.
     pub objects: BTreeMap<ObjectKey, Observed>,
+    /// Every Cluster made from a Cluster API `Cluster`, shadowed or not.
+    capi: BTreeMap<ObjectKey, Observed>,
     streams: Vec<Stream>,
     /// Secret → the Clusters and Sources that reference it.
     referrers: BTreeMap<ObjectKey, BTreeSet<ObjectKey>>,
@@ -121,6 +130,7 @@ impl Mirror {
     pub fn new(scopes: Vec<Scope>) -> Mirror {
         Mirror {
             objects: BTreeMap::new(),
+            capi: BTreeMap::new(),
             streams: scopes
                 .into_iter()
                 .map(|scope| Stream {
@@ -159,14 +169,19 @@ impl Mirror {
         let listing = self.streams[index].listing.take().unwrap_or_default();
         self.streams[index].listed = true;
         let scope = self.streams[index].scope.clone();
-        let gone: Vec<ObjectKey> = self
-            .objects
-            .keys()
-            .filter(|key| scope.covers(key) && !listing.contains_key(*key))
-            .cloned()
+        let part = if scope.capi {
+            &self.capi
+        } else {
+            &self.objects
+        };
+        let gone: Vec<ObjectKey> = part
+            .iter()
+            .filter(|(key, o)| o.capi == scope.capi && scope.covers(key))
+            .filter(|(key, _)| !listing.contains_key(*key))
+            .map(|(key, _)| key.clone())
             .collect();
         for key in gone {
-            self.remove(&key, dirty);
+            self.remove(&key, scope.capi, dirty);
         }
         for (key, observed) in listing {
             self.upsert(key, observed, dirty);
@@ -177,6 +192,35 @@ impl Mirror {
 
     /// An object was added or changed.
     pub fn upsert(&mut self, key: ObjectKey, observed: Observed, dirty: &mut Dirty) {
+        if observed.capi {
+            self.capi.insert(key.clone(), observed.clone());
+            if self.objects.get(&key).is_some_and(|o| !o.capi) {
+                return;
+            }
+        }
+        self.set(key, observed, dirty);
+    }
+
+    /// An object was deleted (`capi`: a Cluster API `Cluster`).
+    pub fn remove(&mut self, key: &ObjectKey, capi: bool, dirty: &mut Dirty) {
+        if capi {
+            self.capi.remove(key);
+            if self.objects.get(key).is_some_and(|o| o.capi) {
+                self.clear(key, dirty);
+            }
+            return;
+        }
+        if self.objects.get(key).is_some_and(|o| o.capi) {
+            return;
+        }
+        self.clear(key, dirty);
+        // A Cluster API Cluster of that name is no longer shadowed.
+        if let Some(shadowed) = self.capi.get(key).cloned() {
+            self.set(key.clone(), shadowed, dirty);
+        }
+    }
+
+    fn set(&mut self, key: ObjectKey, observed: Observed, dirty: &mut Dirty) {
         if self.objects.get(&key) == Some(&observed) {
             return;
         }
@@ -195,8 +239,7 @@ impl Mirror {
         self.version += 1;
     }
 
-    /// An object was deleted.
-    pub fn remove(&mut self, key: &ObjectKey, dirty: &mut Dirty) {
+    fn clear(&mut self, key: &ObjectKey, dirty: &mut Dirty) {
         self.unreference(key, dirty);
         if self.objects.remove(key).is_some() {
             self.version += 1;
@@ -233,6 +276,7 @@ impl Mirror {
     pub fn keys_in(&self, scope: &Scope) -> Vec<ObjectKey> {
         self.objects
             .keys()
+            .chain(self.capi.keys())
             .filter(|key| scope.covers(key))
             .cloned()
             .collect()
@@ -294,6 +338,7 @@ mod tests {
                 uid: None,
                 deleting: None,
                 finalizers: Vec::new(),
+                capi: false,
                 item: Item::Object {
                     resource: Box::new(resource),
                     status: Value::Null,
@@ -303,15 +348,56 @@ mod tests {
     }
 
     #[test]
+    fn a_starling_cluster_shadows_a_cluster_api_cluster_of_the_same_name() {
+        let scopes = vec![
+            Scope {
+                kind: Kind::Cluster,
+                namespace: None,
+                capi: false,
+            },
+            Scope {
+                kind: Kind::Cluster,
+                namespace: None,
+                capi: true,
+            },
+        ];
+        let mut mirror = Mirror::new(scopes);
+        let mut dirty = Dirty::default();
+        let (key, native) = cluster("a");
+        let capi = Observed {
+            capi: true,
+            ..native.clone()
+        };
+        mirror.upsert(key.clone(), capi.clone(), &mut dirty);
+        assert!(mirror.objects[&key].capi);
+        mirror.upsert(key.clone(), native.clone(), &mut dirty);
+        assert!(!mirror.objects[&key].capi, "the Starling Cluster wins");
+        // A relist of the Cluster API watch keeps the native one in place.
+        mirror.list_started(1);
+        mirror.listed(1, key.clone(), capi.clone());
+        mirror.list_done(1, &mut dirty);
+        assert!(!mirror.objects[&key].capi);
+        // The Starling Cluster goes: the Cluster API one is no longer shadowed.
+        mirror.remove(&key, false, &mut dirty);
+        assert!(mirror.objects[&key].capi);
+        // The Cluster API one goes too, with a relist that no longer has it.
+        mirror.list_started(1);
+        mirror.list_done(1, &mut dirty);
+        assert!(!mirror.objects.contains_key(&key));
+    }
+
+    #[test]
     fn a_relist_replaces_its_streams_part_and_marks_what_went_away() {
         let scopes = vec![
             Scope {
                 kind: Kind::Cluster,
                 namespace: None,
+                capi: false,
             },
             Scope {
                 kind: Kind::Secret,
                 namespace: None,
+                capi: false,
             },
         ];
         let mut mirror = Mirror::new(scopes);

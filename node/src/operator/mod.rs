@@ -18,6 +18,7 @@
 //! apply`, `delete`): the management cluster is the source of truth. `starling rollout
 //! pause|resume` sets `spec.rollout.paused` on the SyncGroup there.
 
+pub mod capi;
 mod events;
 mod ingest;
 pub mod mirror;
@@ -43,6 +44,8 @@ pub struct Operator {
     pub status_writes_per_second: u32,
     /// How long pruning on deletion may take before the objects are orphaned.
     pub deletion_timeout: std::time::Duration,
+    /// Cluster API `Cluster` objects become Starling Clusters ([`capi`]).
+    pub capi: bool,
 }
 
 /// What `starling apply` and `starling delete` are told in operator mode.
@@ -78,6 +81,7 @@ impl Operator {
             namespaces: config.namespaces.clone(),
             status_writes_per_second: config.status_writes_per_second,
             deletion_timeout: config.deletion_timeout,
+            capi: config.capi,
         })
     }
 

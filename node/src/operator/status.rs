@@ -153,6 +153,10 @@ fn pending(
                 let Item::Object { resource, status } = &observed.item else {
                     return None;
                 };
+                // Cluster API objects keep their own status.
+                if observed.capi {
+                    return None;
+                }
                 let desired =
                     desired_status(state, resource, observed, mirror.rejected.get(key), &now)?;
                 if desired == *status
