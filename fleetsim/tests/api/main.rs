@@ -8,6 +8,7 @@ mod bad_requests;
 mod common;
 mod controller;
 mod discovery;
+mod events;
 mod faults;
 mod metadata;
 mod verbs;
