@@ -3,7 +3,8 @@
 //! more replicas than `--max-voters` the voter set stays full, refilled from the learners after
 //! a voter is lost or removed; a replica back with an empty disk under the same id rejoins,
 //! catches up and votes again, counted once (also when it is the lowest id, which must not
-//! start a second group); and `starling dev` ends with every replica a voter.
+//! start a second group); a write acknowledged right after a parallel start survives the loss
+//! of the first replica's disk; and `starling dev` ends with every replica a voter.
 
 mod harness;
 
@@ -342,5 +343,45 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_acknowledged_right_after_a_parallel_start_survives_losing_the_first_disk() {
+    // Right after a parallel start the lowest replica leads a group of one until the others
+    // join. A write it acknowledged then would live on its disk only.
+    let mut group = Group::start_together(3, Options::default());
+    let applied = group
+        .apply(1, &fleet_manifests(2))
+        .await
+        .expect("the write is acknowledged once the group has formed");
+    assert!(!applied.results.is_empty());
+    // The disk of the replica that took the write is lost at once; it comes back empty, as a
+    // StatefulSet's replacement pod with a new volume does.
+    group.wipe_and_restart(1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut held = Vec::new();
+        for id in 1..=3 {
+            let mut fleet = group.fleet(id).await;
+            let count = fleet
+                .list(proto::ListRequest {
+                    kind: "clusters".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().objects.len())
+                .unwrap_or(0);
+            held.push(count);
+        }
+        if held.iter().all(|count| *count == 2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the write was lost with the first disk: clusters held per replica {held:?}, roles {:?}",
+            group.leader_roles().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -16,6 +16,9 @@ use tonic::{Request, Response, Status};
 use super::{convert, status, write_status};
 use crate::replica::Replica;
 
+/// How long a client's write waits for the group to form before it is refused.
+const WRITE_QUORUM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub struct FleetService {
     replica: Arc<Replica>,
 }
@@ -78,6 +81,7 @@ impl proto::fleet_server::Fleet for FleetService {
         let (outcomes, revision) = if request.dry_run {
             reader.read(|state| (dry_run(state, commands), state.revision))
         } else {
+            self.formed().await?;
             let committed = self
                 .replica
                 .raft
@@ -134,6 +138,7 @@ impl proto::fleet_server::Fleet for FleetService {
             .iter()
             .map(|key| Command::DeleteSpec { key: key.clone() })
             .collect();
+        self.formed().await?;
         let committed = self
             .replica
             .raft
@@ -274,6 +279,14 @@ impl proto::fleet_server::Fleet for FleetService {
 }
 
 impl FleetService {
+    /// A client's spec write waits until the group has formed ([`Replica::write_quorum`]).
+    async fn formed(&self) -> Result<(), Status> {
+        self.replica
+            .write_quorum(WRITE_QUORUM_WAIT)
+            .await
+            .map_err(|message| status(ApiError::unavailable(message)))
+    }
+
     /// In operator mode the specs are read-only here (a dry run still answers).
     fn refuse_in_operator_mode(&self, dry_run: bool) -> Result<(), Status> {
         if self.replica.operator.is_some() && !dry_run {
@@ -317,6 +330,7 @@ impl FleetService {
             let revision = self.replica.raft.reader().read(|state| state.revision);
             return Ok(Response::new(proto::RolloutResponse { revision }));
         }
+        self.formed().await?;
         let group = key_of(namespace, &request.name);
         let command = if pause {
             Command::PauseRollout { group }

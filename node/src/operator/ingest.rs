@@ -314,6 +314,12 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
         if !synced || dirty.is_empty() || retry_at.is_some_and(|at| at > Instant::now()) {
             continue;
         }
+        // Nothing is committed from the management cluster before the group has formed
+        // (see `Replica::write_quorum`): it would live on this replica's disk only.
+        if !replica.write_quorum_formed() {
+            retry_at = Some(Instant::now() + RETRY.0);
+            continue;
+        }
         match reconcile(replica, operator, mirror, &mut dirty).await {
             Ok(()) => {
                 retry = RETRY.0;

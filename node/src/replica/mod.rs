@@ -73,6 +73,9 @@ pub struct Replica {
     /// The leader's own applied index over the last lease or so (sampled as heartbeats arrive),
     /// to tell a follower that is slow from one whose apply has stopped.
     applied_history: Mutex<VecDeque<(Instant, u64)>>,
+    /// Latched once the group had a majority of the voters it is configured for
+    /// ([`Replica::write_quorum`]).
+    quorum_formed: std::sync::atomic::AtomicBool,
     /// Set once a graceful stop began ([`stopping::drain`]): the replica no longer turns itself
     /// Live.
     pub shutting_down: std::sync::atomic::AtomicBool,
@@ -133,6 +136,7 @@ impl Replica {
             applied_history: Mutex::new(VecDeque::new()),
             operator,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            quorum_formed: std::sync::atomic::AtomicBool::new(false),
             config,
             raft,
         })
@@ -230,11 +234,85 @@ impl Replica {
         applied >= self.leader_commit.load(Ordering::Relaxed) && self.lease.is_valid()
     }
 
+    /// The voters the group needs before a first client write is acknowledged: every voter
+    /// this installation is configured for (`--peers`, at most `--max-voters`), or, once the
+    /// replica has run for [`FORMATION_GRACE`], a majority of them. With only a majority, a
+    /// voter that loses its disk right then leaves the others without a quorum: its data is
+    /// safe on the others, but the group cannot elect a leader again (a replica back with an
+    /// empty disk does not vote before it has rejoined). The grace keeps a peer that never
+    /// starts from blocking a new installation for good.
+    fn voters_needed(&self) -> usize {
+        let configured = self.config.peers.len().min(self.config.max_voters);
+        if self.started.elapsed() < FORMATION_GRACE {
+            configured
+        } else {
+            configured / 2 + 1
+        }
+    }
+
+    /// Whether the group has formed: it has had at least [`Self::voters_needed`] voters. The
+    /// answer is latched, so a group an operator shrinks on purpose keeps taking writes.
+    pub fn write_quorum_formed(&self) -> bool {
+        if self.quorum_formed.load(Ordering::Relaxed) {
+            return true;
+        }
+        let formed = self.settled_voters() >= self.voters_needed();
+        if formed {
+            self.quorum_formed.store(true, Ordering::Relaxed);
+        }
+        formed
+    }
+
+    /// The voters of the membership in effect, counted only once it is committed here and not
+    /// a joint configuration (a change half done still depends on the old voter set).
+    fn settled_voters(&self) -> usize {
+        let metrics = self.raft.metrics().borrow().clone();
+        let stored = metrics.membership_config.clone();
+        let membership = stored.membership();
+        let index = stored.log_id().as_ref().map_or(0, |log_id| log_id.index);
+        let applied = metrics
+            .last_applied
+            .as_ref()
+            .map_or(0, |log_id| log_id.index);
+        if applied < index || membership.get_joint_config().len() > 1 {
+            return 0;
+        }
+        membership.voter_ids().count()
+    }
+
+    /// Waits (at most `timeout`) until the group has formed. Right after a StatefulSet starts
+    /// every replica at once, the lowest one leads a group of one until the others have
+    /// joined: a client write acknowledged then would live on one disk only, and be lost with
+    /// it. Spec writes from clients (the API, the operator's ingest) wait for this first.
+    pub async fn write_quorum(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut metrics = self.raft.metrics();
+        loop {
+            if self.write_quorum_formed() {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, metrics.changed())
+                .await
+                .is_err()
+            {
+                return Err(format!(
+                    "the replica group has not formed yet: {} of the {} voters a write needs                      have joined; try again shortly",
+                    self.settled_voters(),
+                    self.voters_needed()
+                ));
+            }
+        }
+    }
+
     /// The current time as RFC 3339, stamped into commands by their proposer.
     pub fn now_rfc3339() -> String {
         humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
     }
 }
+
+/// How long a replica insists on the full voter set before a first client write
+/// ([`Replica::write_quorum`]); after it, a majority of the configured voters is enough.
+pub const FORMATION_GRACE: Duration = Duration::from_secs(60);
 
 /// Spacing of the leader's applied-index samples.
 const HISTORY_STEP: Duration = Duration::from_millis(100);
