@@ -27,6 +27,9 @@ pub const DEFAULT_DOWN_AFTER: &str = "3s";
 /// wait after its election for a dead leader's clusters (the election grace).
 const DEFAULT_LEASE_FRACTION: (u32, u32) = (1, 2);
 
+/// Syncs under way per node by default: three replicas reach a budget of 1,000 without tuning.
+pub const DEFAULT_MAX_WAITING_SYNCS: usize = 512;
+
 /// The lease when `--lease` is not set.
 pub fn default_lease(down_after: Duration) -> Duration {
     down_after * DEFAULT_LEASE_FRACTION.0 / DEFAULT_LEASE_FRACTION.1
@@ -68,9 +71,13 @@ pub struct NodeArgs {
     /// shorter than `--down-after` by 400ms at least. Half of it when unset.
     #[arg(long, env = "STARLING_LEASE", value_parser = humantime::parse_duration)]
     pub lease: Option<Duration>,
-    /// Syncs this node runs at once.
+    /// Syncs this node applies at once (rendering and writing to the target).
     #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
     pub max_concurrent_syncs: usize,
+    /// Syncs this node has under way at once, including those that applied and wait for their
+    /// objects to become ready (which hold no apply slot). At least --max-concurrent-syncs.
+    #[arg(long, env = "STARLING_MAX_WAITING_SYNCS", default_value_t = DEFAULT_MAX_WAITING_SYNCS)]
+    pub max_waiting_syncs: usize,
     /// On SIGTERM or SIGINT, how long the replica may take to hand its clusters on before it
     /// exits (0s: no drain). Keep it below the pod's terminationGracePeriodSeconds.
     #[arg(long, env = "STARLING_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
@@ -144,6 +151,8 @@ pub struct NodeConfig {
     /// How often heartbeats are sent: a tenth of `down_after`.
     pub heartbeat_interval: Duration,
     pub max_concurrent_syncs: usize,
+    /// Syncs under way at once, waits for readiness included (at least `max_concurrent_syncs`).
+    pub max_waiting_syncs: usize,
     /// How long a graceful stop may take to hand the clusters on ([`crate::replica::stopping`]).
     pub drain_timeout: Duration,
     /// `Some` in operator mode.
@@ -179,7 +188,7 @@ impl NodeConfig {
         format!(
             "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
              data-dir {} down-after {} lease {} max-voters {} max-concurrent-syncs {} \
-             drain-timeout {} mode {}",
+             max-waiting-syncs {} drain-timeout {} mode {}",
             self.id,
             self.listen,
             self.advertise,
@@ -190,6 +199,7 @@ impl NodeConfig {
             humantime::format_duration(self.lease),
             self.max_voters,
             self.max_concurrent_syncs,
+            self.max_waiting_syncs,
             humantime::format_duration(self.drain_timeout),
             mode,
         )
@@ -223,6 +233,10 @@ pub enum ConfigError {
     BadMaxVoters(usize),
     #[error("--max-concurrent-syncs must be between 1 and 4096, got {0}")]
     BadConcurrency(usize),
+    #[error(
+        "--max-waiting-syncs ({waiting}) must be between --max-concurrent-syncs ({applying}) and 65536"
+    )]
+    BadWaiting { waiting: usize, applying: usize },
     #[error("--advertise {0:?} is not HOST:PORT")]
     BadAdvertise(String),
     #[error("{0} is an operator mode setting: add --mode operator")]
@@ -294,6 +308,12 @@ impl NodeArgs {
         if !(1..=4096).contains(&self.max_concurrent_syncs) {
             return Err(ConfigError::BadConcurrency(self.max_concurrent_syncs));
         }
+        if !(self.max_concurrent_syncs..=65_536).contains(&self.max_waiting_syncs) {
+            return Err(ConfigError::BadWaiting {
+                waiting: self.max_waiting_syncs,
+                applying: self.max_concurrent_syncs,
+            });
+        }
         let advertise = self
             .advertise
             .clone()
@@ -330,6 +350,7 @@ impl NodeArgs {
             lease,
             heartbeat_interval: heartbeat_interval(self.down_after),
             max_concurrent_syncs: self.max_concurrent_syncs,
+            max_waiting_syncs: self.max_waiting_syncs,
             drain_timeout: self.drain_timeout,
             operator,
         })
@@ -470,7 +491,7 @@ mod tests {
              peers 1=starling-1.starling-headless.ops.svc.cluster.local:7400,\
              2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
              data-dir /tmp/x down-after 5s lease 2s 500ms max-voters 5 max-concurrent-syncs 16 \
-             drain-timeout 20s mode standalone"
+             max-waiting-syncs 512 drain-timeout 20s mode standalone"
         );
     }
 

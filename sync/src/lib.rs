@@ -31,8 +31,8 @@ mod session;
 
 pub use client::{ClientCache, ClientSettings, ClusterTarget, Connection};
 pub use engine::{
-    EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, LeaseEnd, SYSTEM_NAMESPACE,
-    SyncEngine, SyncFailure, SyncReport, SyncRequest,
+    ApplySlot, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, LeaseEnd,
+    SYSTEM_NAMESPACE, SyncEngine, SyncFailure, SyncReport, SyncRequest,
 };
 pub use error::{ErrorClass, SyncError};
 pub use readiness::ObjectHealth;

@@ -479,6 +479,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
             heartbeat_interval: crate::config::heartbeat_interval(Duration::from_secs(3)),
             // No sync workers compete with the benchmark's own grants.
             max_concurrent_syncs: 1,
+            max_waiting_syncs: 1,
             drain_timeout: Duration::ZERO,
             operator: None,
         };

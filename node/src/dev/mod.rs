@@ -298,6 +298,8 @@ impl Dev {
                 lease: crate::config::default_lease(down_after),
                 heartbeat_interval: crate::config::heartbeat_interval(down_after),
                 max_concurrent_syncs: self.args.max_concurrent_syncs,
+                max_waiting_syncs: crate::config::DEFAULT_MAX_WAITING_SYNCS
+                    .max(self.args.max_concurrent_syncs),
                 drain_timeout: Duration::ZERO,
                 operator: self.management.as_ref().map(|m| OperatorConfig {
                     kubeconfig: Some(m.kubeconfig.clone()),

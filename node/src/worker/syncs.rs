@@ -88,7 +88,9 @@ struct Planner {
 }
 
 pub async fn run(replica: Arc<Replica>) {
-    let slots = Arc::new(Semaphore::new(replica.config.max_concurrent_syncs));
+    // Syncs under way (a wait for readiness included) and, inside them, syncs applying.
+    let slots = Arc::new(Semaphore::new(replica.config.max_waiting_syncs));
+    let applying = Arc::new(Semaphore::new(replica.config.max_concurrent_syncs));
     let (done_sender, mut done) = mpsc::channel::<Done>(1024);
     let mut events = replica.raft.subscribe();
     let mut planner = Planner {
@@ -125,6 +127,7 @@ pub async fn run(replica: Arc<Replica>) {
             // settled: the heartbeats tell the leader which tickets are being worked on.
             lock(&replica.running_syncs).insert(work.sync.clone());
             let replica = replica.clone();
+            let applying = applying.clone();
             let done_sender = done_sender.clone();
             // Each sync is its own root span: spawned tasks must not inherit another's.
             let span =
@@ -132,7 +135,7 @@ pub async fn run(replica: Arc<Replica>) {
             tokio::spawn(
                 async move {
                     replica.metrics.sync_started();
-                    let report = run_one(&replica, &work).await;
+                    let report = run_one(&replica, &work, applying).await;
                     replica.metrics.sync_ended();
                     lock(&replica.running_syncs).remove(&work.sync);
                     drop(permit);
@@ -345,7 +348,7 @@ fn start_jitter(state: &FleetState, sync: &str) -> Option<Duration> {
         .then_some(jitter)
 }
 
-async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
+async fn run_one(replica: &Arc<Replica>, work: &Work, applying: Arc<Semaphore>) -> Done {
     let Some(prepared) = replica
         .raft
         .reader()
@@ -409,17 +412,23 @@ async fn run_one(replica: &Arc<Replica>, work: &Work) -> Done {
     };
     replica.metrics.grants.inc();
     let span = tracing::info_span!("granted", cluster = %prepared.cluster, revision = %prepared.revision, generation = prepared.generation, ticket = ticket.id);
-    run_granted(replica, work, prepared, ticket.id)
+    run_granted(replica, work, prepared, ticket.id, applying)
         .instrument(span)
         .await
 }
 
 /// Applies a granted sync and commits its result.
-async fn run_granted(replica: &Arc<Replica>, work: &Work, prepared: Prepared, ticket: u64) -> Done {
+async fn run_granted(
+    replica: &Arc<Replica>,
+    work: &Work,
+    prepared: Prepared,
+    ticket: u64,
+    applying: Arc<Semaphore>,
+) -> Done {
     let started = Instant::now();
     let drift_interval = fleet::validate::sync_interval(&prepared.object.spec.template);
     let revision = prepared.revision.clone();
-    let (outcome, failure) = apply(replica, &work.sync, prepared, ticket).await;
+    let (outcome, failure) = apply(replica, &work.sync, prepared, ticket, applying).await;
     let result = if failure.is_some() {
         "failed"
     } else {
@@ -465,6 +474,7 @@ async fn apply(
     sync: &str,
     prepared: Prepared,
     ticket: u64,
+    applying: Arc<Semaphore>,
 ) -> (SyncOutcome, Option<ErrorClass>) {
     let fail = |class: ErrorClass, message: String| {
         (
@@ -480,6 +490,12 @@ async fn apply(
         Ok(target) => target,
         Err(message) => return fail(ErrorClass::Invalid, message),
     };
+    // The apply slot: held while fetching, rendering and applying; the engine gives it back
+    // before it waits for readiness.
+    let Ok(slot) = applying.acquire_owned().await else {
+        return fail(ErrorClass::Cancelled, "the replica is stopping".into());
+    };
+    let slot = starling_sync::ApplySlot::new(slot);
     let mut request = if prepared.retire {
         let mut request = SyncRequest::new(
             sync,
@@ -499,6 +515,7 @@ async fn apply(
             Err(message) => return fail(ErrorClass::Unreachable, message),
         }
     };
+    request.apply_slot = slot;
     request.previous_inventory = prepared
         .object
         .status

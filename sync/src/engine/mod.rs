@@ -39,8 +39,8 @@ pub(crate) mod drift;
 mod types;
 
 pub use types::{
-    Drift, DriftedField, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, LeaseEnd,
-    SYSTEM_NAMESPACE, SyncFailure, SyncReport, SyncRequest,
+    ApplySlot, Drift, DriftedField, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest,
+    LeaseEnd, SYSTEM_NAMESPACE, SyncFailure, SyncReport, SyncRequest,
 };
 
 /// What a sync has done so far, kept outside its future so a time-out can still report it.
@@ -267,6 +267,8 @@ impl SyncEngine {
                 message,
             });
         }
+        // Applied: the wait for readiness does not hold an apply slot.
+        request.apply_slot.release();
         if request.wait {
             let resolved: Vec<_> = planned.iter().map(|p| p.resolved.clone()).collect();
             health = wait_ready(&session, health, &resolved, deadline).await?;

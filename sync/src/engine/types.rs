@@ -107,6 +107,35 @@ impl std::fmt::Debug for LeaseEnd {
     }
 }
 
+/// A node's apply slot, held by a sync while it renders and applies and released before it
+/// waits for readiness: a sync waiting for its objects to become ready does not keep another
+/// from applying. Shared by the clones of a request (one slot per sync).
+#[derive(Clone, Default)]
+pub struct ApplySlot(std::sync::Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>);
+
+impl ApplySlot {
+    pub fn new(permit: tokio::sync::OwnedSemaphorePermit) -> ApplySlot {
+        ApplySlot(std::sync::Arc::new(std::sync::Mutex::new(Some(permit))))
+    }
+
+    /// Gives the slot back (idempotent).
+    pub fn release(&self) {
+        let mut permit = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        permit.take();
+    }
+
+    /// Whether the slot is still held.
+    pub fn held(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+}
+
+impl std::fmt::Debug for ApplySlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ApplySlot(held: {})", self.held())
+    }
+}
+
 /// One sync: what to apply where, as whom.
 #[derive(Clone, Debug)]
 pub struct SyncRequest {
@@ -133,6 +162,8 @@ pub struct SyncRequest {
     /// Deleting the Sync with prune: nothing is rendered or applied, and everything in the
     /// inventory is pruned (objects marked `starling.dev/prune: disabled` stay).
     pub retire: bool,
+    /// Released once the objects are applied, before the wait for readiness.
+    pub apply_slot: ApplySlot,
 }
 
 impl SyncRequest {
@@ -158,6 +189,7 @@ impl SyncRequest {
             cancel: CancellationToken::new(),
             lease: None,
             retire: false,
+            apply_slot: ApplySlot::default(),
         }
     }
 }
