@@ -57,9 +57,8 @@ impl FleetState {
             if let Some(ticket) = in_flight {
                 return denied(DenyReason::InFlight { ticket });
             }
-            self.next_ticket += 1;
-            let ticket = Ticket {
-                id: self.next_ticket,
+            let ticket = self.issue_ticket(Ticket {
+                id: 0,
                 sync: sync.to_string(),
                 cluster: cluster_key,
                 node,
@@ -68,11 +67,7 @@ impl FleetState {
                 seq: 0,
                 kind: SyncKind::Retire,
                 spec_generation: current_spec,
-            };
-            self.tickets.insert(ticket.id, ticket.clone());
-            if let Some(entry) = self.syncs.get_mut(sync) {
-                entry.rollout.ticket = Some((ticket.id, SyncKind::Retire));
-            }
+            });
             return Outcome::Granted { ticket };
         }
         let Some((target, mark)) = self.desired_mark(sync) else {
@@ -100,9 +95,8 @@ impl FleetState {
             }
             Ok(_) => {}
         }
-        self.next_ticket += 1;
-        let ticket = Ticket {
-            id: self.next_ticket,
+        let ticket = self.issue_ticket(Ticket {
+            id: 0,
             sync: sync.to_string(),
             cluster: cluster_key,
             node,
@@ -111,15 +105,24 @@ impl FleetState {
             seq: mark.0,
             kind,
             spec_generation: current_spec,
-        };
-        self.tickets.insert(ticket.id, ticket.clone());
+        });
         if let Some(entry) = self.syncs.get_mut(sync) {
-            entry.rollout.ticket = Some((ticket.id, kind));
             let status = entry.object.status.get_or_insert_with(Default::default);
             status.last_attempted_revision = Some(target.revision);
         }
         self.settle(sync);
         Outcome::Granted { ticket }
+    }
+
+    /// Numbers a granted ticket, records it and hands it to its Sync.
+    fn issue_ticket(&mut self, mut ticket: Ticket) -> Ticket {
+        self.next_ticket += 1;
+        ticket.id = self.next_ticket;
+        self.tickets.insert(ticket.id, ticket.clone());
+        if let Some(entry) = self.syncs.get_mut(&ticket.sync) {
+            entry.rollout.ticket = Some((ticket.id, ticket.kind));
+        }
+        ticket
     }
 
     pub(super) fn finish_sync(

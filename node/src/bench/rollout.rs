@@ -113,14 +113,11 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     let (_, seconds) = wait_rollout(&address, &first, &args).await?;
 
     let mean = mean_sync_duration(&procs).await;
-    let bound = physical_bound(
-        args.clusters,
-        args.nodes as usize,
-        args.max_concurrent_syncs,
-        budget,
-        mean,
-    )
-    .as_secs_f64();
+    // Each node has up to --max-waiting-syncs syncs under way (its default): a sync waiting
+    // for readiness holds no apply slot.
+    let under_way = crate::config::DEFAULT_MAX_WAITING_SYNCS.max(args.max_concurrent_syncs);
+    let bound =
+        physical_bound(args.clusters, args.nodes as usize, under_way, budget, mean).as_secs_f64();
     println!(
         "rollout of a new revision to {} clusters on {} nodes: {seconds:.1}s measured, {bound:.1}s physical bound (mean sync {:.3}s), bound/measured {:.2}",
         args.clusters,

@@ -554,13 +554,11 @@ impl Dev {
         };
         let replicas = self.args.replicas as usize;
         for rollout in &mut rollouts {
-            let bound = report::physical_bound(
-                self.args.clusters,
-                replicas,
-                self.args.max_concurrent_syncs,
-                budget,
-                mean,
-            );
+            // Syncs under way per replica (waits for readiness hold no apply slot).
+            let under_way =
+                crate::config::DEFAULT_MAX_WAITING_SYNCS.max(self.args.max_concurrent_syncs);
+            let bound =
+                report::physical_bound(self.args.clusters, replicas, under_way, budget, mean);
             rollout.bound_seconds = bound.as_secs_f64();
             rollout.efficiency = if rollout.seconds > 0.0 {
                 rollout.bound_seconds / rollout.seconds

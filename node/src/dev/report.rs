@@ -12,7 +12,9 @@ use serde::Serialize;
 pub struct RolloutTiming {
     pub revision: String,
     pub seconds: f64,
-    /// `ceil(N / min(M·K, B)) · L`.
+    /// `ceil(N / min(M·K, B)) · L`: N clusters, M replicas with K syncs under way each (a sync
+    /// waiting for readiness included), budget B, mean sync time L. It says whether the slots were
+    /// kept busy, not how close a rollout came to what the fleet allows.
     pub bound_seconds: f64,
     /// bound / measured: 1.0 means as fast as physically possible.
     pub efficiency: f64,
@@ -90,7 +92,9 @@ impl Summary {
     }
 }
 
-/// `ceil(N / min(M·K, B)) · L`.
+/// `ceil(N / min(M·K, B)) · L`: N clusters, M replicas with K syncs under way each (a sync
+/// waiting for readiness included), budget B, mean sync time L. It says whether the slots were
+/// kept busy, not how close a rollout came to what the fleet allows.
 pub fn physical_bound(
     clusters: usize,
     nodes: usize,
