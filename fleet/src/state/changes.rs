@@ -66,7 +66,8 @@ impl Touch {
             Command::AddMember { .. }
             | Command::RemoveMember { .. }
             | Command::SetMemberState { .. }
-            | Command::StopMember { .. } => Touch::Nothing,
+            | Command::StopMember { .. }
+            | Command::GroupFormed => Touch::Nothing,
         }
     }
 }

@@ -203,6 +203,9 @@ pub struct FleetState {
     /// Syncs being deleted with prune ([`SyncEntry::retiring`]): their owners act on them too.
     #[serde(default)]
     pub retiring: BTreeSet<Key>,
+    /// The group has formed ([`Command::GroupFormed`]): client spec writes are taken.
+    #[serde(default)]
+    pub formed: bool,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -260,6 +263,9 @@ pub enum Command {
         state: MemberState,
         at: String,
     },
+    /// The leader saw the group formed (every configured voter joined, or a majority after a
+    /// grace): from now on client spec writes are taken. Never undone.
+    GroupFormed,
     /// A replica that is shutting down gives its clusters and sources away before it exits:
     /// it is Draining, marked `stopping`, until it comes back and turns itself Live. A
     /// member Draining by an operator's drain is left as it is.
@@ -481,6 +487,10 @@ impl FleetState {
             Command::SetMemberState { id, state, at } => self.set_member_state(id, state, &at),
             Command::StopMember { id, at } => self.stop_member(id, &at),
             Command::RetireSpec { key } => self.retire_spec(&key),
+            Command::GroupFormed => {
+                self.formed = true;
+                Outcome::Ok
+            }
             Command::SourceResolved {
                 source,
                 revision,

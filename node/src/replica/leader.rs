@@ -1,4 +1,5 @@
-//! What the leader does besides replicating: the failure detector (marking silent nodes Down
+//! What the leader does besides replicating: marking the group formed once its voters have
+//! joined ([`Replica::write_quorum`]), the failure detector (marking silent nodes Down
 //! and returning ones Live through committed commands), and making sure every Raft member is
 //! a member of the fleet state. A newly elected leader starts a fresh detector: a node it has
 //! not heard from since the election is declared Down after the election grace (the rest of
@@ -77,8 +78,12 @@ fn duties(replica: &Replica, detector: &mut FailureDetector) -> Vec<Command> {
     let now = Instant::now();
     let at = Replica::now_rfc3339();
     let membership = replica.raft.membership();
+    let voters_formed = replica.voters_formed();
     replica.raft.reader().read(|state| {
         let mut commands = Vec::new();
+        if !state.formed && voters_formed {
+            commands.push(Command::GroupFormed);
+        }
         for (id, peer) in membership.nodes() {
             let known = state.members.get(id);
             if known.is_none_or(|m| m.address != peer.addr) {

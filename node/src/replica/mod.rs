@@ -73,9 +73,6 @@ pub struct Replica {
     /// The leader's own applied index over the last lease or so (sampled as heartbeats arrive),
     /// to tell a follower that is slow from one whose apply has stopped.
     applied_history: Mutex<VecDeque<(Instant, u64)>>,
-    /// Latched once the group had a majority of the voters it is configured for
-    /// ([`Replica::write_quorum`]).
-    quorum_formed: std::sync::atomic::AtomicBool,
     /// Set once a graceful stop began ([`stopping::drain`]): the replica no longer turns itself
     /// Live.
     pub shutting_down: std::sync::atomic::AtomicBool,
@@ -136,7 +133,6 @@ impl Replica {
             applied_history: Mutex::new(VecDeque::new()),
             operator,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
-            quorum_formed: std::sync::atomic::AtomicBool::new(false),
             config,
             raft,
         })
@@ -250,17 +246,16 @@ impl Replica {
         }
     }
 
-    /// Whether the group has formed: it has had at least [`Self::voters_needed`] voters. The
-    /// answer is latched, so a group an operator shrinks on purpose keeps taking writes.
+    /// Whether the group has formed, as the replicated state says ([`fleet::Command::GroupFormed`]):
+    /// a property of the group, so a restarted or wiped replica knows it at once.
     pub fn write_quorum_formed(&self) -> bool {
-        if self.quorum_formed.load(Ordering::Relaxed) {
-            return true;
-        }
-        let formed = self.settled_voters() >= self.voters_needed();
-        if formed {
-            self.quorum_formed.store(true, Ordering::Relaxed);
-        }
-        formed
+        self.raft.reader().read(|state| state.formed)
+    }
+
+    /// Whether the leader should commit [`fleet::Command::GroupFormed`]: the committed membership
+    /// has [`Self::voters_needed`] voters.
+    pub fn voters_formed(&self) -> bool {
+        self.settled_voters() >= self.voters_needed()
     }
 
     /// The voters of the membership in effect, counted only once it is committed here and not
@@ -286,22 +281,18 @@ impl Replica {
     /// it. Spec writes from clients (the API, the operator's ingest) wait for this first.
     pub async fn write_quorum(&self, timeout: Duration) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut metrics = self.raft.metrics();
-        loop {
-            if self.write_quorum_formed() {
-                return Ok(());
-            }
-            if tokio::time::timeout_at(deadline, metrics.changed())
-                .await
-                .is_err()
-            {
+        while !self.write_quorum_formed() {
+            if tokio::time::Instant::now() >= deadline {
                 return Err(format!(
-                    "the replica group has not formed yet: {} of the {} voters a write needs                      have joined; try again shortly",
+                    "the replica group has not formed yet ({} of the {} voters it needs have \
+                     joined); try again shortly",
                     self.settled_voters(),
                     self.voters_needed()
                 ));
             }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        Ok(())
     }
 
     /// The current time as RFC 3339, stamped into commands by their proposer.
