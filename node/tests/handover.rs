@@ -203,8 +203,11 @@ async fn restarted_followers_catch_up_with_the_log_under_write_load() {
         let stop = stop.clone();
         tokio::spawn(async move {
             let mut written = 0u64;
+            // Round-robin over the attempts: a node that is down does not stall the stream.
+            let mut attempts = 0usize;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let address = &addresses[written as usize % addresses.len()];
+                let address = &addresses[attempts % addresses.len()];
+                attempts += 1;
                 let mut client = proto::fleet_client::FleetClient::new(harness::channel(address));
                 let manifest = format!(
                     "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: load-{}, labels: {{round: \"{written}\"}}}}\nspec: {{}}\n",

@@ -17,6 +17,11 @@
 //! from the one the state recorded. In operator mode the gRPC API refuses spec writes (`starling
 //! apply`, `delete`): the management cluster is the source of truth. `starling rollout
 //! pause|resume` sets `spec.rollout.paused` on the SyncGroup there.
+//!
+//! Syncs and SyncGroups carry the finalizer `starling.dev/prune`: a deleted one is retired
+//! through the state (its objects pruned from the targets) before the finalizer goes
+//! ([`ingest`]). Rollout milestones become Events ([`events`]); with `--capi`, Cluster API
+//! Clusters become Starling Clusters ([`capi`]).
 
 pub mod capi;
 mod events;

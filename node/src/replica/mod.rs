@@ -246,10 +246,18 @@ impl Replica {
         }
     }
 
-    /// Whether the group has formed, as the replicated state says ([`fleet::Command::GroupFormed`]):
-    /// a property of the group, so a restarted or wiped replica knows it at once.
+    /// Whether the group has formed: the replicated state says so
+    /// ([`fleet::Command::GroupFormed`], a property of the group that survives restarts), or the
+    /// membership this replica knows (restored from its log at once on a restart, before the
+    /// state is applied again) is not a joint configuration and has the voters needed: every
+    /// entry after it then needs a majority of them.
     pub fn write_quorum_formed(&self) -> bool {
-        self.raft.reader().read(|state| state.formed)
+        if self.raft.reader().read(|state| state.formed) {
+            return true;
+        }
+        let membership = self.raft.membership();
+        membership.get_joint_config().len() == 1
+            && membership.voter_ids().count() >= self.voters_needed()
     }
 
     /// Whether the leader should commit [`fleet::Command::GroupFormed`]: the committed membership
