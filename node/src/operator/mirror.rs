@@ -326,6 +326,15 @@ mod tests {
     use super::*;
     use fleet::resources::{Cluster, ClusterSpec};
 
+    /// A scope over every namespace.
+    fn scope(kind: Kind, capi: bool) -> Scope {
+        Scope {
+            kind,
+            namespace: None,
+            capi,
+        }
+    }
+
     fn cluster(name: &str) -> (ObjectKey, Observed) {
         let mut object = Cluster::new(name, ClusterSpec::default());
         object.metadata.namespace = Some("default".into());
@@ -349,18 +358,7 @@ mod tests {
 
     #[test]
     fn a_starling_cluster_shadows_a_cluster_api_cluster_of_the_same_name() {
-        let scopes = vec![
-            Scope {
-                kind: Kind::Cluster,
-                namespace: None,
-                capi: false,
-            },
-            Scope {
-                kind: Kind::Cluster,
-                namespace: None,
-                capi: true,
-            },
-        ];
+        let scopes = vec![scope(Kind::Cluster, false), scope(Kind::Cluster, true)];
         let mut mirror = Mirror::new(scopes);
         let mut dirty = Dirty::default();
         let (key, native) = cluster("a");
@@ -388,18 +386,7 @@ mod tests {
 
     #[test]
     fn a_relist_replaces_its_streams_part_and_marks_what_went_away() {
-        let scopes = vec![
-            Scope {
-                kind: Kind::Cluster,
-                namespace: None,
-                capi: false,
-            },
-            Scope {
-                kind: Kind::Secret,
-                namespace: None,
-                capi: false,
-            },
-        ];
+        let scopes = vec![scope(Kind::Cluster, false), scope(Kind::Secret, false)];
         let mut mirror = Mirror::new(scopes);
         let mut dirty = Dirty::default();
         mirror.list_started(0);

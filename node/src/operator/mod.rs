@@ -28,6 +28,7 @@ mod events;
 mod ingest;
 pub mod mirror;
 mod status;
+mod watches;
 
 use std::sync::{Arc, Mutex};
 
@@ -140,7 +141,7 @@ pub async fn run(replica: Arc<Replica>) {
             namespaces = %if operator.namespaces.is_empty() { "all".to_string() } else { operator.namespaces.join(",") },
             "leading: watching the management cluster"
         );
-        let mirror = Mutex::new(Mirror::new(ingest::scopes(&operator)));
+        let mirror = Mutex::new(Mirror::new(watches::scopes(&operator)));
         let lost = async {
             let _ = metrics.wait_for(|m| m.current_leader != Some(id)).await;
         };
