@@ -57,6 +57,7 @@ VARIANTS = [
             "node": {
                 "downAfter": "10s",
                 "lease": "4s",
+                "maxRtt": "150ms",
                 "maxVoters": 5,
                 "maxConcurrentSyncs": 64,
                 "logFormat": "text",
@@ -226,6 +227,7 @@ def check_schema_rejects_bad_values():
         ("replicaCount: 0", {"replicaCount": 0}),
         ("a malformed duration", {"node": {"downAfter": "three seconds"}}),
         ("maxVoters above 9", {"node": {"maxVoters": 10}}),
+        ("a malformed maxRtt", {"node": {"maxRtt": "far"}}),
         ("a port out of range", {"ports": {"grpc": 70000}}),
         ("an unknown podAntiAffinity", {"podAntiAffinity": "sometimes"}),
         ("an unknown resources key", {"resources": {"requests": {"gpu": 1}}}),

@@ -71,6 +71,11 @@ pub struct NodeArgs {
     /// shorter than `--down-after` by 400ms at least. Half of it when unset.
     #[arg(long, env = "STARLING_LEASE", value_parser = humantime::parse_duration)]
     pub lease: Option<Duration>,
+    /// The longest round trip between two replicas (several regions: the slowest pair). Above
+    /// 50ms it stretches the Raft heartbeat to twice this and elections to 8–16 times it;
+    /// --down-after must stay above the longest election timeout.
+    #[arg(long, env = "STARLING_MAX_RTT", default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub max_rtt: Duration,
     /// Syncs this node applies at once (rendering and writing to the target).
     #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
     pub max_concurrent_syncs: usize,
@@ -150,6 +155,9 @@ pub struct NodeConfig {
     pub lease: Duration,
     /// How often heartbeats are sent: a tenth of `down_after`.
     pub heartbeat_interval: Duration,
+    /// The longest round trip between replicas; stretches the Raft timing
+    /// ([`starling_raft::RaftConfig::with_round_trip`]).
+    pub max_rtt: Duration,
     pub max_concurrent_syncs: usize,
     /// Syncs under way at once, waits for readiness included (at least `max_concurrent_syncs`).
     pub max_waiting_syncs: usize,
@@ -187,8 +195,8 @@ impl NodeConfig {
         };
         format!(
             "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
-             data-dir {} down-after {} lease {} max-voters {} max-concurrent-syncs {} \
-             max-waiting-syncs {} drain-timeout {} mode {}",
+             data-dir {} down-after {} lease {} max-rtt {} max-voters {} \
+             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} mode {}",
             self.id,
             self.listen,
             self.advertise,
@@ -197,6 +205,7 @@ impl NodeConfig {
             self.data_dir.display(),
             humantime::format_duration(self.down_after),
             humantime::format_duration(self.lease),
+            humantime::format_duration(self.max_rtt),
             self.max_voters,
             self.max_concurrent_syncs,
             self.max_waiting_syncs,
@@ -229,6 +238,17 @@ pub enum ConfigError {
     },
     #[error("--down-after must be at least 1s, got {0:?}")]
     DownAfterTooShort(Duration),
+    #[error("--max-rtt must be at most 1s, got {0:?}")]
+    RttTooLong(Duration),
+    #[error(
+        "--down-after ({down_after:?}) must exceed the longest Raft election timeout \
+         ({election:?}) that --max-rtt ({max_rtt:?}) implies: raise --down-after"
+    )]
+    DownAfterBelowElection {
+        down_after: Duration,
+        election: Duration,
+        max_rtt: Duration,
+    },
     #[error("--max-voters must be between 1 and 9, got {0}")]
     BadMaxVoters(usize),
     #[error("--max-concurrent-syncs must be between 1 and 4096, got {0}")]
@@ -295,6 +315,19 @@ impl NodeArgs {
         if self.down_after < Duration::from_secs(1) {
             return Err(ConfigError::DownAfterTooShort(self.down_after));
         }
+        if self.max_rtt > Duration::from_secs(1) {
+            return Err(ConfigError::RttTooLong(self.max_rtt));
+        }
+        let election = starling_raft::RaftConfig::new(id, "", "")
+            .with_round_trip(self.max_rtt)
+            .election_timeout_max;
+        if self.down_after <= election {
+            return Err(ConfigError::DownAfterBelowElection {
+                down_after: self.down_after,
+                election,
+                max_rtt: self.max_rtt,
+            });
+        }
         let lease = self.lease.unwrap_or(default_lease(self.down_after));
         if lease + crate::replica::detector::DETECTION_SLACK >= self.down_after {
             return Err(ConfigError::LeaseTooLong {
@@ -349,6 +382,7 @@ impl NodeArgs {
             down_after: self.down_after,
             lease,
             heartbeat_interval: heartbeat_interval(self.down_after),
+            max_rtt: self.max_rtt,
             max_concurrent_syncs: self.max_concurrent_syncs,
             max_waiting_syncs: self.max_waiting_syncs,
             drain_timeout: self.drain_timeout,
@@ -431,6 +465,27 @@ mod tests {
     }
 
     #[test]
+    fn a_long_round_trip_needs_a_down_after_above_the_election_timeout() {
+        let regions = args(&["--max-rtt", "150ms"]).validate().unwrap();
+        assert_eq!(regions.max_rtt, Duration::from_millis(150));
+        assert_eq!(
+            args(&["--max-rtt", "200ms"]).validate().unwrap_err(),
+            ConfigError::DownAfterBelowElection {
+                down_after: Duration::from_secs(3),
+                election: Duration::from_millis(3200),
+                max_rtt: Duration::from_millis(200),
+            }
+        );
+        args(&["--max-rtt", "200ms", "--down-after", "4s"])
+            .validate()
+            .unwrap();
+        assert_eq!(
+            args(&["--max-rtt", "2s"]).validate().unwrap_err(),
+            ConfigError::RttTooLong(Duration::from_secs(2))
+        );
+    }
+
+    #[test]
     fn statefulset_names_give_ordinal_ids() {
         assert_eq!(parse_node_id("starling-2"), Ok(2));
         assert_eq!(
@@ -490,7 +545,8 @@ mod tests {
              http-listen 0.0.0.0:8080 \
              peers 1=starling-1.starling-headless.ops.svc.cluster.local:7400,\
              2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
-             data-dir /tmp/x down-after 5s lease 2s 500ms max-voters 5 max-concurrent-syncs 16 \
+             data-dir /tmp/x down-after 5s lease 2s 500ms max-rtt 50ms max-voters 5 \
+             max-concurrent-syncs 16 \
              max-waiting-syncs 512 drain-timeout 20s mode standalone"
         );
     }

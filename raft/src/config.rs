@@ -16,6 +16,7 @@ use openraft::SnapshotPolicy;
 
 use crate::disk::SimDisk;
 use crate::error::OpenError;
+use crate::log_writer::WriterMode;
 use crate::network::client::NetworkConfig;
 use crate::types::NodeId;
 
@@ -52,6 +53,9 @@ pub struct RaftConfig {
     /// Keep the log on this simulated disk instead of `raft/log.redb` (tests and the
     /// deterministic simulation only: it lives in memory).
     pub log_disk: Option<SimDisk>,
+    /// Where the log's writer runs: its own thread (production) or a task on the runtime (the
+    /// deterministic simulation, with `log_disk`).
+    pub log_writer: WriterMode,
 }
 
 impl RaftConfig {
@@ -78,7 +82,21 @@ impl RaftConfig {
             event_capacity: 4096,
             network: NetworkConfig::default(),
             log_disk: None,
+            log_writer: WriterMode::Thread,
         }
+    }
+
+    /// Stretches the timing for replicas up to `max_rtt` apart (replicas in several regions).
+    ///
+    /// openraft uses the heartbeat interval as the time-out of an append-entries request, so
+    /// a round trip longer than it fails every replication: the heartbeat becomes twice the
+    /// round trip (never less than the default), the election timeouts four and eight times
+    /// the heartbeat. Up to 50 ms nothing changes.
+    pub fn with_round_trip(mut self, max_rtt: Duration) -> RaftConfig {
+        self.heartbeat_interval = self.heartbeat_interval.max(max_rtt * 2);
+        self.election_timeout_min = self.election_timeout_min.max(self.heartbeat_interval * 4);
+        self.election_timeout_max = self.election_timeout_max.max(self.election_timeout_min * 2);
+        self
     }
 
     /// Directory holding this crate's files inside `data_dir`.
@@ -178,6 +196,20 @@ pub(crate) fn ensure_dir(path: &Path) -> Result<(), OpenError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_round_trip_stretches_the_heartbeat_and_the_elections() {
+        let near = RaftConfig::new(1, "/tmp/starling", "127.0.0.1:7000")
+            .with_round_trip(Duration::from_millis(50));
+        assert_eq!(near.heartbeat_interval, Duration::from_millis(100));
+        assert_eq!(near.election_timeout_min, Duration::from_millis(400));
+        let far = RaftConfig::new(1, "/tmp/starling", "127.0.0.1:7000")
+            .with_round_trip(Duration::from_millis(150));
+        assert_eq!(far.heartbeat_interval, Duration::from_millis(300));
+        assert_eq!(far.election_timeout_min, Duration::from_millis(1200));
+        assert_eq!(far.election_timeout_max, Duration::from_millis(2400));
+        far.validate().expect("stretched timing is valid");
+    }
 
     #[test]
     fn defaults_are_valid() {

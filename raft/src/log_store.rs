@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::codec;
 use crate::disk::SimDisk;
 use crate::error::StoreError;
-use crate::log_writer::{self, CommitResult, WriteOp};
+use crate::log_writer::{self, CommitResult, WriteOp, WriterMode};
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -195,11 +195,15 @@ impl LogStore {
                 path: path.to_owned(),
                 source: Box::new(source),
             })?;
-        LogStore::from_database(db, path, tail_limit)
+        LogStore::from_database(db, path, tail_limit, WriterMode::Thread)
     }
 
     /// Opens the log on a simulated disk (tests and the deterministic simulation).
-    pub fn open_on(disk: &SimDisk, tail_limit: TailLimit) -> Result<LogStore, StoreError> {
+    pub fn open_on(
+        disk: &SimDisk,
+        tail_limit: TailLimit,
+        mode: WriterMode,
+    ) -> Result<LogStore, StoreError> {
         let label = Path::new("<simulated disk>");
         let db = redb::Builder::new()
             .set_cache_size(DB_CACHE_BYTES)
@@ -208,13 +212,14 @@ impl LogStore {
                 path: label.to_owned(),
                 source: Box::new(source),
             })?;
-        LogStore::from_database(db, label, tail_limit)
+        LogStore::from_database(db, label, tail_limit, mode)
     }
 
     fn from_database(
         db: Database,
         path: &Path,
         tail_limit: TailLimit,
+        mode: WriterMode,
     ) -> Result<LogStore, StoreError> {
         check_store_version(&db, path)?;
         let tail_limit = TailLimit {
@@ -226,7 +231,7 @@ impl LogStore {
             mirror.last_log_id().map_or(0, |log_id| log_id.index + 1),
         ));
         let db = Arc::new(db);
-        let (writer, closed) = log_writer::spawn(db.clone(), durable_upto.clone())?;
+        let (writer, closed) = log_writer::spawn(db.clone(), durable_upto.clone(), mode)?;
         let inner = Inner {
             db,
             mirror: RwLock::new(mirror),

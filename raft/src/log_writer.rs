@@ -12,6 +12,10 @@
 //! arriving meanwhile wait in the queue and share the next one. Because no async task ever waits
 //! on redb's locks or on the disk, a slow disk delays acknowledgements but never stalls
 //! heartbeats or elections.
+//!
+//! The deterministic simulation runs the same writer as a task on the replica's runtime
+//! ([`WriterMode::Task`]): its disk is memory, and a thread outside the simulated clock would let
+//! the host's scheduler decide the order of events.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,36 +69,80 @@ impl WriteOp {
     }
 }
 
-/// Starts the writer thread; it exits once every sender is dropped, closing the database, and
-/// then flips the returned watch to `true`.
+/// Where the writer runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WriterMode {
+    /// Its own OS thread (production): a slow disk never blocks the async runtime.
+    #[default]
+    Thread,
+    /// A task on the caller's tokio runtime, for a log on a simulated disk in the deterministic
+    /// simulation: the disk is memory, and a thread outside the simulated clock would make the
+    /// order of events depend on the host's scheduler.
+    Task,
+}
+
+/// Starts the writer; it exits once every sender is dropped, closing the database, and then
+/// flips the returned watch to `true`.
 pub(crate) fn spawn(
     db: Arc<Database>,
     durable_upto: Arc<AtomicU64>,
+    mode: WriterMode,
 ) -> Result<(mpsc::UnboundedSender<WriteOp>, watch::Receiver<bool>), StoreError> {
-    let (sender, receiver) = mpsc::unbounded_channel();
+    let (sender, mut receiver) = mpsc::unbounded_channel();
     let (closed_sender, closed) = watch::channel(false);
-    std::thread::Builder::new()
-        .name("raft-log-writer".into())
-        .spawn(move || {
-            run(db, receiver, durable_upto);
-            // The database was dropped with `run`'s last reference to it.
-            closed_sender.send_replace(true);
-        })
-        .map_err(|error| {
-            StoreError::Task(format!("cannot start the raft log writer thread: {error}"))
-        })?;
+    match mode {
+        WriterMode::Thread => {
+            std::thread::Builder::new()
+                .name("raft-log-writer".into())
+                .spawn(move || {
+                    let mut writer = Writer::new(db, durable_upto);
+                    while let Some(first) = receiver.blocking_recv() {
+                        writer.write(first, &mut receiver);
+                    }
+                    // The database is dropped with the writer, before the watch flips.
+                    drop(writer);
+                    tracing::debug!("raft log writer stopped");
+                    closed_sender.send_replace(true);
+                })
+                .map_err(|error| {
+                    StoreError::Task(format!("cannot start the raft log writer thread: {error}"))
+                })?;
+        }
+        WriterMode::Task => {
+            tokio::spawn(async move {
+                let mut writer = Writer::new(db, durable_upto);
+                while let Some(first) = receiver.recv().await {
+                    writer.write(first, &mut receiver);
+                }
+                drop(writer);
+                closed_sender.send_replace(true);
+            });
+        }
+    }
     Ok((sender, closed))
 }
 
-fn run(
+/// The database and what the writer remembers between batches.
+struct Writer {
     db: Arc<Database>,
-    mut receiver: mpsc::UnboundedReceiver<WriteOp>,
     durable_upto: Arc<AtomicU64>,
-) {
-    // After a failed commit redb needs recovery (a reopen): every later op fails with the first
-    // error instead of touching the database again.
-    let mut failed: Option<Arc<StoreError>> = None;
-    while let Some(first) = receiver.blocking_recv() {
+    /// After a failed commit redb needs recovery (a reopen): every later op fails with the
+    /// first error instead of touching the database again.
+    failed: Option<Arc<StoreError>>,
+}
+
+impl Writer {
+    fn new(db: Arc<Database>, durable_upto: Arc<AtomicU64>) -> Writer {
+        Writer {
+            db,
+            durable_upto,
+            failed: None,
+        }
+    }
+
+    /// Commits `first` and everything queued behind it (up to [`MAX_BATCH`]) in one
+    /// transaction, then completes each op.
+    fn write(&mut self, first: WriteOp, receiver: &mut mpsc::UnboundedReceiver<WriteOp>) {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match receiver.try_recv() {
@@ -102,21 +150,20 @@ fn run(
                 Err(_) => break,
             }
         }
-        let result = match &failed {
+        let result = match &self.failed {
             Some(error) => Err(error.clone()),
-            None => commit(&db, &batch).map_err(Arc::new),
+            None => commit(&self.db, &batch).map_err(Arc::new),
         };
         if let Err(error) = &result
-            && failed.is_none()
+            && self.failed.is_none()
         {
             tracing::error!(error = %error, ops = batch.len(), "raft log write failed; the log store is unusable until restart");
-            failed = Some(error.clone());
+            self.failed = Some(error.clone());
         }
         for op in batch {
-            complete(op, &result, &durable_upto);
+            complete(op, &result, &self.durable_upto);
         }
     }
-    tracing::debug!("raft log writer stopped");
 }
 
 fn commit(db: &Database, batch: &[WriteOp]) -> Result<(), StoreError> {

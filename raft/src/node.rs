@@ -68,7 +68,7 @@ impl RaftNode {
         let openraft_config = config.openraft_config()?;
         ensure_dir(&config.raft_dir())?;
         let log_store = match &config.log_disk {
-            Some(disk) => LogStore::open_on(disk, Default::default())?,
+            Some(disk) => LogStore::open_on(disk, Default::default(), config.log_writer)?,
             None => LogStore::open(&config.log_path())?,
         };
         let store_closed = log_store.closed();

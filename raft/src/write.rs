@@ -166,7 +166,7 @@ impl Proposer {
 }
 
 /// Sends proposals to the leader over `Propose`, keeping one channel per leader address.
-pub(crate) struct Forwarder {
+pub struct Forwarder {
     config: NetworkConfig,
     clients: Mutex<HashMap<String, RaftClient<Channel>>>,
 }

@@ -8,7 +8,7 @@
 //! sender's lease never runs past it.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use proto::ApiError;
 use tonic::{Request, Response, Status};

@@ -477,6 +477,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
             down_after: Duration::from_secs(3),
             lease: crate::config::default_lease(Duration::from_secs(3)),
             heartbeat_interval: crate::config::heartbeat_interval(Duration::from_secs(3)),
+            max_rtt: std::time::Duration::from_millis(50),
             // No sync workers compete with the benchmark's own grants.
             max_concurrent_syncs: 1,
             max_waiting_syncs: 1,

@@ -297,6 +297,7 @@ impl Dev {
                 down_after,
                 lease: crate::config::default_lease(down_after),
                 heartbeat_interval: crate::config::heartbeat_interval(down_after),
+                max_rtt: std::time::Duration::from_millis(50),
                 max_concurrent_syncs: self.args.max_concurrent_syncs,
                 max_waiting_syncs: crate::config::DEFAULT_MAX_WAITING_SYNCS
                     .max(self.args.max_concurrent_syncs),

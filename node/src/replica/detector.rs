@@ -12,7 +12,9 @@
 //! `SetMemberState` commands.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fleet::state::{MemberState, NodeId};
 

@@ -7,7 +7,9 @@
 //! watch ([`super::tickets`]): releasing revoked tickets and taking back unheld ones.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fleet::Command;
 use fleet::state::MemberState;

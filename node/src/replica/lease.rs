@@ -6,7 +6,9 @@
 //! is used.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 #[derive(Debug)]
 pub struct Lease {

@@ -28,7 +28,9 @@ pub mod voters;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use anyhow::Context as _;
 use fleet::state::NodeId;
@@ -94,7 +96,8 @@ impl Replica {
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!("cannot create data directory {}", config.data_dir.display())
         })?;
-        let raft_config = RaftConfig::new(config.id, &config.data_dir, &config.advertise);
+        let raft_config = RaftConfig::new(config.id, &config.data_dir, &config.advertise)
+            .with_round_trip(config.max_rtt);
         let election_grace = detector::election_grace(
             config.lease,
             raft_config.election_timeout_max,

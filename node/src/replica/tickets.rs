@@ -17,7 +17,9 @@
 //! Timers start when this leader first sees a ticket, so a new leader waits the full time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fleet::Command;
 use fleet::state::{FleetState, MemberState, NodeId};

@@ -37,7 +37,9 @@ mod decide;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fleet::state::{MemberState, NodeId};
 use starling_raft::{AdminError, MembershipChange};

@@ -524,7 +524,9 @@ async fn apply(
         .unwrap_or_default();
     request.lease = Some({
         let replica = replica.clone();
-        starling_sync::LeaseEnd::new(move || replica.lease.valid_until())
+        starling_sync::LeaseEnd::new(move || {
+            replica.lease.valid_until().map(|until| until.into_std())
+        })
     });
     let cancel = request.cancel.clone();
     let watcher = {

@@ -15,6 +15,10 @@
 //! After any transport failure the channel is dropped and rebuilt on the next call, so a peer
 //! that restarted (perhaps on a new address after a membership change) is reconnected.
 
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -51,6 +55,34 @@ pub struct NetworkConfig {
     /// First back-off after a peer was found unreachable; doubles up to `max_backoff`.
     pub min_backoff: Duration,
     pub max_backoff: Duration,
+    /// Opens the byte stream to a peer instead of a TCP connection. `None` (production) dials
+    /// TCP; the deterministic simulation dials its simulated network.
+    pub connector: Option<Connector>,
+}
+
+/// A byte stream to a peer, as a [`Connector`] opens it.
+pub trait PeerIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> PeerIo for T {}
+
+/// What a [`Connector`] returns: the opened stream.
+pub type ConnectFuture =
+    Pin<Box<dyn Future<Output = std::io::Result<Box<dyn PeerIo>>> + Send + 'static>>;
+
+/// Opens connections to peers by `host:port` (see [`NetworkConfig::connector`]).
+#[derive(Clone)]
+pub struct Connector(Arc<dyn Fn(String) -> ConnectFuture + Send + Sync>);
+
+impl Connector {
+    pub fn new(connect: impl Fn(String) -> ConnectFuture + Send + Sync + 'static) -> Connector {
+        Connector(Arc::new(connect))
+    }
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Connector(..)")
+    }
 }
 
 impl Default for NetworkConfig {
@@ -62,6 +94,7 @@ impl Default for NetworkConfig {
             max_append_bytes: 1024 * 1024,
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
+            connector: None,
         }
     }
 }
@@ -77,7 +110,17 @@ pub(crate) fn lazy_channel(
         .http2_keep_alive_interval(config.keepalive_interval)
         .keep_alive_timeout(config.keepalive_interval)
         .keep_alive_while_idle(true);
-    Ok(endpoint.connect_lazy())
+    Ok(match &config.connector {
+        None => endpoint.connect_lazy(),
+        Some(Connector(connect)) => {
+            let connect = connect.clone();
+            endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: http::Uri| {
+                let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+                let opening = connect(authority);
+                async move { opening.await.map(hyper_util::rt::TokioIo::new) }
+            }))
+        }
+    })
 }
 
 /// Creates a [`PeerClient`] for every replication or vote target.

@@ -8,5 +8,5 @@
 pub mod client;
 pub mod server;
 
-pub use client::{NetworkConfig, NetworkFactory, PeerClient};
+pub use client::{ConnectFuture, Connector, NetworkConfig, NetworkFactory, PeerClient, PeerIo};
 pub use server::RaftService;

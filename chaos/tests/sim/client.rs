@@ -1,0 +1,146 @@
+//! The control plane of a simulated run: a client host that sets up a fleet (a source, clusters
+//! and a SyncGroup with a budget), then commits new revisions and adds clusters while the faults
+//! run. It writes through the real Raft forwarding client (`starling_raft::write::Forwarder`)
+//! over the simulated network, to whichever replica leads; a write counts as acknowledged
+//! only when the leader answered.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use fleet::Command;
+use fleet::state::ExpectedRevision;
+use starling_raft::write::Forwarder;
+use starling_raft::{NetworkConfig, codec};
+use tokio::time::Instant;
+
+use crate::net;
+use crate::replica::{AT, address};
+use crate::world::World;
+
+/// What the client does, and when.
+#[derive(Clone, Debug)]
+pub struct Script {
+    pub clusters: usize,
+    pub max_unavailable: u32,
+    /// New revisions committed during the fault window, and clusters added.
+    pub commits: usize,
+    pub added_clusters: usize,
+    /// Time between two changes.
+    pub every: Duration,
+}
+
+pub const SOURCE: &str = "fleet/repo";
+
+pub fn revision(n: usize) -> String {
+    format!("r{n:04}")
+}
+
+fn resource(yaml: &str) -> Box<fleet::manifest::Resource> {
+    let mut parsed = fleet::manifest::parse_manifests(yaml).expect("simulation manifest parses");
+    Box::new(parsed.remove(0))
+}
+
+fn cluster(name: &str) -> Command {
+    Command::UpsertSpec {
+        resource: resource(&format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\n  namespace: fleet\n  labels:\n    all: \"yes\"\nspec: {{}}\n"
+        )),
+        at: AT.into(),
+    }
+}
+
+fn resolved(n: usize) -> Command {
+    Command::SourceResolved {
+        source: SOURCE.into(),
+        revision: revision(n),
+        artifact: None,
+        expected: ExpectedRevision::Any,
+        at: AT.into(),
+    }
+}
+
+fn setup(script: &Script) -> Vec<Command> {
+    let mut commands = vec![Command::UpsertSpec {
+        resource: resource(
+            "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: repo\n  namespace: fleet\nspec:\n  git:\n    url: https://git.example/repo.git\n    ref:\n      branch: main\n",
+        ),
+        at: AT.into(),
+    }];
+    commands.extend((0..script.clusters).map(|i| cluster(&format!("c{i:03}"))));
+    commands.push(Command::UpsertSpec {
+        resource: resource(&format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: app\n  namespace: fleet\nspec:\n  sourceRef:\n    name: repo\n  clusterSelector:\n    matchLabels:\n      all: \"yes\"\n  template:\n    path: apps\n  rollout:\n    maxUnavailable: {}\n",
+            script.max_unavailable
+        )),
+        at: AT.into(),
+    });
+    commands.push(resolved(1));
+    commands
+}
+
+/// Sends `commands` to the leader until one attempt is acknowledged or `attempts` ran out.
+async fn write(
+    world: &Rc<RefCell<World>>,
+    forwarder: &Forwarder,
+    commands: &[Command],
+    attempts: u32,
+) -> bool {
+    let encoded: Vec<Vec<u8>> = commands
+        .iter()
+        .map(|c| codec::encode("command", c).expect("a command encodes"))
+        .collect();
+    for _ in 0..attempts {
+        let leader = world
+            .borrow()
+            .nodes
+            .values()
+            .find_map(|node| node.current_leader().map(|(id, _)| id));
+        if let Some(leader) = leader {
+            let started = Instant::now();
+            let sent = forwarder
+                .forward(&address(leader), encoded.clone(), Duration::from_secs(2))
+                .await;
+            match sent {
+                Ok(_) => {
+                    world.borrow_mut().commit_latencies.push(started.elapsed());
+                    return true;
+                }
+                Err(error) => world
+                    .borrow_mut()
+                    .trace
+                    .push(format!("client write to node {leader} failed: {error}")),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+/// Runs the script; the harness ends the run, so this only returns early if set-up failed.
+pub async fn run(world: Rc<RefCell<World>>, script: Script) -> turmoil::Result {
+    let forwarder = Forwarder::new(NetworkConfig {
+        connector: Some(net::connector()),
+        ..NetworkConfig::default()
+    });
+    if !write(&world, &forwarder, &setup(&script), 200).await {
+        return Err("the fleet could not be set up within 200 attempts".into());
+    }
+    world.borrow_mut().trace.push("set up".into());
+    let mut added = 0;
+    for n in 0..script.commits.max(script.added_clusters) {
+        tokio::time::sleep(script.every).await;
+        if n < script.commits {
+            write(&world, &forwarder, &[resolved(n + 2)], 5).await;
+        }
+        if added < script.added_clusters {
+            let name = format!("a{added:03}");
+            if write(&world, &forwarder, &[cluster(&name)], 5).await {
+                world.borrow_mut().acked.push(format!("fleet/{name}"));
+            }
+            added += 1;
+        }
+    }
+    std::future::pending::<()>().await;
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! What the simulation observes, shared by the simulated hosts and the harness. Everything runs
+//! on one thread, so it is an `Rc<RefCell<World>>`.
+//!
+//! The target side of the invariants is checked as each write lands (the simulated clusters
+//! are this log: a write is instantaneous, so "at a time" is exact):
+//! - a generation of ownership belongs to one node;
+//! - no write lands after a write of a newer generation (the zombie owner that fencing and the
+//!   lease exist for);
+//! - a cluster's revision never goes backwards.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use starling_raft::{NodeId, RaftNode};
+
+/// One write to a simulated cluster.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub at: Duration,
+    pub node: NodeId,
+    pub generation: u64,
+    pub revision: String,
+}
+
+#[derive(Default)]
+pub struct World {
+    /// The Raft nodes of the hosts that are running.
+    pub nodes: BTreeMap<NodeId, Rc<RaftNode>>,
+    /// Every (term, node) that led, as the nodes reported it.
+    pub leaders: BTreeSet<(u64, NodeId)>,
+    /// Clusters whose creation a client saw acknowledged: they must survive everything.
+    pub acked: Vec<String>,
+    /// Every write to every simulated cluster, in order.
+    pub writes: BTreeMap<String, Vec<Write>>,
+    /// Owner of each (cluster, generation) as written.
+    owners: BTreeMap<(String, u64), NodeId>,
+    /// Broken invariants, with their evidence.
+    pub violations: Vec<String>,
+    /// Time from proposing a client write to its acknowledgement.
+    pub commit_latencies: Vec<Duration>,
+    /// Everything noteworthy, in order: the replay of a seed compares it.
+    pub trace: Vec<String>,
+}
+
+impl World {
+    /// A node reports that it leads `term`. openraft 0.9 identifies a leader by term *and*
+    /// node (its default "advanced" leader id), so two nodes may each lead in one term, with
+    /// at most one able to commit; what must hold is that committed entries agree, which the
+    /// final checks compare.
+    pub fn leading(&mut self, term: u64, node: NodeId) {
+        if self.leaders.insert((term, node)) {
+            self.trace.push(format!(
+                "{:?} term {term}: node {node} leads",
+                turmoil::elapsed()
+            ));
+        }
+    }
+
+    /// A write of `revision` by `node`, owner generation `generation`, lands on `cluster`.
+    pub fn write(&mut self, cluster: &str, write: Write) {
+        let writes = self.writes.entry(cluster.to_owned()).or_default();
+        if let Some(newest) = writes.iter().max_by_key(|w| w.generation)
+            && newest.generation > write.generation
+        {
+            self.violations.push(format!(
+                "zombie write on {cluster}: node {} (generation {}) wrote {} at {:?}, after node {} \
+                 (generation {}) wrote {} at {:?}",
+                write.node,
+                write.generation,
+                write.revision,
+                write.at,
+                newest.node,
+                newest.generation,
+                newest.revision,
+                newest.at
+            ));
+        }
+        if let Some(last) = writes.last()
+            && last.revision > write.revision
+        {
+            self.violations.push(format!(
+                "revision went backwards on {cluster}: {} (node {}) after {} (node {}) at {:?}",
+                write.revision, write.node, last.revision, last.node, write.at
+            ));
+        }
+        match self
+            .owners
+            .insert((cluster.to_owned(), write.generation), write.node)
+        {
+            Some(other) if other != write.node => self.violations.push(format!(
+                "two writers with generation {} on {cluster}: nodes {other} and {}",
+                write.generation, write.node
+            )),
+            _ => {}
+        }
+        self.trace.push(format!(
+            "{:?} {cluster} <- {} by node {} gen {}",
+            write.at, write.revision, write.node, write.generation
+        ));
+        writes.push(write);
+    }
+
+    /// The revision a cluster last received.
+    pub fn revision_of(&self, cluster: &str) -> Option<&str> {
+        self.writes
+            .get(cluster)
+            .and_then(|w| w.last())
+            .map(|w| w.revision.as_str())
+    }
+}
