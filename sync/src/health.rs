@@ -2,14 +2,21 @@
 //! of [`crate::readiness`], once (health checks) or until they are all `Current` (a sync that
 //! waits).
 //!
-//! The wait polls the objects that are not ready yet, a few at a time, with a delay that grows
-//! from 100 ms to 2 s; it ends early when an object reaches `Failed` (a failed Job or a
-//! Deployment past its progress deadline does not heal by waiting), and at its limit with an
-//! error that names the least ready object and why it is not ready.
+//! The wait follows the objects that are not ready yet with one watch each (kube-runtime's
+//! watcher, a field selector on the name), so it costs no request while nothing changes and
+//! ends as soon as the last object turns `Current`. Should a watch fail (a cluster that cannot
+//! watch, a connection lost) the wait goes on by polling those objects, a few at a time, with a
+//! delay that grows from 100 ms to 2 s. Either way it ends early when an object reaches
+//! `Failed` (a failed Job or a Deployment past its progress deadline does not heal by
+//! waiting), and at its limit with an error that names the least ready object and why it is
+//! not ready.
 
 use std::time::Duration;
 
 use fleet::resources::{ObjectRef, ResourceStatus};
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::runtime::watcher;
 use tokio::time::Instant;
 
 use crate::client::Resolved;
@@ -48,10 +55,13 @@ pub(crate) async fn observe(
     else {
         return Ok(missing("not found"));
     };
-    let value = serde_json::to_value(&live).map_err(|error| SyncError::Invalid {
-        operation,
-        message: format!("unreadable answer: {error}"),
-    })?;
+    health_of(object, &live).map_err(|message| SyncError::Invalid { operation, message })
+}
+
+/// Judges an object as the cluster returned it.
+fn health_of(object: &ObjectRef, live: &DynamicObject) -> Result<ObjectHealth, String> {
+    let value =
+        serde_json::to_value(live).map_err(|error| format!("unreadable answer: {error}"))?;
     let (status, message) = status_of(&value);
     Ok(ObjectHealth {
         object: object.clone(),
@@ -75,6 +85,88 @@ pub(crate) async fn observe_all(
         }
     }
     Ok(health)
+}
+
+/// How a wait by watch ended.
+enum Watched {
+    /// Ready, failed, timed out or cancelled.
+    Done(Result<Vec<ObjectHealth>, SyncError>),
+    /// The watches could not go on: poll instead, from the health known so far.
+    Poll(String),
+}
+
+/// Waits by following every object that is not `Current` yet with a watch of its own.
+async fn watch_ready(
+    session: &Session,
+    health: &mut [ObjectHealth],
+    resolved: &[Option<Resolved>],
+    limit: Instant,
+    started: Instant,
+) -> Watched {
+    let mut streams = Vec::new();
+    for (index, entry) in health.iter().enumerate() {
+        if entry.status == ResourceStatus::Current {
+            continue;
+        }
+        let Some(Some(kind)) = resolved.get(index) else {
+            return Watched::Poll(format!(
+                "the kind of {} is not known",
+                describe(&entry.object)
+            ));
+        };
+        let api = session.api(kind, entry.object.namespace.as_deref());
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={}", entry.object.name));
+        streams.push(
+            watcher(api, config)
+                .map(move |event| (index, event))
+                .boxed(),
+        );
+    }
+    let mut events = futures::stream::select_all(streams);
+    loop {
+        if let Some(failed) = health.iter().find(|h| h.status == ResourceStatus::Failed) {
+            return Watched::Done(Err(not_ready(failed, started.elapsed())));
+        }
+        let Some(least) = least_ready(health) else {
+            return Watched::Done(Ok(health.to_vec()));
+        };
+        let now = Instant::now();
+        if now >= limit {
+            return Watched::Done(Err(not_ready(least, started.elapsed())));
+        }
+        if now >= session.deadline() {
+            return Watched::Poll("the sync's deadline came first".into());
+        }
+        tokio::select! {
+            biased;
+            paused = session.pause(limit - now, "waiting for readiness") => {
+                if let Err(error) = paused {
+                    return Watched::Done(Err(error));
+                }
+            }
+            event = events.next() => match event {
+                Some((index, Ok(watcher::Event::Apply(live) | watcher::Event::InitApply(live)))) => {
+                    match health_of(&health[index].object, &live) {
+                        Ok(fresh) => health[index] = fresh,
+                        Err(why) => return Watched::Poll(why),
+                    }
+                }
+                Some((index, Ok(watcher::Event::Delete(_)))) => {
+                    health[index].status = ResourceStatus::Missing;
+                    health[index].message = "deleted".into();
+                }
+                Some((_, Ok(watcher::Event::Init | watcher::Event::InitDone))) => {}
+                Some((index, Err(error))) => {
+                    return Watched::Poll(format!(
+                        "the watch of {} failed: {error}",
+                        describe(&health[index].object)
+                    ));
+                }
+                None => return Watched::Poll("every watch ended".into()),
+            },
+        }
+    }
 }
 
 fn not_ready(health: &ObjectHealth, waited: Duration) -> SyncError {
@@ -101,6 +193,12 @@ pub(crate) async fn wait_ready(
 ) -> Result<Vec<ObjectHealth>, SyncError> {
     debug_assert_eq!(health.len(), resolved.len());
     let started = Instant::now();
+    match watch_ready(session, &mut health, resolved, limit, started).await {
+        Watched::Done(result) => return result,
+        Watched::Poll(why) => {
+            tracing::debug!(cluster = session.cluster(), %why, "waiting for readiness by polling");
+        }
+    }
     let mut delay = FIRST_POLL;
     loop {
         if let Some(failed) = health.iter().find(|h| h.status == ResourceStatus::Failed) {

@@ -31,6 +31,36 @@ async fn a_sync_waits_for_the_ready_delay() {
     assert_eq!(web["status"]["readyReplicas"], 2);
 }
 
+/// The wait follows the objects with watches: a workload that takes longer to become ready
+/// costs no more requests (polling read it again and again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_longer_wait_for_readiness_costs_no_requests() {
+    let mut requests = Vec::new();
+    for delay in [Duration::from_millis(50), Duration::from_millis(1500)] {
+        let sim = fleet(1, delay).await;
+        let files = [
+            ("app/ns.yaml", NAMESPACE),
+            ("app/web.yaml", &*deployment("web", 2, "")),
+            ("app/api.yaml", &*deployment("api", 1, "")),
+        ];
+        let report = engine()
+            .sync(request(&sim, "c0", "node-a", 1, &files))
+            .await
+            .expect("sync");
+        assert_eq!(report.health, ResourceStatus::Current);
+        assert!(
+            report.duration >= delay,
+            "returned before the workloads were ready"
+        );
+        requests.push(report.requests);
+    }
+    assert_eq!(
+        requests[0], requests[1],
+        "a wait 30 times longer made {} requests instead of {}",
+        requests[1], requests[0]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependency_waiting_reads_the_least_status() {
     let sim = fleet(1, Duration::from_millis(500)).await;
