@@ -56,6 +56,9 @@ pub struct Metrics {
     pub syncs: Family<ResultLabel, Counter>,
     pub sync_duration: Histogram,
     pub source_fetch_duration: Histogram,
+    /// Artifacts this node copied from a peer, and built from its own git mirror (a git fetch).
+    pub artifacts_from_peers: Counter,
+    pub artifacts_from_git: Counter,
     pub lease_lapses: Counter,
     in_flight: Gauge,
     in_flight_count: AtomicI64,
@@ -86,6 +89,8 @@ impl Metrics {
             syncs: Family::default(),
             sync_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             source_fetch_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            artifacts_from_peers: Counter::default(),
+            artifacts_from_git: Counter::default(),
             lease_lapses: Counter::default(),
             in_flight: Gauge::default(),
             in_flight_count: AtomicI64::new(0),
@@ -149,6 +154,16 @@ impl Metrics {
             "source_fetch_duration_seconds",
             "Duration of source fetches by this node",
             metrics.source_fetch_duration.clone(),
+        );
+        registry.register(
+            "artifacts_from_peers",
+            "Artifacts this node copied from a peer by digest",
+            metrics.artifacts_from_peers.clone(),
+        );
+        registry.register(
+            "artifacts_from_git",
+            "Artifacts this node built from its own git mirror, each after a git fetch",
+            metrics.artifacts_from_git.clone(),
         );
         registry.register(
             "lease_lapses",

@@ -14,7 +14,7 @@
 mod invocation;
 mod management;
 mod progress;
-pub(crate) mod report;
+pub mod report;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -220,7 +220,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<bool> {
 /// The demo's specs as YAML documents: Source `demo` (polled every 2s), SyncGroup `demo` over
 /// every cluster with the given budget, then per fleetsim cluster its kubeconfig Secret and a
 /// `Cluster` labelled with a region (one document each).
-pub(crate) fn demo_manifests(
+pub fn demo_manifests(
     sim: &FleetSim,
     url: &str,
     max_unavailable: &str,

@@ -33,11 +33,17 @@ pub async fn ensure(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<Store
     }
     let mut errors = Vec::new();
     match from_peers(replica, &need.digest).await {
-        Ok(stored) => return Ok(stored),
+        Ok(stored) => {
+            replica.metrics.artifacts_from_peers.inc();
+            return Ok(stored);
+        }
         Err(error) => errors.push(error),
     }
     match from_git(replica, need).await {
-        Ok(stored) => Ok(stored),
+        Ok(stored) => {
+            replica.metrics.artifacts_from_git.inc();
+            Ok(stored)
+        }
         Err(error) => {
             errors.push(error);
             Err(format!(

@@ -1,4 +1,8 @@
-//! `starling bench`: the control plane's figures, measured (never asserted by timed tests).
+//! `loadtest`: Starling's figures, measured (never asserted by timed tests).
+//!
+//! `cargo run -p loadtest --release -- rollout|failover|admission|isolation`. The process
+//! benches start replicas as child processes of this binary, which runs `starling node` itself
+//! (`loadtest node …` is the `starling` command line), so one build holds both.
 //!
 //! - `failover`: real `starling node` processes on loopback; repeatedly `kill -9` the leader,
 //!   a follower, or each in turn (`--victim`), and time until a leader other than the victim
@@ -11,6 +15,7 @@
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 
 mod isolation;
+mod report;
 mod rollout;
 
 use std::collections::BTreeMap;
@@ -22,10 +27,35 @@ use anyhow::Context as _;
 use fleet::state::{MemberState, SyncOutcome};
 use fleet::{Command, Outcome};
 
-#[derive(clap::Args, Debug)]
-pub struct BenchArgs {
+/// The allocator of the `starling` binary, so that the replicas measured here are the same.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Measures Starling's figures.
+#[derive(clap::Parser, Debug)]
+#[command(name = "loadtest", about)]
+struct BenchArgs {
+    /// Where the JSON reports (and charts) go.
+    #[arg(long, global = true, default_value = ".")]
+    out: std::path::PathBuf,
     #[command(subcommand)]
     which: Which,
+}
+
+fn main() -> std::process::ExitCode {
+    // The replicas a bench starts are this binary running `starling node`.
+    if std::env::args().nth(1).as_deref() == Some("node") {
+        return starling::main();
+    }
+    let args = <BenchArgs as clap::Parser>::parse();
+    starling::init_tracing("text");
+    match starling::runtime().and_then(|rt| rt.block_on(run(args))) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Which replica `bench failover` kills.
@@ -68,20 +98,26 @@ enum Which {
     },
 }
 
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.which {
         Which::Failover {
             clusters,
             kills,
             victim,
-        } => failover(clusters, kills, victim).await,
+        } => failover(clusters, kills, victim, &args.out).await,
         Which::Admission {
             clusters,
             batch,
             concurrency,
-        } => admission(clusters, batch, concurrency).await,
-        Which::Rollout(args) => rollout::run(args).await,
-        Which::Isolation(args) => isolation::run(args).await,
+        } => admission(clusters, batch, concurrency, &args.out).await,
+        Which::Rollout(mut rollout) => {
+            rollout.out = args.out;
+            rollout::run(rollout).await
+        }
+        Which::Isolation(mut isolation) => {
+            isolation.out = args.out;
+            isolation::run(isolation).await
+        }
     }
 }
 
@@ -118,7 +154,7 @@ impl Testbed {
         .context("cannot start fleetsim")?;
         let repo = source::demo::DemoRepo::create(&dir.path().join("repo"))?;
         let procs = spawn_group(dir.path(), nodes, node_args).await?;
-        let channel = crate::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
+        let channel = starling::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
         let fleet = proto::fleet_client::FleetClient::new(channel)
             .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
             .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
@@ -276,7 +312,7 @@ async fn spawn_group(
 }
 
 async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, String>)> {
-    let channel = crate::client_channel(address, Duration::from_secs(5)).ok()?;
+    let channel = starling::client_channel(address, Duration::from_secs(5)).ok()?;
     let mut admin = proto::admin_client::AdminClient::new(channel.clone());
     let mut fleet = proto::fleet_client::FleetClient::new(channel);
     let shards = admin
@@ -303,11 +339,21 @@ async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, St
     ))
 }
 
-async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow::Result<()> {
+/// The failover target of issue 14: p99 at most 3 s for any kill.
+const FAILOVER_LIMIT_SECONDS: f64 = 3.0;
+/// The admission floor of issue 15: BeginSync+FinishSync pairs per second.
+const ADMISSION_FLOOR: f64 = 5000.0;
+
+async fn failover(
+    clusters: usize,
+    kills: usize,
+    victim_kind: Victim,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut procs = spawn_group(dir.path(), 3, &[]).await?;
     let first = procs[&1].grpc.clone();
-    let channel = crate::client_channel(&first, Duration::from_secs(120))?;
+    let channel = starling::client_channel(&first, Duration::from_secs(120))?;
     let mut fleet =
         proto::fleet_client::FleetClient::new(channel).max_encoding_message_size(64 << 20);
     for start in (0..clusters).step_by(1000) {
@@ -333,7 +379,7 @@ async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow:
             .map(|p| p.grpc.clone())
             .context("a node")?;
         wait_for(Duration::from_secs(60), || async {
-            let Ok(channel) = crate::client_channel(&first_alive, Duration::from_secs(2)) else {
+            let Ok(channel) = starling::client_channel(&first_alive, Duration::from_secs(2)) else {
                 return false;
             };
             proto::fleet_client::FleetClient::new(channel)
@@ -349,7 +395,7 @@ async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow:
         .await?;
         let mut leader = 0;
         for proc in procs.values() {
-            let Ok(channel) = crate::client_channel(&proc.grpc, Duration::from_secs(5)) else {
+            let Ok(channel) = starling::client_channel(&proc.grpc, Duration::from_secs(5)) else {
                 continue;
             };
             if let Ok(status) = proto::fleet_client::FleetClient::new(channel)
@@ -391,7 +437,7 @@ async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow:
         proc.child.kill()?;
         let _ = proc.child.wait();
         wait_for(Duration::from_secs(60), || async {
-            let led = match crate::client_channel(&observer, Duration::from_secs(2)) {
+            let led = match starling::client_channel(&observer, Duration::from_secs(2)) {
                 Ok(channel) => proto::fleet_client::FleetClient::new(channel)
                     .status(proto::StatusRequest {})
                     .await
@@ -421,6 +467,7 @@ async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow:
         })
         .await?;
     }
+    let mut kinds = serde_json::Map::new();
     for (kind, times) in &mut times {
         times.sort();
         let percentile =
@@ -432,13 +479,36 @@ async fn failover(clusters: usize, kills: usize, victim_kind: Victim) -> anyhow:
             percentile(0.99),
             percentile(1.0)
         );
+        kinds.insert(
+            kind.to_string(),
+            serde_json::json!({
+                "kills": times.len(),
+                "p50_seconds": percentile(0.5),
+                "p99_seconds": percentile(0.99),
+                "max_seconds": percentile(1.0),
+                "limit_seconds": FAILOVER_LIMIT_SECONDS,
+                "limit_ratio": report::ratio(percentile(0.99), FAILOVER_LIMIT_SECONDS),
+            }),
+        );
     }
-    let rss: Vec<String> = procs
-        .values()
-        .filter_map(|p| peak_rss_mib(p.child.id()))
-        .map(|m| format!("{m:.0} MiB"))
-        .collect();
-    println!("peak resident memory per node: {}", rss.join(", "));
+    let rss: Vec<Option<f64>> = procs.values().map(|p| peak_rss_mib(p.child.id())).collect();
+    println!(
+        "peak resident memory per node: {}",
+        rss.iter()
+            .map(|m| m.map_or("?".into(), |m| format!("{m:.0} MiB")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let json = serde_json::json!({
+        "bench": "failover",
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "clusters": clusters,
+        "nodes": 3,
+        "down_after_seconds": 3.0,
+        "by_victim": kinds,
+        "peak_rss_mib_per_node": rss,
+    });
+    report::write(out, "failover", &json, None)?;
     Ok(())
 }
 
@@ -457,7 +527,12 @@ where
     Ok(())
 }
 
-async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow::Result<()> {
+async fn admission(
+    clusters: usize,
+    batch: usize,
+    concurrency: usize,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let ports: Vec<u16> = (0..6).map(|_| free_port()).collect::<anyhow::Result<_>>()?;
     let peers: BTreeMap<u64, String> = (1..=3u64)
@@ -466,7 +541,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
         let i = (id as usize - 1) * 2;
-        let config = crate::config::NodeConfig {
+        let config = starling::config::NodeConfig {
             id,
             listen: format!("127.0.0.1:{}", ports[i]).parse()?,
             advertise: peers[&id].clone(),
@@ -475,8 +550,8 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
             peers: peers.clone(),
             max_voters: 5,
             down_after: Duration::from_secs(3),
-            lease: crate::config::default_lease(Duration::from_secs(3)),
-            heartbeat_interval: crate::config::heartbeat_interval(Duration::from_secs(3)),
+            lease: starling::config::default_lease(Duration::from_secs(3)),
+            heartbeat_interval: starling::config::heartbeat_interval(Duration::from_secs(3)),
             max_rtt: std::time::Duration::from_millis(50),
             // No sync workers compete with the benchmark's own grants.
             max_concurrent_syncs: 1,
@@ -484,7 +559,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
             drain_timeout: Duration::ZERO,
             operator: None,
         };
-        nodes.push(crate::serve::start(config).await?);
+        nodes.push(starling::serve::start(config).await?);
     }
     let raft = nodes[0].replica.raft.clone();
     let reader = raft.reader();
@@ -499,7 +574,7 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
     })
     .await?;
     let group = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"https://git.example/r.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: all}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"100%\"}\n";
-    let at = crate::replica::Replica::now_rfc3339();
+    let at = starling::replica::Replica::now_rfc3339();
     let mut resources = fleet::manifest::parse_manifests(group)?;
     for start in (0..clusters).step_by(1000) {
         resources.extend(fleet::manifest::parse_manifests(&cluster_manifests(
@@ -588,6 +663,19 @@ async fn admission(clusters: usize, batch: usize, concurrency: usize) -> anyhow:
     for node in nodes {
         node.stop().await;
     }
+    let json = serde_json::json!({
+        "bench": "admission",
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "clusters": clusters,
+        "batch": batch,
+        "concurrency": concurrency,
+        "pairs": pairs,
+        "pairs_per_second": rate,
+        "floor_pairs_per_second": ADMISSION_FLOOR,
+        "floor_ratio": rate / ADMISSION_FLOOR,
+        "peak_rss_mib_all_replicas": rss,
+    });
+    report::write(out, "admission", &json, None)?;
     Ok(())
 }
 

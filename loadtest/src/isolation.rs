@@ -26,6 +26,9 @@ use super::{Testbed, resident};
 
 #[derive(clap::Args, Debug)]
 pub struct IsolationArgs {
+    /// Where the JSON report goes (the global `--out`).
+    #[arg(skip)]
+    pub out: std::path::PathBuf,
     /// Simulated clusters.
     #[arg(long, default_value_t = 1000)]
     clusters: usize,
@@ -104,7 +107,7 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
         &[],
     )
     .await?;
-    let documents = crate::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
+    let documents = starling::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
     for chunk in documents.chunks(500) {
         fleet
             .apply(proto::ApplyRequest {
@@ -185,6 +188,31 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
         "resident memory per node: after the baseline {baseline_memory}; after the faulty rollout {faulty_memory}; after {:?} more of failing clusters {soaked_memory}",
         args.soak
     );
+    // The bound: the good clusters' p99 within 10% of the baseline.
+    let p99_ratio = ratio(
+        quantile(&faulty.applies, 0.99),
+        quantile(&baseline.applies, 0.99),
+    );
+    let json = serde_json::json!({
+        "bench": "isolation",
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "clusters": args.clusters,
+        "unreachable": args.unreachable,
+        "slow": args.slow,
+        "update_latency_p50_ratio": ratio(faulty.quantile(0.5), baseline.quantile(0.5)),
+        "update_latency_p99_ratio": ratio(faulty.quantile(0.99), baseline.quantile(0.99)),
+        "apply_p50_ratio": ratio(
+            quantile(&faulty.applies, 0.5),
+            quantile(&baseline.applies, 0.5)
+        ),
+        "apply_p99_ratio": p99_ratio,
+        "apply_p99_limit_ratio": 1.1,
+        "completion_ratio": ratio(faulty.completed, baseline.completed),
+        "resident_after_baseline": baseline_memory,
+        "resident_after_faulty": faulty_memory,
+        "resident_after_soak": soaked_memory,
+    });
+    crate::report::write(&args.out, "isolation", &json, None)?;
     sim.shutdown().await;
     Ok(())
 }

@@ -1,0 +1,406 @@
+//! `loadtest rollout`: the rollout figures with every replica in its own process.
+//!
+//! fleetsim runs in this process (with its latency and ready delay), the demo repository is a
+//! local `file://` repository, and the replicas are `starling node` processes on loopback, so
+//! each node's peak resident memory (`VmHWM`) is its own. The first rollout converges the
+//! fleet; then a second commit is timed from its resolution to the last cluster updated, and
+//! set beside:
+//! - the physical limit the fleet allows, `ceil(N / B) · (ready delay + r · latency)`, with r
+//!   the requests one sync makes in sequence, measured from fleetsim's audit log (the writes
+//!   of the timed rollout per cluster, plus the readiness watch's answer): `limit_ratio`;
+//! - the bound of the nodes' own slots, `ceil(N / min(M·K, B)) · L` (L: the mean sync
+//!   duration the nodes report on `/metrics`): `slots_ratio`.
+//!
+//! It also reports each node's peak memory per owned cluster and its git fetches during the
+//! timed rollout, and writes the JSON report and an SVG chart (see [`crate::report`]).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use super::{Proc, Testbed, peak_rss_mib, resident, rss_mib, shards, wait_for};
+use crate::report::{self, Series};
+use starling::dev::report::physical_bound;
+
+#[derive(clap::Args, Debug)]
+pub struct RolloutArgs {
+    /// Simulated clusters.
+    #[arg(long, default_value_t = 10_000)]
+    clusters: usize,
+    /// `starling node` processes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// `--max-concurrent-syncs` of each node.
+    #[arg(long, default_value_t = 64)]
+    max_concurrent_syncs: usize,
+    /// The SyncGroup's budget.
+    #[arg(long, default_value = "10%")]
+    max_unavailable: String,
+    /// Latency fleetsim adds to every request.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    latency: Duration,
+    /// Delay before fleetsim makes a workload ready.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    ready_delay: Duration,
+    /// Upper bound on each rollout.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Where the JSON report and the SVG chart go (the global `--out`).
+    #[arg(skip)]
+    pub out: std::path::PathBuf,
+}
+
+/// The memory target per owned cluster (issue 15).
+const KIB_PER_CLUSTER_LIMIT: f64 = 64.0;
+
+async fn apply(
+    fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
+    manifests: String,
+) -> anyhow::Result<()> {
+    fleet
+        .apply(proto::ApplyRequest {
+            manifests: manifests.into_bytes(),
+            origin: "bench".into(),
+            dry_run: false,
+        })
+        .await
+        .context("cannot apply the demo specs")?;
+    Ok(())
+}
+
+/// Clusters per Apply request (a Secret with a kubeconfig and a Cluster each).
+const APPLY_CHUNK: usize = 500;
+
+pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
+    if args.clusters == 0 || args.nodes == 0 || args.max_concurrent_syncs == 0 {
+        anyhow::bail!("--clusters, --nodes and --max-concurrent-syncs must be at least 1");
+    }
+    let policy = fleet::resources::RolloutPolicy {
+        max_unavailable: Some(
+            serde_json::from_value(serde_json::json!(args.max_unavailable))
+                .context("--max-unavailable must be a count or a percentage")?,
+        ),
+        ..Default::default()
+    };
+    let budget = fleet::validate::max_unavailable(&policy, args.clusters as u32);
+    let extra = vec![
+        "--max-concurrent-syncs".to_string(),
+        args.max_concurrent_syncs.to_string(),
+    ];
+    let Testbed {
+        sim,
+        repo,
+        procs,
+        mut fleet,
+        _dir,
+    } = Testbed::start(
+        args.clusters,
+        args.latency,
+        args.ready_delay,
+        args.nodes,
+        &extra,
+    )
+    .await?;
+    let address = procs[&1].grpc.clone();
+    let documents = starling::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
+    // The clusters and their Secrets first, the Source and SyncGroup (document 0) last, so
+    // that the memory of the specs alone is seen before any rollout starts.
+    let (group, clusters) = documents
+        .split_first()
+        .context("the demo manifests are empty")?;
+    for chunk in clusters.chunks(APPLY_CHUNK) {
+        apply(&mut fleet, chunk.join("---\n")).await?;
+    }
+    eprintln!(
+        "{} nodes, {} clusters (latency {:?}, ready delay {:?}), budget {budget}, {} syncs per node",
+        args.nodes, args.clusters, args.latency, args.ready_delay, args.max_concurrent_syncs
+    );
+    eprintln!(
+        "resident memory with the clusters and Secrets applied: {}",
+        resident(&procs)
+    );
+    apply(&mut fleet, group.clone()).await?;
+    let (first, first_seconds, _) = wait_rollout(&address, "", &args).await?;
+    eprintln!("first rollout (cold: clients, artifacts): {first_seconds:.1}s");
+    eprintln!("resident memory after it: {}", resident(&procs));
+    let counters_before = counters(&procs).await;
+    let writes_before = sim.audit_stats().recorded;
+    repo.commit("v2", "nginx:1.28", "second version")?;
+    let (_, seconds, timeline) = wait_rollout(&address, &first, &args).await?;
+    let writes = sim.audit_stats().recorded - writes_before;
+    let counters_after = counters(&procs).await;
+
+    let mean = mean_sync_duration(&procs).await;
+    // Each node has up to --max-waiting-syncs syncs under way (its default): a sync waiting
+    // for readiness holds no apply slot.
+    let under_way = starling::config::DEFAULT_MAX_WAITING_SYNCS.max(args.max_concurrent_syncs);
+    let bound =
+        physical_bound(args.clusters, args.nodes as usize, under_way, budget, mean).as_secs_f64();
+    // The writes one sync makes in sequence, and the watch event that tells it is ready.
+    let round_trips = writes as f64 / args.clusters as f64 + 1.0;
+    let waves = args.clusters.div_ceil(budget.max(1) as usize) as f64;
+    let limit = waves * (args.ready_delay.as_secs_f64() + round_trips * args.latency.as_secs_f64());
+    println!(
+        "rollout of a new revision to {} clusters on {} nodes: {seconds:.1}s; physical limit \
+         {limit:.1}s ({waves} waves of {budget} × ({:?} ready + {round_trips:.1} requests × {:?})), \
+         limit_ratio {:.2}; slots bound {bound:.1}s (mean sync {:.3}s), slots_ratio {:.2}",
+        args.clusters,
+        args.nodes,
+        args.ready_delay,
+        args.latency,
+        report::ratio(seconds, limit),
+        mean.as_secs_f64(),
+        report::ratio(seconds, bound),
+    );
+    let owned = shards(&address)
+        .await
+        .map(|(owned, _)| owned)
+        .unwrap_or_default();
+    let mut nodes = Vec::new();
+    let mut worst_kib = 0.0f64;
+    let mut most_fetches = 0.0f64;
+    for (id, proc) in &procs {
+        let peak = peak_rss_mib(proc.child.id());
+        let clusters = owned.get(id).copied().unwrap_or(0);
+        let kib = match (peak, clusters) {
+            (Some(peak), clusters) if clusters > 0 => Some(peak * 1024.0 / clusters as f64),
+            _ => None,
+        };
+        worst_kib = worst_kib.max(kib.unwrap_or(0.0));
+        let delta = |name: &str| {
+            counters_after
+                .get(&(*id, name.to_string()))
+                .copied()
+                .unwrap_or(0.0)
+                - counters_before
+                    .get(&(*id, name.to_string()))
+                    .copied()
+                    .unwrap_or(0.0)
+        };
+        let git_fetches = delta(SOURCE_FETCHES);
+        let from_git = delta(ARTIFACTS_FROM_GIT);
+        most_fetches = most_fetches.max(git_fetches + from_git);
+        nodes.push(serde_json::json!({
+            "id": id,
+            "peak_rss_mib": peak,
+            "rss_mib_at_end": rss_mib(proc.child.id()),
+            "owned_clusters": clusters,
+            "peak_rss_kib_per_cluster": kib,
+            "source_polls_during_rollout": git_fetches,
+            "artifacts_built_from_git_during_rollout": from_git,
+            "artifacts_copied_from_peers_during_rollout": delta(ARTIFACTS_FROM_PEERS),
+        }));
+        println!(
+            "node {id}: peak {} MiB, {clusters} clusters owned, {} KiB per cluster; during the \
+             rollout {git_fetches} source polls, {from_git} artifacts built from git, {} copied \
+             from peers",
+            peak.map_or("?".into(), |p| format!("{p:.0}")),
+            kib.map_or("?".into(), |k| format!("{k:.0}")),
+            delta(ARTIFACTS_FROM_PEERS)
+        );
+    }
+    println!(
+        "peak resident memory of fleetsim and this driver: {:.0} MiB",
+        peak_rss_mib(std::process::id()).unwrap_or(0.0)
+    );
+    let json = serde_json::json!({
+        "bench": "rollout",
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "clusters": args.clusters,
+        "nodes": args.nodes,
+        "budget": budget,
+        "latency_seconds": args.latency.as_secs_f64(),
+        "ready_delay_seconds": args.ready_delay.as_secs_f64(),
+        "max_concurrent_syncs": args.max_concurrent_syncs,
+        "first_rollout_seconds": first_seconds,
+        "rollout_seconds": seconds,
+        "round_trips_per_sync": round_trips,
+        "physical_limit_seconds": limit,
+        "limit_ratio": report::ratio(seconds, limit),
+        "slots_bound_seconds": bound,
+        "slots_ratio": report::ratio(seconds, bound),
+        "mean_sync_seconds": mean.as_secs_f64(),
+        "peak_rss_kib_per_cluster": worst_kib,
+        "peak_rss_kib_per_cluster_limit": KIB_PER_CLUSTER_LIMIT,
+        "memory_ratio": if worst_kib > 0.0 { KIB_PER_CLUSTER_LIMIT / worst_kib } else { 0.0 },
+        "git_fetches_per_replica_max": most_fetches,
+        "per_node": nodes,
+        "timeline": timeline.iter().map(|p| [p.0, p.1 as f64, p.2 as f64]).collect::<Vec<_>>(),
+    });
+    let svg = chart(&args, budget, limit, seconds, &timeline);
+    report::write(&args.out, "rollout", &json, Some(svg))?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+const SOURCE_FETCHES: &str = "starling_source_fetch_duration_seconds_count";
+const ARTIFACTS_FROM_GIT: &str = "starling_artifacts_from_git_total";
+const ARTIFACTS_FROM_PEERS: &str = "starling_artifacts_from_peers_total";
+
+/// The counters the report compares before and after the timed rollout, per node.
+async fn counters(
+    procs: &std::collections::BTreeMap<u64, Proc>,
+) -> std::collections::BTreeMap<(u64, String), f64> {
+    let mut values = std::collections::BTreeMap::new();
+    for (id, proc) in procs {
+        let Ok(text) = http_get(&proc.http, "/metrics").await else {
+            continue;
+        };
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            if [SOURCE_FETCHES, ARTIFACTS_FROM_GIT, ARTIFACTS_FROM_PEERS].contains(&name) {
+                values.insert((*id, name.to_string()), value.parse().unwrap_or(0.0));
+            }
+        }
+    }
+    values
+}
+
+/// Clusters updated and in progress over time, the budget, and the physical limit's pace.
+fn chart(
+    args: &RolloutArgs,
+    budget: u32,
+    limit: f64,
+    seconds: f64,
+    timeline: &[(f64, u32, u32)],
+) -> String {
+    let end = seconds.max(limit);
+    report::line_chart(
+        &format!(
+            "A new revision to {} clusters on {} nodes: {seconds:.1} s (physical limit {limit:.1} s)",
+            args.clusters, args.nodes
+        ),
+        "seconds since the revision was resolved",
+        "clusters",
+        &[
+            Series {
+                name: "updated",
+                color: "#1f77b4",
+                dashed: false,
+                points: timeline.iter().map(|p| (p.0, p.1 as f64)).collect(),
+            },
+            Series {
+                name: "in progress",
+                color: "#ff7f0e",
+                dashed: false,
+                points: timeline.iter().map(|p| (p.0, p.2 as f64)).collect(),
+            },
+            Series {
+                name: "budget (maxUnavailable)",
+                color: "#d62728",
+                dashed: true,
+                points: vec![(0.0, budget as f64), (end, budget as f64)],
+            },
+            Series {
+                name: "physical limit",
+                color: "#2ca02c",
+                dashed: true,
+                points: vec![(0.0, 0.0), (limit, args.clusters as f64)],
+            },
+        ],
+    )
+}
+
+/// Waits for SyncGroup `demo` to target a revision other than `previous` and then to update
+/// every cluster; returns the revision and the seconds from the first sight of it.
+async fn wait_rollout(
+    address: &str,
+    previous: &str,
+    args: &RolloutArgs,
+) -> anyhow::Result<(String, f64, Vec<(f64, u32, u32)>)> {
+    let status = || async {
+        let channel = starling::client_channel(address, Duration::from_secs(10)).ok()?;
+        proto::fleet_client::FleetClient::new(channel)
+            .status(proto::StatusRequest {})
+            .await
+            .ok()?
+            .into_inner()
+            .rollouts
+            .into_iter()
+            .find(|r| r.name == "demo")
+    };
+    wait_for(Duration::from_secs(120), || async {
+        status()
+            .await
+            .is_some_and(|r| !r.target_revision.is_empty() && r.target_revision != previous)
+    })
+    .await
+    .context("no new revision was resolved")?;
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let mut timeline = vec![(0.0, 0, 0)];
+    loop {
+        if let Some(rollout) = status().await {
+            let summary = rollout.summary.unwrap_or_default();
+            let at = started.elapsed().as_secs_f64();
+            timeline.push((at, summary.updated, summary.in_progress));
+            if rollout.phase == "Complete" && summary.updated as usize == args.clusters {
+                return Ok((rollout.target_revision, at, timeline));
+            }
+            if last_report.elapsed() >= Duration::from_secs(10) {
+                last_report = Instant::now();
+                eprintln!(
+                    "  {:.0}s: updated {}/{}, in progress {}, failed {}",
+                    started.elapsed().as_secs_f64(),
+                    summary.updated,
+                    summary.total,
+                    summary.in_progress,
+                    summary.failed
+                );
+            }
+        }
+        if started.elapsed() > args.timeout {
+            anyhow::bail!("the rollout did not complete within {:?}", args.timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The mean duration of the syncs the nodes ran, from their `sync_duration_seconds` histograms.
+async fn mean_sync_duration(procs: &std::collections::BTreeMap<u64, Proc>) -> Duration {
+    let (mut sum, mut count) = (0.0, 0.0);
+    for proc in procs.values() {
+        let Ok(text) = http_get(&proc.http, "/metrics").await else {
+            continue;
+        };
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let name = name.split('{').next().unwrap_or(name);
+            let value: f64 = value.parse().unwrap_or(0.0);
+            if name.ends_with("_sync_duration_seconds_sum") || name == "sync_duration_seconds_sum" {
+                sum += value;
+            } else if name.ends_with("_sync_duration_seconds_count")
+                || name == "sync_duration_seconds_count"
+            {
+                count += value;
+            }
+        }
+    }
+    if count > 0.0 {
+        Duration::from_secs_f64(sum / count)
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// A plain HTTP/1.0 GET on loopback (the nodes' `/metrics`).
+async fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect(address),
+    )
+    .await??;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut body)).await??;
+    Ok(body
+        .split_once("\r\n\r\n")
+        .map_or(body.clone(), |(_, b)| b.to_string()))
+}
