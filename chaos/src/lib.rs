@@ -23,6 +23,10 @@
 //!
 //! [`harness`] is the process harness the schedules share with the multi-process tests of
 //! the `starling` package.
+//!
+//! Beside the schedules, `tests/sim/` is the deterministic simulation: the replicas' real Raft
+//! node, state machine, lease and failure detector on turmoil's simulated network and clock,
+//! 1,000 seeds per `cargo test` (see its module doc).
 
 pub mod harness;
 pub mod invariants;

@@ -179,7 +179,11 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         };
         let git_fetches = delta(SOURCE_FETCHES);
         let from_git = delta(ARTIFACTS_FROM_GIT);
-        most_fetches = most_fetches.max(git_fetches + from_git);
+        // The source's owner polls git every interval; one of its polls brought the commit,
+        // the others found nothing new. Any other replica fetches only to build an artifact
+        // no peer could give it.
+        let for_the_commit = from_git + if git_fetches > 0.0 { 1.0 } else { 0.0 };
+        most_fetches = most_fetches.max(for_the_commit);
         nodes.push(serde_json::json!({
             "id": id,
             "peak_rss_mib": peak,
@@ -187,6 +191,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             "owned_clusters": clusters,
             "peak_rss_kib_per_cluster": kib,
             "source_polls_during_rollout": git_fetches,
+            "git_fetches_for_the_commit": for_the_commit,
             "artifacts_built_from_git_during_rollout": from_git,
             "artifacts_copied_from_peers_during_rollout": delta(ARTIFACTS_FROM_PEERS),
         }));
@@ -224,6 +229,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "peak_rss_kib_per_cluster_limit": KIB_PER_CLUSTER_LIMIT,
         "memory_ratio": if worst_kib > 0.0 { KIB_PER_CLUSTER_LIMIT / worst_kib } else { 0.0 },
         "git_fetches_per_replica_max": most_fetches,
+        "git_fetches_per_replica_limit": 1.0,
         "per_node": nodes,
         "timeline": timeline.iter().map(|p| [p.0, p.1 as f64, p.2 as f64]).collect::<Vec<_>>(),
     });

@@ -544,13 +544,7 @@ fn converged(world: &World, replicas: usize) -> Result<(), String> {
             let target = state
                 .target_of(key)
                 .ok_or("a sync has no revision to reach")?;
-            let namespace = entry
-                .object
-                .metadata
-                .namespace
-                .as_deref()
-                .unwrap_or("default");
-            let cluster = fleet::state::key_of(namespace, &entry.object.spec.cluster_ref.name);
+            let cluster = fleet::state::cluster_key_of(&entry.object);
             if world.revision_of(&cluster) != Some(target.revision.as_str()) {
                 return Err(format!(
                     "cluster {cluster} is at {:?}, not {}",

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use fleet::state::{Outcome, SyncOutcome, key_of};
+use fleet::state::{Outcome, SyncOutcome, cluster_key_of};
 use fleet::{Command, resources::ResourceStatus};
 use serde::{Deserialize, Serialize};
 use starling_raft::{NodeId, Peer, RaftConfig, RaftNode, SimDisk, WriterMode};
@@ -380,13 +380,7 @@ async fn run_sync(local: &Local, sync: &str) {
     let me = local.host.id;
     let Some((cluster, generation, revision)) = local.node.reader().read(|state| {
         let entry = state.syncs.get(sync)?;
-        let namespace = entry
-            .object
-            .metadata
-            .namespace
-            .as_deref()
-            .unwrap_or("default");
-        let cluster = key_of(namespace, &entry.object.spec.cluster_ref.name);
+        let cluster = cluster_key_of(&entry.object);
         let (owner, generation) = state.cluster_owner(&cluster)?;
         let revision = state.target_of(sync)?.revision;
         (owner == me).then_some((cluster, generation, revision))

@@ -639,7 +639,7 @@ impl FleetState {
 }
 
 /// `namespace/name` of the cluster a Sync targets.
-pub(crate) fn cluster_key_of(sync: &Sync) -> Key {
+pub fn cluster_key_of(sync: &Sync) -> Key {
     key_of(
         sync.metadata.namespace.as_deref().unwrap_or("default"),
         &sync.spec.cluster_ref.name,

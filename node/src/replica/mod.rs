@@ -78,6 +78,8 @@ pub struct Replica {
     /// Set once a graceful stop began ([`stopping::drain`]): the replica no longer turns itself
     /// Live.
     pub shutting_down: std::sync::atomic::AtomicBool,
+    /// Artifact fetches under way, one per digest ([`crate::worker::artifacts::ensure`]).
+    pub artifact_fetches: crate::worker::artifacts::InFlight,
     /// The management cluster's client in operator mode ([`crate::operator`]).
     pub operator: Option<Arc<crate::operator::Operator>>,
 }
@@ -136,6 +138,7 @@ impl Replica {
             applied_history: Mutex::new(VecDeque::new()),
             operator,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            artifact_fetches: Default::default(),
             config,
             raft,
         })

@@ -26,8 +26,30 @@ pub struct ArtifactNeed {
     pub secret: Option<std::collections::BTreeMap<String, Vec<u8>>>,
 }
 
+/// One fetch per artifact at a time on a replica: the syncs that need an artifact the store
+/// lacks wait for the first one's fetch instead of each copying it (a rollout starts hundreds
+/// of syncs of one revision at once). Entries go when their last waiter does.
+#[derive(Default)]
+pub struct InFlight(
+    std::sync::Mutex<std::collections::HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
+);
+
+impl InFlight {
+    fn lock_for(&self, digest: &Digest) -> Arc<tokio::sync::Mutex<()>> {
+        let mut fetches = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        fetches.retain(|_, lock| Arc::strong_count(lock) > 1);
+        fetches.entry(*digest).or_default().clone()
+    }
+}
+
 /// Makes sure the artifact is in the local store; returns where it is.
 pub async fn ensure(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredArtifact, String> {
+    if let Some(stored) = replica.store.get(&need.digest) {
+        return Ok(stored);
+    }
+    let lock = replica.artifact_fetches.lock_for(&need.digest);
+    let _fetching = lock.lock().await;
+    // Another sync may have fetched it while this one waited.
     if let Some(stored) = replica.store.get(&need.digest) {
         return Ok(stored);
     }
@@ -128,4 +150,29 @@ async fn from_git(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredA
     })
     .await
     .map_err(|e| format!("artifact build task failed: {e}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn syncs_needing_one_artifact_share_one_fetch_and_the_entry_goes_with_them() {
+        let fetches = InFlight::default();
+        let digest = Digest::from_bytes([7; 32]);
+        let first = fetches.lock_for(&digest);
+        let held = first.lock().await;
+        let second = fetches.lock_for(&digest);
+        assert!(Arc::ptr_eq(&first, &second), "one lock per digest");
+        assert!(second.try_lock().is_err(), "the second waits for the first");
+        drop(held);
+        drop((first, second));
+        let other = fetches.lock_for(&Digest::from_bytes([8; 32]));
+        assert_eq!(
+            fetches.0.lock().unwrap().len(),
+            1,
+            "the finished fetch's entry is gone"
+        );
+        drop(other);
+    }
 }
