@@ -503,3 +503,40 @@ fn an_object_over_1_5_mib_is_refused_on_the_apply_path() {
     let text = edit(SOURCE, "metadata:\n", &format!("metadata:\n{labels}"));
     assert_rejected(&text, &["the object: too large:", "(1.5 MiB)"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots (a replica installs them from peers and from its own disk)
+// ---------------------------------------------------------------------------------------------
+
+/// Found by the snapshot fuzz target (an out-of-memory): a placement whose ring would have
+/// 615 million points per node was rebuilt as decoded.
+#[test]
+fn a_snapshot_whose_placement_asks_for_a_huge_ring_is_refused() {
+    let snapshot = r#"{"format":1,"state":{"revision":4,"members":{},"cluster_placement":{"version":1,"config":{"epsilon_permille":40,"virtual_nodes":615555511},"nodes":[1],"items":{}},"retiring":[],"formed":false}}"#;
+    let error = within(GENEROUS, move || {
+        fleet::FleetState::decode_snapshot(snapshot.as_bytes())
+            .err()
+            .map(|e| e.to_string())
+    })
+    .expect("refused");
+    assert!(
+        error.contains("virtual_nodes 615555511 is outside"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_snapshot_whose_placement_names_thousands_of_nodes_is_refused() {
+    let nodes: Vec<String> = (1..=5_000).map(|id| id.to_string()).collect();
+    let snapshot = format!(
+        r#"{{"format":1,"state":{{"revision":4,"members":{{}},"cluster_placement":{{"version":1,"config":{{"epsilon_permille":40,"virtual_nodes":10000}},"nodes":[{}],"items":{{}}}},"retiring":[],"formed":false}}}}"#,
+        nodes.join(",")
+    );
+    let error = within(GENEROUS, move || {
+        fleet::FleetState::decode_snapshot(snapshot.as_bytes())
+            .err()
+            .map(|e| e.to_string())
+    })
+    .expect("refused");
+    assert!(error.contains("more than 1000 nodes"), "{error}");
+}

@@ -38,6 +38,10 @@ pub const MAX_EPSILON_PERMILLE: u32 = 10_000;
 /// Largest accepted number of virtual nodes per node.
 pub const MAX_VIRTUAL_NODES: u32 = 10_000;
 
+/// Most nodes a stored placement may name: far above any replica group, and low enough that
+/// its ring (`MAX_VIRTUAL_NODES` points each at most) stays small.
+pub const MAX_STORED_NODES: usize = 1_000;
+
 /// How loose the load bound is and how many points each node has on the ring.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlacementConfig {

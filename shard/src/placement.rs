@@ -99,9 +99,18 @@ impl Placement {
         nodes: impl IntoIterator<Item = NodeId>,
         items: impl IntoIterator<Item = (String, Weight, Option<NodeId>)>,
     ) -> Result<Self, PlacementError> {
+        // A stored placement comes from a snapshot a peer sent or a disk kept: its ring is
+        // rebuilt from these numbers, so they are checked before anything is allocated.
+        config.validate()?;
         let mut placement = Self::new(config);
         for node in nodes {
             placement.nodes.entry(node).or_default();
+            if placement.nodes.len() > crate::config::MAX_STORED_NODES {
+                return Err(PlacementError::InvalidConfig(format!(
+                    "a stored placement names more than {} nodes",
+                    crate::config::MAX_STORED_NODES
+                )));
+            }
         }
         placement.rebuild_ring();
         for (item, weight, owner) in items {
