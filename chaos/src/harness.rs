@@ -22,6 +22,15 @@ use tonic::transport::Channel;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Set by a process that runs several groups side by side on purpose (`chaos --jobs`).
+static CONCURRENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets groups in this process run side by side instead of one at a time. Tests keep the
+/// default, so that test threads of one binary do not overload the machine together.
+pub fn allow_concurrent_groups() {
+    CONCURRENT.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Options of a group of nodes.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -55,7 +64,7 @@ pub struct NodeProcess {
 
 /// A group of nodes; killed when dropped.
 pub struct Group {
-    _serial: MutexGuard<'static, ()>,
+    _serial: Option<MutexGuard<'static, ()>>,
     pub dir: tempfile::TempDir,
     pub nodes: BTreeMap<u64, NodeProcess>,
     pub options: Options,
@@ -448,7 +457,8 @@ impl Group {
 
     /// Takes the harness lock and lays out `count` nodes (ids 1..=count) without starting any.
     pub fn prepare(count: u64, options: Options) -> Group {
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let serial = (!CONCURRENT.load(std::sync::atomic::Ordering::Relaxed))
+            .then(|| SERIAL.lock().unwrap_or_else(|e| e.into_inner()));
         let dir = tempfile::tempdir().expect("temp dir");
         let mut nodes = BTreeMap::new();
         for id in 1..=count {

@@ -5,10 +5,11 @@
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use chaos::run::{RunConfig, run};
+use chaos::run::{Outcome, RunConfig, run};
 use chaos::schedule::{Schedule, Shape};
 use clap::Parser;
 use futures::FutureExt as _;
@@ -55,6 +56,10 @@ struct Args {
     /// Stop at the first failed schedule.
     #[arg(long)]
     fail_fast: bool,
+    /// Schedules run at once, each with its own replicas, fleet and git host, on its own
+    /// thread. One schedule keeps about a fifth of a core busy, so `--jobs 4` suits 2 cores.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    jobs: u64,
     /// Only print the schedules, run nothing.
     #[arg(long)]
     print: bool,
@@ -103,10 +108,9 @@ fn build_starling() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
-    match schedules(args).await {
+    match schedules(args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(error) => {
@@ -116,7 +120,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn schedules(args: Args) -> anyhow::Result<bool> {
+fn schedules(args: Args) -> anyhow::Result<bool> {
     let first = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -147,62 +151,81 @@ async fn schedules(args: Args) -> anyhow::Result<bool> {
         args.schedules,
         if args.short { " --short" } else { "" }
     );
+    if args.jobs > 1 {
+        chaos::harness::allow_concurrent_groups();
+    }
     let mut failed = Vec::new();
     let mut converged = Vec::new();
-    for seed in first..first + args.schedules {
-        let schedule = Schedule::generate(seed, args.shape(seed));
-        // A panic in the harness (a process that does not start) fails this schedule only.
-        let verdict = match AssertUnwindSafe(run(&schedule, &config))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(outcome)) => Ok(outcome),
-            Ok(Err(error)) => Err(format!("{error:#}")),
-            Err(panic) => Err(format!(
-                "the harness failed: {}",
-                panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default()
-            )),
-        };
-        match verdict {
-            Ok(outcome) if outcome.ok() => {
-                converged.extend(outcome.converged_after);
-                println!(
-                    "seed {seed}: ok ({} replicas, {} faults) in {:.1}s, converged {:.1}s after healing",
-                    schedule.shape.replicas,
-                    schedule.steps.len(),
-                    outcome.elapsed.as_secs_f64(),
-                    outcome.converged_after.unwrap_or_default()
-                );
-            }
-            Ok(outcome) => {
-                println!("seed {seed}: VIOLATION\n{schedule}");
-                for check in outcome.checks.iter().filter(|c| !c.ok) {
-                    println!("  [FAILED] {}: {}", check.name, check.detail);
+    let mut ran = 0;
+    let next = AtomicU64::new(first);
+    let stop = AtomicBool::new(false);
+    let (verdicts, received) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        for _ in 0..args.jobs {
+            let verdicts = verdicts.clone();
+            let (args, config, next, stop) = (&args, &config, &next, &stop);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("cannot start a runtime for a job")?;
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= first + args.schedules {
+                        break;
+                    }
+                    let schedule = Schedule::generate(seed, args.shape(seed));
+                    let verdict = runtime.block_on(run_one(&schedule, config));
+                    if verdicts.send((schedule, verdict)).is_err() {
+                        break;
+                    }
                 }
-                if let Some(dir) = &outcome.evidence {
-                    println!("  evidence: {}", dir.display());
+            });
+        }
+        drop(verdicts);
+        for (schedule, verdict) in received {
+            ran += 1;
+            let seed = schedule.seed;
+            match verdict {
+                Ok(outcome) if outcome.ok() => {
+                    converged.extend(outcome.converged_after);
+                    println!(
+                        "seed {seed}: ok ({} replicas, {} faults) in {:.1}s, converged {:.1}s after healing",
+                        schedule.shape.replicas,
+                        schedule.steps.len(),
+                        outcome.elapsed.as_secs_f64(),
+                        outcome.converged_after.unwrap_or_default()
+                    );
                 }
-                failed.push(seed);
+                Ok(outcome) => {
+                    println!("seed {seed}: VIOLATION\n{schedule}");
+                    for check in outcome.checks.iter().filter(|c| !c.ok) {
+                        println!("  [FAILED] {}: {}", check.name, check.detail);
+                    }
+                    if let Some(dir) = &outcome.evidence {
+                        println!("  evidence: {}", dir.display());
+                    }
+                    failed.push(seed);
+                }
+                Err(error) => {
+                    println!("seed {seed}: ERROR {error}\n{schedule}");
+                    failed.push(seed);
+                }
             }
-            Err(error) => {
-                println!("seed {seed}: ERROR {error}\n{schedule}");
-                failed.push(seed);
+            if args.fail_fast && !failed.is_empty() {
+                stop.store(true, Ordering::Relaxed);
             }
         }
-        if args.fail_fast && !failed.is_empty() {
-            break;
-        }
-    }
+        Ok(())
+    })?;
+    failed.sort_unstable();
     converged.sort_by(f64::total_cmp);
     let slowest = converged.last().copied().unwrap_or_default();
     println!(
         "chaos: {} schedule(s) failed of {}; convergence after healing: median {:.1}s, slowest {:.1}s{}",
         failed.len(),
-        args.schedules,
+        ran,
         converged
             .get(converged.len() / 2)
             .copied()
@@ -215,4 +238,21 @@ async fn schedules(args: Args) -> anyhow::Result<bool> {
         }
     );
     Ok(failed.is_empty())
+}
+
+/// Runs one schedule. A panic in the harness (a process that does not start) fails this
+/// schedule only.
+async fn run_one(schedule: &Schedule, config: &RunConfig) -> Result<Outcome, String> {
+    match AssertUnwindSafe(run(schedule, config)).catch_unwind().await {
+        Ok(Ok(outcome)) => Ok(outcome),
+        Ok(Err(error)) => Err(format!("{error:#}")),
+        Err(panic) => Err(format!(
+            "the harness failed: {}",
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        )),
+    }
 }
