@@ -28,6 +28,7 @@ use fleet::state::{MemberState, SyncOutcome};
 use fleet::{Command, Outcome};
 
 /// The allocator of the `starling` binary, so that the replicas measured here are the same.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

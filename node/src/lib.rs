@@ -3,6 +3,7 @@
 //! library is that binary's code, so that the benchmarks (`loadtest/`) can drive a replica and
 //! the demo's fleet from their own process.
 
+pub mod allocator;
 pub mod api;
 pub mod cli;
 pub mod client;
@@ -136,6 +137,7 @@ impl Command {
 
 /// Runs the command line the process was started with: the `starling` binary's `main`.
 pub fn main() -> std::process::ExitCode {
+    allocator::tune();
     let cli = Cli::parse();
     let log_format = cli.global.log_format;
     let result = match (cli.global.output, cli.command.without_output()) {

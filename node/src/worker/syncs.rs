@@ -110,6 +110,7 @@ pub async fn run(replica: Arc<Replica>) {
             last_orphan_scan = Instant::now();
             let busy = lock(&replica.running_syncs).clone();
             release_orphans(&replica, &busy).await;
+            drop_clients_of_lost_clusters(&replica);
         }
         if !replica.lease.is_valid() || slots.available_permits() == 0 {
             continue;
@@ -144,6 +145,26 @@ pub async fn run(replica: Arc<Replica>) {
                 .instrument(span),
             );
         }
+    }
+}
+
+/// Drops the clients (with their connections and discovery) of clusters this node no longer
+/// owns: after a rebalance they would otherwise stay until the client idle time-out (10
+/// minutes), and a replica that handed clusters to a returning peer would hold both sets.
+fn drop_clients_of_lost_clusters(replica: &Replica) {
+    let node = replica.id();
+    let dropped = replica.raft.reader().read(|state| {
+        replica.engine.clients().retain(|cluster| {
+            state
+                .cluster_owner(cluster)
+                .is_some_and(|(owner, _)| owner == node)
+        })
+    });
+    if dropped > 0 {
+        tracing::debug!(
+            dropped,
+            "dropped the clients of clusters owned elsewhere now"
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! One client per cluster, in a bounded cache: least recently used out first when full, and
 //! any client unused for the idle time-out dropped.
 //!
-//! An entry is keyed by cluster name and remembers a fingerprint of what built it (the
+//! An entry is keyed by the cluster's `namespace/name` and remembers a fingerprint of what built it (the
 //! connection, the writer and the generation); a request with a different fingerprint (a
 //! rotated kubeconfig, a new owner generation) replaces the entry. The lock is never held
 //! across an await: a client is built outside it, so a slow cluster never blocks another.
@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::discovery::DiscoveryCache;
+use super::discovery::{DiscoveryCache, SharedAnswers};
 use super::{ClientSettings, ClusterTarget, Connection, build_client};
 use crate::error::SyncError;
 
@@ -64,6 +64,8 @@ pub struct ClientCache {
     settings: ClientSettings,
     state: Mutex<State>,
     stats: Mutex<CacheStats>,
+    /// Discovery answers, kept once for the clusters that give the same.
+    answers: Arc<SharedAnswers>,
 }
 
 fn fingerprint(target: &ClusterTarget, writer: &str, generation: u64) -> u64 {
@@ -104,6 +106,7 @@ impl ClientCache {
                 last_sweep: Instant::now(),
             }),
             stats: Mutex::new(CacheStats::default()),
+            answers: Arc::default(),
         }
     }
 
@@ -123,10 +126,11 @@ impl ClientCache {
         generation: u64,
     ) -> Result<Arc<ClusterClient>, SyncError> {
         let wanted = fingerprint(target, writer, generation);
+        let key = format!("{}/{}", target.namespace, target.name);
         {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             self.sweep_locked(&mut state, false);
-            if let Some(entry) = state.entries.get_mut(&target.name)
+            if let Some(entry) = state.entries.get_mut(&key)
                 && entry.fingerprint == wanted
             {
                 entry.last_used = Instant::now();
@@ -142,7 +146,7 @@ impl ClientCache {
             cluster: target.name.clone(),
             client,
             default_namespace,
-            discovery: DiscoveryCache::new(self.settings.discovery_ttl),
+            discovery: DiscoveryCache::new(self.settings.discovery_ttl, self.answers.clone()),
             writer: writer.to_owned(),
             generation,
         });
@@ -150,7 +154,7 @@ impl ClientCache {
         {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             state.entries.insert(
-                target.name.clone(),
+                key,
                 Entry {
                     fingerprint: wanted,
                     client: built.clone(),
@@ -198,10 +202,21 @@ impl ClientCache {
         }
     }
 
-    /// Forgets one cluster's client (its kubeconfig changed, or the cluster left).
+    /// Forgets one cluster's client (`namespace/name`: its kubeconfig changed, or the
+    /// cluster left).
     pub fn remove(&self, cluster: &str) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.entries.remove(cluster);
+    }
+
+    /// Keeps only the clients of the clusters (`namespace/name`) `keep` accepts: a replica
+    /// drops the clients of clusters it no longer owns at once, instead of after the idle
+    /// time-out. Returns how many were dropped.
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) -> usize {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let before = state.entries.len();
+        state.entries.retain(|cluster, _| keep(cluster));
+        before - state.entries.len()
     }
 
     /// Clients held.
@@ -284,5 +299,25 @@ mod tests {
         }
         assert!(cache.is_empty());
         assert_eq!(cache.stats().evicted_idle, 1);
+    }
+
+    #[tokio::test]
+    async fn clusters_of_one_name_in_two_namespaces_keep_their_own_clients() {
+        let cache = cache(8, Duration::from_secs(60));
+        let in_team_b = ClusterTarget {
+            namespace: "team-b".into(),
+            ..ClusterTarget::at_url("a", "http://127.0.0.1:9/clusters/b-a")
+        };
+        let first = cache.get(&target("a"), "n", 1).await.expect("default/a");
+        cache.get(&in_team_b, "n", 1).await.expect("team-b/a");
+        let again = cache.get(&target("a"), "n", 1).await.expect("default/a");
+        assert!(Arc::ptr_eq(&first, &again), "team-b/a did not replace it");
+        assert_eq!(cache.len(), 2);
+
+        // A replica that no longer owns team-b/a drops its client at once.
+        assert_eq!(cache.retain(|cluster| cluster != "team-b/a"), 1);
+        assert_eq!(cache.len(), 1);
+        let again = cache.get(&target("a"), "n", 1).await.expect("default/a");
+        assert!(Arc::ptr_eq(&first, &again));
     }
 }

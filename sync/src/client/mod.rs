@@ -97,6 +97,10 @@ pub struct ClientSettings {
     pub max_clients: usize,
     /// A client unused for this long is dropped.
     pub idle_timeout: Duration,
+    /// A connection idle for this long is closed. A sync's requests follow one another, so
+    /// they share one connection; between syncs (minutes apart) a cluster holds none, which
+    /// keeps a replica's thousands of clusters from each holding a socket and its buffers.
+    pub connection_idle_timeout: Duration,
 }
 
 impl Default for ClientSettings {
@@ -107,6 +111,7 @@ impl Default for ClientSettings {
             discovery_ttl: Duration::from_secs(300),
             max_clients: 4096,
             idle_timeout: Duration::from_secs(600),
+            connection_idle_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -160,30 +165,56 @@ pub async fn build_client(
     generation: u64,
     settings: &ClientSettings,
 ) -> Result<(kube::Client, String), SyncError> {
+    use kube::client::ConfigExt as _;
+
     let config = client_config(target, writer, generation, settings).await?;
     let namespace = config.default_namespace.clone();
-    let built = if config.cluster_url.scheme() == Some(&http::uri::Scheme::HTTP)
-        && config.proxy_url.is_none()
-    {
-        plain_http_client(config)
-    } else {
+    let idle = settings.connection_idle_timeout;
+    let built = if config.proxy_url.is_some() {
         kube::Client::try_from(config)
+    } else if config.cluster_url.scheme() == Some(&http::uri::Scheme::HTTP) {
+        client_over(config, plain_connector(), idle)
+    } else {
+        let mut tcp = plain_connector();
+        tcp.enforce_http(false);
+        config
+            .rustls_https_connector_with_connector(tcp)
+            .and_then(|connector| client_over(config, connector, idle))
     };
     let client =
         built.map_err(|error| SyncError::from_kube(&target.name, "building its client", error))?;
     Ok((client, namespace))
 }
 
-/// A client for a plain `http://` API server (fleetsim, `kubectl proxy`): kube's default stack
-/// minus TLS. kube builds a rustls configuration for every client, even for http, and without a
-/// CA that loads the platform's roots: about 100 KiB per client, which a fleet of simulated
-/// clusters pays thousands of times for nothing.
-fn plain_http_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+fn plain_connector() -> hyper_util::client::legacy::connect::HttpConnector {
+    hyper_util::client::legacy::connect::HttpConnector::new()
+}
+
+/// kube's client stack (time-outs, base URI, credentials, headers) over a connection pool that
+/// closes idle connections after `idle`; kube's own builder keeps them until the client is
+/// dropped. For plain `http://` (fleetsim, `kubectl proxy`) there is no TLS at all: kube builds
+/// a rustls configuration for every client, even for http, and without a CA that loads the
+/// platform's roots, about 100 KiB per client that a fleet of simulated clusters would pay
+/// thousands of times for nothing.
+fn client_over<C>(
+    config: kube::Config,
+    connector: C,
+    idle: Duration,
+) -> Result<kube::Client, kube::Error>
+where
+    C: tower::Service<http::Uri> + Clone + Send + Sync + 'static,
+    C::Response: hyper::rt::Read
+        + hyper::rt::Write
+        + hyper_util::client::legacy::connect::Connection
+        + Send
+        + Unpin
+        + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<tower::BoxError>,
+{
     use kube::client::ConfigExt;
     use tower::{BoxError, ServiceBuilder};
 
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_connect_timeout(config.connect_timeout);
     let mut connector = hyper_timeout::TimeoutConnector::new(connector);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
@@ -191,6 +222,8 @@ fn plain_http_client(config: kube::Config) -> Result<kube::Client, kube::Error> 
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
     let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(idle)
+            .pool_timer(hyper_util::rt::TokioTimer::new())
             .build(connector);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
@@ -234,5 +267,28 @@ mod tests {
         }
         .context();
         assert_eq!(context.labels["tier"], "gold");
+    }
+
+    #[tokio::test]
+    async fn an_https_cluster_gets_a_tls_client_that_fails_cleanly_when_unreachable() {
+        let kubeconfig = "apiVersion: v1\nkind: Config\ncurrent-context: edge\nclusters:\n- name: edge\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\ncontexts:\n- name: edge\n  context:\n    cluster: edge\n    user: admin\n    namespace: apps\nusers:\n- name: admin\n  user:\n    token: t0ken\n";
+        let target = ClusterTarget {
+            connection: Connection::Kubeconfig(kubeconfig.into()),
+            ..ClusterTarget::at_url("edge", "http://unused")
+        };
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(2),
+            ..ClientSettings::default()
+        };
+        let (client, namespace) = build_client(&target, "node-a", 1, &settings)
+            .await
+            .expect("a TLS client is built without connecting");
+        assert_eq!(namespace, "apps");
+        let error = client
+            .apiserver_version()
+            .await
+            .expect_err("nothing listens on port 1");
+        let error = SyncError::from_kube("edge", "asking its version", error);
+        assert_eq!(error.class(), crate::error::ErrorClass::Unreachable, "{error}");
     }
 }
