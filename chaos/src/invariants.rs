@@ -32,6 +32,21 @@ fn written_version(record: &AuditRecord) -> Option<u32> {
         .ok()
 }
 
+/// What a burst wrote: each object with its request body, sorted; `None` when a body is
+/// missing (the audit level did not keep it), so that such a burst always counts.
+fn burst_content(burst: &[&AuditRecord]) -> Option<Vec<(String, String, String)>> {
+    let mut content = burst
+        .iter()
+        .map(|r| {
+            let body = r.request_object.as_ref()?.to_string();
+            Some((r.kind.clone(), r.name.clone().unwrap_or_default(), body))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    content.sort();
+    content.dedup();
+    Some(content)
+}
+
 /// No cluster is ever written an older version of the app after a newer one.
 pub fn revisions_forward(records: &[AuditRecord]) -> Check {
     let mut newest: BTreeMap<&str, (u32, &AuditRecord)> = BTreeMap::new();
@@ -70,31 +85,45 @@ const SAME_SYNC: Duration = Duration::from_millis(100);
 
 /// The most clusters written to at once never exceeds the largest budget in force. Each
 /// cluster's writes are cut into bursts (writes less than [`SAME_SYNC`] apart); a burst lies
-/// within one sync, so the count is a lower bound of the clusters in rollout.
+/// within one sync, so the count is a lower bound of the clusters in rollout. A burst that
+/// writes exactly what the cluster's previous burst wrote (the same objects with the same
+/// bodies) changes nothing: it is a drift check re-applying the same revision, which a cluster
+/// that is up to date does outside the budget (after a restart, every Sync is checked), and is
+/// not counted.
 pub fn within_budget(records: &[AuditRecord], budget: u32) -> Check {
-    let mut by_cluster: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    let mut by_cluster: BTreeMap<&str, Vec<&AuditRecord>> = BTreeMap::new();
     for record in app_writes(records) {
-        by_cluster
-            .entry(&record.cluster)
-            .or_default()
-            .push(record.time_unix_micros);
+        by_cluster.entry(&record.cluster).or_default().push(record);
     }
     let gap = SAME_SYNC.as_micros() as u64;
     let mut edges: Vec<(u64, i32, &str)> = Vec::new();
-    for (cluster, mut times) in by_cluster {
-        times.sort_unstable();
-        let mut start = times[0];
-        let mut last = times[0];
-        for time in times.into_iter().skip(1) {
-            if time - last > gap {
-                edges.push((start, 1, cluster));
-                edges.push((last + 1, -1, cluster));
-                start = time;
+    for (cluster, mut writes) in by_cluster {
+        writes.sort_by_key(|r| (r.time_unix_micros, r.seq));
+        let mut bursts: Vec<Vec<&AuditRecord>> = Vec::new();
+        for write in writes {
+            match bursts.last_mut() {
+                Some(burst)
+                    if write.time_unix_micros
+                        - burst.last().map_or(0, |last| last.time_unix_micros)
+                        <= gap =>
+                {
+                    burst.push(write)
+                }
+                _ => bursts.push(vec![write]),
             }
-            last = time;
         }
-        edges.push((start, 1, cluster));
-        edges.push((last + 1, -1, cluster));
+        let mut previous: Option<Vec<(String, String, String)>> = None;
+        for burst in bursts {
+            let content = burst_content(&burst);
+            let reapply = content.is_some() && content == previous;
+            previous = content;
+            if reapply {
+                continue;
+            }
+            let (first, last) = (burst[0], burst[burst.len() - 1]);
+            edges.push((first.time_unix_micros, 1, cluster));
+            edges.push((last.time_unix_micros + 1, -1, cluster));
+        }
     }
     edges.sort();
     let (mut current, mut most, mut at) = (0i32, 0i32, 0u64);
@@ -356,5 +385,35 @@ mod tests {
             "{}",
             over.detail
         );
+    }
+
+    #[test]
+    fn a_drift_check_rewriting_the_same_objects_is_not_a_rollout() {
+        // c1 is updated to v2, then re-applied unchanged (a drift check) while c2 rolls out.
+        let records = [
+            write(1, "c1", 1_000, 2, 1),
+            write(2, "c1", 500_000, 2, 1),
+            write(3, "c2", 500_100, 2, 1),
+            write(4, "c1", 500_200, 2, 1),
+        ];
+        assert!(within_budget(&records, 1).ok, "the re-apply is not counted");
+        // The same timing with a new version on c1 is two clusters in rollout at once.
+        let changed = [
+            write(1, "c1", 1_000, 2, 1),
+            write(2, "c1", 500_000, 3, 1),
+            write(3, "c2", 500_100, 2, 1),
+            write(4, "c1", 500_200, 3, 1),
+        ];
+        assert!(!within_budget(&changed, 1).ok);
+        // Without request bodies nothing can be compared: every burst counts.
+        let blind: Vec<AuditRecord> = records
+            .iter()
+            .cloned()
+            .map(|r| AuditRecord {
+                request_object: None,
+                ..r
+            })
+            .collect();
+        assert!(!within_budget(&blind, 1).ok);
     }
 }

@@ -1,6 +1,6 @@
 //! `loadtest`: Starling's figures, measured (never asserted by timed tests).
 //!
-//! `cargo run -p loadtest --release -- rollout|failover|admission|isolation`. The process
+//! `cargo run -p loadtest --release -- rollout|failover|admission|restart|isolation`. The process
 //! benches start replicas as child processes of this binary, which runs `starling node` itself
 //! (`loadtest node …` is the `starling` command line), so one build holds both.
 //!
@@ -12,10 +12,14 @@
 //! - `rollout`: real `starling node` processes, fleetsim in this process with a latency, and a
 //!   demo repository; the time to roll a revision to every cluster beside the physical bound,
 //!   and the peak resident memory of each node.
+//! - `restart`: the `rollout` set-up, then every replica killed with `kill -9` at once and
+//!   started again on its disk; the time until the group, the owners, and a check of every
+//!   Sync are back, and each node's peak memory against its steady state before the kill.
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 
 mod isolation;
 mod report;
+mod restart;
 mod rollout;
 
 use std::collections::BTreeMap;
@@ -83,6 +87,9 @@ enum Which {
     /// Time to roll a revision to the fleet against the physical bound, and peak memory per
     /// node, with node processes and fleetsim.
     Rollout(rollout::RolloutArgs),
+    /// A cold restart: every replica killed with kill -9 at once after a rollout, then
+    /// started again on its disk; the time back to steady state and the memory peak.
+    Restart(restart::RestartArgs),
     /// Whether a few unreachable and slow clusters slow the rest of the fleet down: the good
     /// clusters' update latency with and without them, and node memory while they fail.
     Isolation(isolation::IsolationArgs),
@@ -114,6 +121,10 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Rollout(mut rollout) => {
             rollout.out = args.out;
             rollout::run(rollout).await
+        }
+        Which::Restart(mut restart) => {
+            restart.rollout.out = args.out;
+            restart::run(restart).await
         }
         Which::Isolation(mut isolation) => {
             isolation.out = args.out;

@@ -26,10 +26,10 @@ use starling::dev::report::physical_bound;
 pub struct RolloutArgs {
     /// Simulated clusters.
     #[arg(long, default_value_t = 10_000)]
-    clusters: usize,
+    pub clusters: usize,
     /// `starling node` processes.
     #[arg(long, default_value_t = 3)]
-    nodes: u64,
+    pub nodes: u64,
     /// `--max-concurrent-syncs` of each node.
     #[arg(long, default_value_t = 64)]
     max_concurrent_syncs: usize,
@@ -44,7 +44,7 @@ pub struct RolloutArgs {
     ready_delay: Duration,
     /// Upper bound on each rollout.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-    timeout: Duration,
+    pub timeout: Duration,
     /// Where the JSON report and the SVG chart go (the global `--out`).
     #[arg(skip)]
     pub out: std::path::PathBuf,
@@ -71,7 +71,18 @@ async fn apply(
 /// Clusters per Apply request (a Secret with a kubeconfig and a Cluster each).
 const APPLY_CHUNK: usize = 500;
 
-pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
+/// A testbed with the demo SyncGroup rolled out once to every cluster.
+pub(crate) struct RolledOut {
+    pub bed: Testbed,
+    pub budget: u32,
+    /// The revision the first rollout brought.
+    pub revision: String,
+    pub first_seconds: f64,
+}
+
+/// Starts the testbed, applies the clusters with their Secrets and then the demo Source and
+/// SyncGroup, and waits for the first (cold) rollout to reach every cluster.
+pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOut> {
     if args.clusters == 0 || args.nodes == 0 || args.max_concurrent_syncs == 0 {
         anyhow::bail!("--clusters, --nodes and --max-concurrent-syncs must be at least 1");
     }
@@ -87,13 +98,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "--max-concurrent-syncs".to_string(),
         args.max_concurrent_syncs.to_string(),
     ];
-    let Testbed {
-        sim,
-        repo,
-        procs,
-        mut fleet,
-        _dir,
-    } = Testbed::start(
+    let mut bed = Testbed::start(
         args.clusters,
         args.latency,
         args.ready_delay,
@@ -101,15 +106,16 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         &extra,
     )
     .await?;
-    let address = procs[&1].grpc.clone();
-    let documents = starling::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
+    let address = bed.procs[&1].grpc.clone();
+    let documents =
+        starling::dev::demo_manifests(&bed.sim, &bed.repo.url(), &args.max_unavailable)?;
     // The clusters and their Secrets first, the Source and SyncGroup (document 0) last, so
     // that the memory of the specs alone is seen before any rollout starts.
     let (group, clusters) = documents
         .split_first()
         .context("the demo manifests are empty")?;
     for chunk in clusters.chunks(APPLY_CHUNK) {
-        apply(&mut fleet, chunk.join("---\n")).await?;
+        apply(&mut bed.fleet, chunk.join("---\n")).await?;
     }
     eprintln!(
         "{} nodes, {} clusters (latency {:?}, ready delay {:?}), budget {budget}, {} syncs per node",
@@ -117,12 +123,35 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     );
     eprintln!(
         "resident memory with the clusters and Secrets applied: {}",
-        resident(&procs)
+        resident(&bed.procs)
     );
-    apply(&mut fleet, group.clone()).await?;
-    let (first, first_seconds, _) = wait_rollout(&address, "", &args).await?;
+    apply(&mut bed.fleet, group.clone()).await?;
+    let (revision, first_seconds, _) = wait_rollout(&address, "", args).await?;
     eprintln!("first rollout (cold: clients, artifacts): {first_seconds:.1}s");
-    eprintln!("resident memory after it: {}", resident(&procs));
+    eprintln!("resident memory after it: {}", resident(&bed.procs));
+    Ok(RolledOut {
+        bed,
+        budget,
+        revision,
+        first_seconds,
+    })
+}
+
+pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
+    let RolledOut {
+        bed:
+            Testbed {
+                sim,
+                repo,
+                procs,
+                fleet: _,
+                _dir,
+            },
+        budget,
+        revision: first,
+        first_seconds,
+    } = roll_out_once(&args).await?;
+    let address = procs[&1].grpc.clone();
     let counters_before = counters(&procs).await;
     let writes_before = sim.audit_stats().recorded;
     repo.commit("v2", "nginx:1.28", "second version")?;
@@ -311,7 +340,7 @@ fn chart(
 
 /// Waits for SyncGroup `demo` to target a revision other than `previous` and then to update
 /// every cluster; returns the revision and the seconds from the first sight of it.
-async fn wait_rollout(
+pub(crate) async fn wait_rollout(
     address: &str,
     previous: &str,
     args: &RolloutArgs,
@@ -394,7 +423,7 @@ async fn mean_sync_duration(procs: &std::collections::BTreeMap<u64, Proc>) -> Du
 }
 
 /// A plain HTTP/1.0 GET on loopback (the nodes' `/metrics`).
-async fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
+pub(crate) async fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::time::timeout(
         Duration::from_secs(5),
