@@ -289,6 +289,10 @@ mod tests {
             .await
             .expect_err("nothing listens on port 1");
         let error = SyncError::from_kube("edge", "asking its version", error);
-        assert_eq!(error.class(), crate::error::ErrorClass::Unreachable, "{error}");
+        assert_eq!(
+            error.class(),
+            crate::error::ErrorClass::Unreachable,
+            "{error}"
+        );
     }
 }
