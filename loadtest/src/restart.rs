@@ -14,7 +14,7 @@ use anyhow::Context as _;
 
 use super::{Proc, peak_rss_mib, rss_mib, shards, spawn, wait_for};
 use crate::report;
-use crate::rollout::{RolledOut, RolloutArgs, http_get, roll_out_once, wait_rollout};
+use crate::rollout::{RolledOut, RolloutArgs, metric_sum, roll_out_once, wait_rollout};
 
 #[derive(clap::Args, Debug)]
 pub struct RestartArgs {
@@ -176,21 +176,5 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
 
 /// Syncs the nodes ran since they started (their `sync_duration_seconds` counts).
 async fn syncs_run(procs: &std::collections::BTreeMap<u64, Proc>) -> f64 {
-    let mut total = 0.0;
-    for proc in procs.values() {
-        let Ok(text) = http_get(&proc.http, "/metrics").await else {
-            continue;
-        };
-        total += text
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.rsplit_once(' '))
-            .filter(|(name, _)| {
-                let name = name.split('{').next().unwrap_or(name);
-                name.ends_with("sync_duration_seconds_count")
-            })
-            .filter_map(|(_, value)| value.parse::<f64>().ok())
-            .sum::<f64>();
-    }
-    total
+    metric_sum(procs, "sync_duration_seconds_count").await
 }

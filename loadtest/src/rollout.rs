@@ -395,26 +395,8 @@ pub(crate) async fn wait_rollout(
 
 /// The mean duration of the syncs the nodes ran, from their `sync_duration_seconds` histograms.
 async fn mean_sync_duration(procs: &std::collections::BTreeMap<u64, Proc>) -> Duration {
-    let (mut sum, mut count) = (0.0, 0.0);
-    for proc in procs.values() {
-        let Ok(text) = http_get(&proc.http, "/metrics").await else {
-            continue;
-        };
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((name, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let name = name.split('{').next().unwrap_or(name);
-            let value: f64 = value.parse().unwrap_or(0.0);
-            if name.ends_with("_sync_duration_seconds_sum") || name == "sync_duration_seconds_sum" {
-                sum += value;
-            } else if name.ends_with("_sync_duration_seconds_count")
-                || name == "sync_duration_seconds_count"
-            {
-                count += value;
-            }
-        }
-    }
+    let sum = metric_sum(procs, "sync_duration_seconds_sum").await;
+    let count = metric_sum(procs, "sync_duration_seconds_count").await;
     if count > 0.0 {
         Duration::from_secs_f64(sum / count)
     } else {
@@ -422,8 +404,27 @@ async fn mean_sync_duration(procs: &std::collections::BTreeMap<u64, Proc>) -> Du
     }
 }
 
+/// The sum over every node's `/metrics` of the samples whose name ends with `suffix` (labels
+/// and the `starling_` prefix aside); a node that does not answer adds nothing.
+pub(crate) async fn metric_sum(procs: &std::collections::BTreeMap<u64, Proc>, suffix: &str) -> f64 {
+    let mut total = 0.0;
+    for proc in procs.values() {
+        let Ok(text) = http_get(&proc.http, "/metrics").await else {
+            continue;
+        };
+        total += text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(name, _)| name.split('{').next().unwrap_or(name).ends_with(suffix))
+            .filter_map(|(_, value)| value.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total
+}
+
 /// A plain HTTP/1.0 GET on loopback (the nodes' `/metrics`).
-pub(crate) async fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
+async fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::time::timeout(
         Duration::from_secs(5),

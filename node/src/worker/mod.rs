@@ -3,6 +3,7 @@
 //! artifacts they need onto the node (from a peer or from git).
 
 pub mod artifacts;
+pub mod drift;
 pub mod sources;
 pub mod syncs;
 

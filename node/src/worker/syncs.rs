@@ -38,11 +38,6 @@ const DRIFT_SCAN: Duration = Duration::from_secs(1);
 const WATCH_TICKET: Duration = Duration::from_millis(100);
 /// How often tickets held by this node without a running sync are given back.
 const ORPHAN_SCAN: Duration = Duration::from_secs(2);
-/// After a restart, the first drift checks of the Syncs applied before it are spread over this
-/// window (or the Sync's interval, if shorter): what happened to the targets while no replica
-/// ran is unknown, so each is checked against its target within a minute or so, the apply
-/// slots bounding how many at once.
-const FIRST_CHECK_SPREAD: Duration = Duration::from_secs(60);
 /// Retry delay of a failure whose class is not retried automatically (invalid manifests,
 /// forbidden…): a new revision retries at once; otherwise an operator's fix (credentials, a
 /// resume) is picked up within this delay.
@@ -94,27 +89,6 @@ struct Planner {
     started: std::time::SystemTime,
 }
 
-/// The delay before a Sync's first drift check in this process. A Sync last applied before the
-/// process started (the replica restarted, or the whole installation did) is checked within
-/// [`FIRST_CHECK_SPREAD`]; one applied since then (by this process, or by a peer it took the
-/// cluster over from) waits its interval.
-fn first_drift_check(
-    last_apply_time: Option<&str>,
-    started: std::time::SystemTime,
-    interval: Duration,
-    key: u64,
-) -> Duration {
-    let applied_before_start = last_apply_time
-        .and_then(|at| humantime::parse_rfc3339(at).ok())
-        .is_none_or(|at| at < started);
-    if applied_before_start {
-        let spread = interval.min(FIRST_CHECK_SPREAD);
-        spread.mul_f64((key % 10_000) as f64 / 10_000.0)
-    } else {
-        source::jittered_interval(interval, key)
-    }
-}
-
 pub async fn run(replica: Arc<Replica>) {
     // Syncs under way (a wait for readiness included) and, inside them, syncs applying.
     let slots = Arc::new(Semaphore::new(replica.config.max_waiting_syncs));
@@ -126,7 +100,7 @@ pub async fn run(replica: Arc<Replica>) {
         drift_at: BTreeMap::new(),
         first_seen: BTreeMap::new(),
         last_drift_scan: Instant::now(),
-        started: whole_seconds(std::time::SystemTime::now()),
+        started: super::drift::whole_seconds(std::time::SystemTime::now()),
     };
     let mut last_orphan_scan = Instant::now();
     loop {
@@ -371,7 +345,7 @@ impl Planner {
                         .status
                         .as_ref()
                         .and_then(|s| s.last_apply_time.as_deref());
-                    now + first_drift_check(
+                    now + super::drift::first_drift_check(
                         last_apply,
                         self.started,
                         interval,
@@ -391,15 +365,6 @@ impl Planner {
             .retain(|sync, _| owned.contains(sync) || state.actionable.contains(sync));
         due
     }
-}
-
-/// A time cut to whole seconds, as `Replica::now_rfc3339` writes it.
-fn whole_seconds(time: std::time::SystemTime) -> std::time::SystemTime {
-    let since = time
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    std::time::UNIX_EPOCH + Duration::from_secs(since)
 }
 
 /// The start delay window of a Sync whose group has no budget (`maxUnavailable: 100%`) and
@@ -782,33 +747,4 @@ fn connection(
         data: secret_data(secret),
         key,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn after_a_restart_syncs_applied_before_it_are_checked_within_a_minute() {
-        let started = whole_seconds(std::time::SystemTime::now());
-        let interval = Duration::from_secs(300);
-        let before = humantime::format_rfc3339_seconds(started - Duration::from_secs(30));
-        let after = humantime::format_rfc3339_seconds(started + Duration::from_secs(5));
-        for key in [0, 1, 4_999, 9_999, u64::MAX] {
-            // Applied by an earlier life of the installation: checked within the spread.
-            let soon = first_drift_check(Some(&before.to_string()), started, interval, key);
-            assert!(soon < FIRST_CHECK_SPREAD, "{soon:?}");
-            // Never applied (or unreadable): the same.
-            assert!(first_drift_check(None, started, interval, key) < FIRST_CHECK_SPREAD);
-            assert!(
-                first_drift_check(Some("yesterday"), started, interval, key) < FIRST_CHECK_SPREAD
-            );
-            // Applied since the start: its interval, jittered by at most a tenth.
-            let later = first_drift_check(Some(&after.to_string()), started, interval, key);
-            assert!(later >= interval.mul_f64(0.9) && later <= interval.mul_f64(1.1));
-        }
-        // A short interval bounds the spread.
-        let short = Duration::from_secs(10);
-        assert!(first_drift_check(None, started, short, 9_999) < short);
-    }
 }
