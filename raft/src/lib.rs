@@ -36,6 +36,7 @@ pub use disk::SimDisk;
 pub use error::{AdminError, OpenError, StoreError, WriteError};
 pub use log_store::LogStore;
 pub use log_writer::WriterMode;
+pub use network::client::lazy_channel;
 pub use network::{Connector, NetworkConfig, NetworkFactory, RaftService};
 pub use node::RaftNode;
 pub use reader::{AppliedEntry, StateEvent, StateReader, WaitError};

@@ -41,12 +41,47 @@ fn resource(yaml: &str) -> Box<fleet::manifest::Resource> {
     Box::new(parsed.remove(0))
 }
 
-fn cluster(name: &str) -> Command {
-    Command::UpsertSpec {
-        resource: resource(&format!(
-            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\n  namespace: fleet\n  labels:\n    all: \"yes\"\nspec: {{}}\n"
-        )),
-        at: AT.into(),
+/// A cluster and its kubeconfig Secret (the worker needs one; the simulated target does not
+/// read it).
+fn cluster(name: &str) -> [Command; 2] {
+    [
+        Command::UpsertSpec {
+            resource: resource(&format!(
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}-kubeconfig\n  namespace: fleet\nstringData:\n  value: simulated\n"
+            )),
+            at: AT.into(),
+        },
+        Command::UpsertSpec {
+            resource: resource(&format!(
+                "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\n  namespace: fleet\n  labels:\n    all: \"yes\"\nspec: {{}}\n"
+            )),
+            at: AT.into(),
+        },
+    ]
+}
+
+/// The artifact of revision `n`: a few bytes, content-addressed like a real one (the
+/// simulated target never reads it).
+pub fn artifact(n: usize) -> (Vec<u8>, fleet::resources::ArtifactRef) {
+    use sha2::Digest as _;
+    let bytes = format!("simulated artifact of {}", revision(n)).into_bytes();
+    let digest = source::Digest::from_bytes(sha2::Sha256::digest(&bytes).into());
+    let reference = fleet::resources::ArtifactRef {
+        digest: digest.to_string(),
+        size: bytes.len() as u64,
+    };
+    (bytes, reference)
+}
+
+/// Puts the artifacts of every revision the script commits into the store at `root`.
+pub fn store_artifacts(root: &std::path::Path, script: &Script) {
+    let store = source::ArtifactStore::open(root).expect("the simulation's artifact store opens");
+    for n in 1..=script.commits + 1 {
+        let (bytes, reference) = artifact(n);
+        let digest = reference.digest.parse().expect("a digest parses");
+        store
+            .import_verified(digest, 1 << 20, [Ok::<_, String>(bytes)])
+            .expect("an artifact is stored");
     }
 }
 
@@ -54,7 +89,7 @@ fn resolved(n: usize) -> Command {
     Command::SourceResolved {
         source: SOURCE.into(),
         revision: revision(n),
-        artifact: None,
+        artifact: Some(artifact(n).1),
         expected: ExpectedRevision::Any,
         at: AT.into(),
     }
@@ -67,7 +102,7 @@ fn setup(script: &Script) -> Vec<Command> {
         ),
         at: AT.into(),
     }];
-    commands.extend((0..script.clusters).map(|i| cluster(&format!("c{i:03}"))));
+    commands.extend((0..script.clusters).flat_map(|i| cluster(&format!("c{i:03}"))));
     commands.push(Command::UpsertSpec {
         resource: resource(&format!(
             "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: app\n  namespace: fleet\nspec:\n  sourceRef:\n    name: repo\n  clusterSelector:\n    matchLabels:\n      all: \"yes\"\n  template:\n    path: apps\n  rollout:\n    maxUnavailable: {}\n",
@@ -95,7 +130,7 @@ async fn write(
             .borrow()
             .nodes
             .values()
-            .find_map(|node| node.current_leader().map(|(id, _)| id));
+            .find_map(|node| node.raft.current_leader().map(|(id, _)| id));
         if let Some(leader) = leader {
             let started = Instant::now();
             let sent = forwarder
@@ -135,7 +170,7 @@ pub async fn run(world: Rc<RefCell<World>>, script: Script) -> turmoil::Result {
         }
         if added < script.added_clusters {
             let name = format!("a{added:03}");
-            if write(&world, &forwarder, &[cluster(&name)], 5).await {
+            if write(&world, &forwarder, &cluster(&name), 5).await {
                 world.borrow_mut().acked.push(format!("fleet/{name}"));
             }
             added += 1;

@@ -112,14 +112,14 @@ struct FailoverWatch {
 impl FailoverWatch {
     fn observe(&mut self, now: Duration, world: &World) {
         let since = now - self.at;
-        let Some(leader) = world.nodes.values().find(|node| node.is_leader()) else {
+        let Some(leader) = world.nodes.values().find(|node| node.raft.is_leader()) else {
             return;
         };
         if self.figures.elected.is_none() && leader.id() != self.crashed {
             self.figures.elected = Some(since);
         }
         if self.figures.owned_again.is_none() && leader.id() != self.crashed {
-            let moved = leader.reader().read(|state| {
+            let moved = leader.raft.reader().read(|state| {
                 state
                     .clusters
                     .values()
@@ -217,6 +217,9 @@ pub fn run(seed: u64, options: &Options) -> Report {
         .build();
     let world = Rc::new(RefCell::new(World::default()));
     let root = tempfile::tempdir().expect("a temporary directory");
+    starling::replica::set_clock(replica::clock);
+    let artifacts = root.path().join("artifacts");
+    client::store_artifacts(&artifacts, &script);
     let one_way = match options.layout {
         Layout::Local => None,
         Layout::Regions => Some(region_latencies(&mut rng)),
@@ -243,6 +246,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
             timing,
             disk: RefCell::new(SimDisk::new()),
             dir: root.path().join(name(id)),
+            artifacts: artifacts.clone(),
             world: world.clone(),
         });
         hosts.push(host.clone());
@@ -282,6 +286,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
             failed = Some(format!("the simulation failed: {error}"));
             break;
         }
+        world.borrow_mut().absorb();
         if std::env::var("SIM_DEBUG_STEPS").is_ok() && sim.elapsed() < Duration::from_millis(300) {
             eprintln!(
                 "elapsed {:?} since epoch {:?}",
@@ -308,7 +313,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
             .nodes
             .iter()
             .map(|(id, node)| {
-                let m = node.metrics().borrow().clone();
+                let m = node.raft.metrics().borrow().clone();
                 format!(
                     "node {id}: term {} leader {:?} last log {:?} applied {:?} {:?} repl {:?}",
                     m.current_term,
@@ -331,6 +336,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
                     failed = Some(format!("the simulation failed: {error}"));
                     break;
                 }
+                world.borrow_mut().absorb();
             }
             if failed.is_some() || !world.borrow().violations.is_empty() {
                 break;
@@ -481,8 +487,8 @@ fn current_leader(world: &World) -> Option<NodeId> {
     world
         .nodes
         .values()
-        .filter(|node| node.is_leader())
-        .max_by_key(|node| node.metrics().borrow().current_term)
+        .filter(|node| node.raft.is_leader())
+        .max_by_key(|node| node.raft.metrics().borrow().current_term)
         .map(|node| node.id())
 }
 
@@ -519,8 +525,8 @@ fn converged(world: &World, replicas: usize) -> Result<(), String> {
     let mut applied = BTreeSet::new();
     let mut leaders = BTreeSet::new();
     for node in world.nodes.values() {
-        applied.insert(node.reader().applied_index());
-        leaders.insert(node.current_leader().map(|(id, _)| id));
+        applied.insert(node.raft.reader().applied_index());
+        leaders.insert(node.raft.current_leader().map(|(id, _)| id));
     }
     if applied.len() > 1 || leaders.len() > 1 {
         return Err(format!(
@@ -528,7 +534,7 @@ fn converged(world: &World, replicas: usize) -> Result<(), String> {
         ));
     }
     let node = world.nodes.values().next().expect("a replica");
-    node.reader().read(|state| {
+    node.raft.reader().read(|state| {
         if !state.tickets.is_empty() {
             return Err(format!("{} tickets still held", state.tickets.len()));
         }
@@ -563,7 +569,7 @@ fn final_checks(world: &World) -> Vec<String> {
     let mut violations = Vec::new();
     let mut digests = BTreeSet::new();
     for (id, node) in &world.nodes {
-        node.reader().read(|state| {
+        node.raft.reader().read(|state| {
             if let Err(error) = state.check_invariants() {
                 violations.push(format!("replica {id}: {error}"));
             }

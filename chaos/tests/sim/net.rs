@@ -11,10 +11,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 use turmoil::net::{TcpListener, TcpStream};
 
-/// The port every replica's gRPC server (the Raft service) listens on.
+/// The port every replica's gRPC server (the Raft and Node services) listens on.
 pub const RAFT_PORT: u16 = 7000;
-/// The port of the heartbeat datagrams (see `replica::heartbeats`).
-pub const BEAT_PORT: u16 = 7001;
 
 /// Dials peers over the simulated network ([`starling_raft::NetworkConfig::connector`]).
 pub fn connector() -> Connector {

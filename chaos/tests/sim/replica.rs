@@ -1,33 +1,34 @@
-//! The software of one simulated replica: the real Raft node (openraft, the redb log on a
-//! simulated disk, the state machine with admission and ownership, the tonic client and server)
-//! and the real lease, failure detector and ticket watch, driven by loops that follow the
-//! node's own (`node/src/replica/heartbeat.rs`, `leader.rs`, `worker/syncs.rs`):
+//! One simulated replica: the node's own [`Replica`] with the node's own loops, unchanged. It
+//! runs the real Raft node (openraft, the redb log on a simulated disk, the state machine with
+//! admission and ownership), the real gRPC services (Raft and `starling.v1.Node`, the heartbeat
+//! receiver), the heartbeat sender and lease (`replica/heartbeat.rs`), the leader's duties
+//! with its failure detector and ticket watch (`replica/leader.rs`), and the shard worker
+//! (`worker/syncs.rs`). What is simulated is around it: the network (turmoil), the disk, the
+//! clock, and the target clusters, which [`SimTarget`] stands for instead of the kube sync
+//! engine.
 //!
 //! ```text
-//!   heartbeats ──datagram──► leader: detector.heard, report ──ack(lease left)──► lease
-//!   leader duties: AddMember, detector verdicts (SetMemberState), ticket watch
-//!   worker: owned actionable syncs ─► BeginSync ─► (lease held) write to the cluster ─► FinishSync
+//!   heartbeat::run ──gRPC Heartbeat──► leader: NodeService (detector, reports) ──ack──► lease
+//!   leader::run: GroupFormed, AddMember, detector verdicts (SetMemberState), ticket watch
+//!   syncs::run: owned actionable syncs ─► BeginSync ─► SimTarget (lease held) ─► FinishSync
 //! ```
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use fleet::state::{Outcome, SyncOutcome, cluster_key_of};
-use fleet::{Command, resources::ResourceStatus};
-use serde::{Deserialize, Serialize};
+use fleet::resources::ResourceStatus;
+use futures::future::BoxFuture;
+use starling::config::NodeConfig;
+use starling::replica::Replica;
+use starling::worker::Applier;
 use starling_raft::{NodeId, Peer, RaftConfig, RaftNode, SimDisk, WriterMode};
-use tokio::time::Instant;
-use turmoil::net::UdpSocket;
+use starling_sync::{SyncError, SyncFailure, SyncReport, SyncRequest};
 
-use crate::logic::Report;
-use crate::logic::detector::{FailureDetector, election_grace};
-use crate::logic::lease::Lease;
-use crate::logic::tickets::TicketWatch;
-use crate::net::{self, BEAT_PORT, RAFT_PORT};
-use crate::world::{World, Write};
+use crate::net::{self, RAFT_PORT};
+use crate::world::{Landed, World, Write};
 
 /// Timing of the replicas, scaled like the node's defaults (`--down-after`, lease, beats).
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +53,9 @@ pub struct Host {
     /// The log's disk: a crash replaces it with what survived the power cut.
     pub disk: RefCell<SimDisk>,
     pub dir: PathBuf,
+    /// The artifact store every replica reads: each revision's artifact is put there before
+    /// the simulation starts, so no sync fetches (the simulation has no git host).
+    pub artifacts: PathBuf,
     pub world: Rc<RefCell<World>>,
 }
 
@@ -59,281 +63,113 @@ pub fn address(id: NodeId) -> String {
     format!("n{id}:{RAFT_PORT}")
 }
 
-/// State the loops of one running replica share.
-struct Local {
-    host: Rc<Host>,
-    node: Rc<RaftNode>,
-    lease: Lease,
-    reports: RefCell<BTreeMap<NodeId, Report>>,
-    heard: RefCell<Vec<(NodeId, Instant)>>,
-    running: RefCell<BTreeSet<String>>,
-    /// Beats sent and not yet acknowledged: sequence number → (send time, leader).
-    sent: RefCell<BTreeMap<u64, (Instant, NodeId)>>,
-}
-
-/// Runs one replica until the host crashes.
-pub async fn run(host: Rc<Host>) -> turmoil::Result {
-    let timing = host.timing;
-    let mut config = RaftConfig::new(host.id, &host.dir, address(host.id));
-    config.log_disk = Some(host.disk.borrow().clone());
-    config.log_writer = WriterMode::Task;
-    config.network.connector = Some(net::connector());
-    config.heartbeat_interval = timing.raft_heartbeat;
-    config.election_timeout_min = timing.election_timeout;
-    config.election_timeout_max = timing.election_timeout + Duration::from_millis(1);
-    config.forward_timeout = Duration::from_secs(2);
-    let node = Rc::new(RaftNode::open(config).await?);
-    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
-    let service = node.grpc_service();
-    tokio::task::spawn_local(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(net::incoming(listener))
-            .await;
-    });
-    host.world.borrow_mut().nodes.insert(host.id, node.clone());
-    if host.id == 1 && node.started_empty() {
-        let members = host
-            .voters
-            .iter()
-            .map(|&id| (id, Peer::new(address(id))))
-            .collect();
-        node.initialize(members).await?;
-    }
-    let local = Rc::new(Local {
-        host: host.clone(),
-        node,
-        lease: Lease::new(timing.lease),
-        reports: RefCell::default(),
-        heard: RefCell::default(),
-        running: RefCell::default(),
-        sent: RefCell::default(),
-    });
-    let socket = Rc::new(UdpSocket::bind(("0.0.0.0", BEAT_PORT)).await?);
-    tokio::task::spawn_local(receive_beats(local.clone(), socket.clone()));
-    tokio::task::spawn_local(send_beats(local.clone(), socket));
-    tokio::task::spawn_local(leader_duties(local.clone()));
-    tokio::task::spawn_local(observe(local.clone()));
-    worker(local).await;
-    Ok(())
-}
-
-#[derive(Serialize, Deserialize)]
-enum Beat {
-    Ping {
-        from: NodeId,
-        seq: u64,
-        applied_index: u64,
-        state_revision: u64,
-        running: BTreeSet<String>,
-    },
-    Ack {
-        seq: u64,
-        leader: NodeId,
-        lease_left_micros: u64,
-    },
-}
-
-/// The heartbeat sender (`heartbeat.rs`): a leader keeps its own lease by confirming its
-/// leadership; a follower's lease runs from the send time of a beat the leader acknowledged.
-async fn send_beats(local: Rc<Local>, socket: Rc<UdpSocket>) {
-    let interval = local.host.timing.beat;
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut seq = 0;
-    loop {
-        ticker.tick().await;
-        let sent_at = Instant::now();
-        let Some((leader, _)) = local.node.current_leader() else {
-            continue;
-        };
-        let me = local.host.id;
-        if leader == me {
-            let confirmed =
-                tokio::time::timeout(interval * 2, local.node.ensure_linearizable()).await;
-            let revoked_applied = local
-                .node
-                .reader()
-                .read(|state| state.revision >= state.revocations_pending_for(me));
-            if matches!(confirmed, Ok(Ok(_))) && revoked_applied {
-                local.lease.acknowledged(sent_at);
-                local.heard.borrow_mut().push((me, Instant::now()));
-            }
-            continue;
-        }
-        seq += 1;
-        let (applied_index, state_revision) = local
-            .node
-            .reader()
-            .read_indexed(|index, state| (index, state.revision));
-        let ping = Beat::Ping {
-            from: me,
-            seq,
-            applied_index,
-            state_revision,
-            running: local.running.borrow().clone(),
-        };
-        {
-            let mut sent = local.sent.borrow_mut();
-            sent.insert(seq, (sent_at, leader));
-            while sent.len() > 64 {
-                sent.pop_first();
-            }
-        }
-        let bytes = serde_json::to_vec(&ping).expect("a beat encodes");
-        let _ = socket
-            .send_to(&bytes, (format!("n{leader}"), BEAT_PORT))
-            .await;
-    }
-}
-
-/// Receives beats: as the leader, records them and acknowledges with the time left on its own
-/// lease (`api/node.rs`); as a follower, extends the lease by acknowledged beats.
-async fn receive_beats(local: Rc<Local>, socket: Rc<UdpSocket>) {
-    let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        let Ok((size, from)) = socket.recv_from(&mut buffer).await else {
-            continue;
-        };
-        let Ok(beat) = serde_json::from_slice::<Beat>(&buffer[..size]) else {
-            continue;
-        };
-        match beat {
-            Beat::Ping {
-                from: node,
-                seq,
-                applied_index,
-                state_revision,
-                running,
-            } => {
-                let me = local.host.id;
-                if !local.node.is_leader() || !local.lease.is_valid() {
-                    continue;
-                }
-                let required = local
-                    .node
-                    .reader()
-                    .read(|state| state.revocations_pending_for(node));
-                if state_revision < required {
-                    continue;
-                }
-                let now = Instant::now();
-                local.reports.borrow_mut().insert(
-                    node,
-                    Report {
-                        received: now,
-                        applied_index,
-                        running_syncs: running,
-                    },
-                );
-                local.heard.borrow_mut().push((node, now));
-                let ack = Beat::Ack {
-                    seq,
-                    leader: me,
-                    lease_left_micros: local.lease.remaining().as_micros() as u64,
-                };
-                let bytes = serde_json::to_vec(&ack).expect("a beat encodes");
-                let _ = socket.send_to(&bytes, from).await;
-            }
-            Beat::Ack {
-                seq,
-                leader,
-                lease_left_micros,
-            } => {
-                let sent = local.sent.borrow_mut().remove(&seq);
-                if let Some((sent_at, to)) = sent
-                    && to == leader
-                    && local.node.current_leader().map(|(id, _)| id) == Some(leader)
-                {
-                    local
-                        .lease
-                        .acknowledged_within(sent_at, Duration::from_micros(lease_left_micros));
-                }
-            }
-        }
-    }
-}
-
-/// The leader's duties (`leader.rs`): membership bookkeeping, the failure detector's verdicts
-/// and the ticket watch, committed together.
-async fn leader_duties(local: Rc<Local>) {
-    let timing = local.host.timing;
-    let grace = election_grace(
-        timing.lease,
-        timing.election_timeout,
-        timing.beat,
-        timing.down_after,
-    );
-    let mut ticker = tokio::time::interval(Duration::from_millis(100));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut detector: Option<FailureDetector> = None;
-    let mut tickets: Option<TicketWatch> = None;
-    loop {
-        ticker.tick().await;
-        if !local.node.is_leader() {
-            detector = None;
-            tickets = None;
-            local.heard.borrow_mut().clear();
-            continue;
-        }
-        let now = Instant::now();
-        let detector =
-            detector.get_or_insert_with(|| FailureDetector::new(timing.down_after, grace, now));
-        for (node, at) in local.heard.borrow_mut().drain(..) {
-            detector.heard(node, at);
-        }
-        let tickets = tickets.get_or_insert_with(|| {
-            TicketWatch::new(
-                timing.lease + timing.apply + Duration::from_millis(500),
-                timing.down_after,
-            )
-        });
-        let membership = local.node.membership();
-        let own_running = local.running.borrow().clone();
-        let reports = local.reports.borrow().clone();
-        let me = local.host.id;
-        let commands = local.node.reader().read(|state| {
-            let mut commands = Vec::new();
-            for (id, peer) in membership.nodes() {
-                if state.members.get(id).is_none_or(|m| m.address != peer.addr) {
-                    commands.push(Command::AddMember {
-                        id: *id,
-                        address: peer.addr.clone(),
-                        at: AT.into(),
-                    });
-                }
-            }
-            let members: Vec<_> = state.members.values().map(|m| (m.id, m.state)).collect();
-            for verdict in detector.verdicts(now, &members) {
-                commands.push(Command::SetMemberState {
-                    id: verdict.node,
-                    state: verdict.state,
-                    at: AT.into(),
-                });
-            }
-            commands.extend(tickets.commands(state, me, &own_running, &reports, now));
-            commands
-        });
-        if !commands.is_empty() {
-            let _ = local.node.propose_many(commands).await;
-        }
-    }
-}
+/// Most syncs one simulated replica applies at once, and runs at once (waits included).
+const APPLY_SLOTS: usize = 4;
+const SYNC_SLOTS: usize = 8;
 
 /// A fixed timestamp: the state records times as text, and the simulation's must not depend
 /// on the host's clock.
 pub const AT: &str = "2026-01-01T00:00:00Z";
 
+/// The wall clock of the simulation: [`AT`] plus the simulated time elapsed. The replicas
+/// stamp their commands with it ([`starling::replica::set_clock`]).
+pub fn clock() -> SystemTime {
+    const AT_SECONDS: u64 = 1_767_225_600;
+    SystemTime::UNIX_EPOCH
+        + Duration::from_secs(AT_SECONDS)
+        + turmoil::sim_elapsed().unwrap_or_default()
+}
+
+/// Runs one replica until the host crashes.
+pub async fn run(host: Rc<Host>) -> turmoil::Result {
+    let timing = host.timing;
+    let mut raft_config = RaftConfig::new(host.id, &host.dir, address(host.id));
+    raft_config.log_disk = Some(host.disk.borrow().clone());
+    raft_config.log_writer = WriterMode::Task;
+    raft_config.network.connector = Some(net::connector());
+    raft_config.heartbeat_interval = timing.raft_heartbeat;
+    raft_config.election_timeout_min = timing.election_timeout;
+    raft_config.election_timeout_max = timing.election_timeout + Duration::from_millis(1);
+    raft_config.forward_timeout = Duration::from_secs(2);
+    let raft = RaftNode::open(raft_config).await?;
+    let started_empty = raft.started_empty();
+    let store = source::ArtifactStore::open(&host.artifacts)?;
+    let mirrors = source::MirrorSet::open(host.dir.join("mirrors"))?;
+    let target = Arc::new(SimTarget {
+        node: host.id,
+        timing,
+        landed: host.world.borrow().landed.clone(),
+    });
+    let replica = Arc::new(Replica::assemble(
+        node_config(&host),
+        raft,
+        target,
+        store,
+        mirrors,
+    ));
+
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
+    let raft_service = replica.raft.grpc_service();
+    let node_service =
+        proto::node_server::NodeServer::new(starling::api::node::NodeService::new(replica.clone()));
+    tokio::task::spawn_local(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(raft_service)
+            .add_service(node_service)
+            .serve_with_incoming(net::incoming(listener))
+            .await;
+    });
+    host.world
+        .borrow_mut()
+        .nodes
+        .insert(host.id, replica.clone());
+    if host.id == 1 && started_empty {
+        let members = host
+            .voters
+            .iter()
+            .map(|&id| (id, Peer::new(address(id))))
+            .collect();
+        replica.raft.initialize(members).await?;
+    }
+    tokio::spawn(starling::replica::heartbeat::run(replica.clone()));
+    tokio::spawn(starling::replica::leader::run(replica.clone()));
+    tokio::task::spawn_local(observe(host.clone(), replica.clone()));
+    starling::worker::syncs::run(replica).await;
+    Ok(())
+}
+
+/// The node's configuration, as `starling node` would build it from its flags.
+fn node_config(host: &Host) -> NodeConfig {
+    let timing = host.timing;
+    NodeConfig {
+        id: host.id,
+        listen: ([0, 0, 0, 0], RAFT_PORT).into(),
+        advertise: address(host.id),
+        http_listen: ([0, 0, 0, 0], 0).into(),
+        data_dir: host.dir.clone(),
+        peers: host.voters.iter().map(|&id| (id, address(id))).collect(),
+        max_voters: host.voters.len(),
+        down_after: timing.down_after,
+        lease: timing.lease,
+        heartbeat_interval: timing.beat,
+        max_rtt: Duration::from_millis(50),
+        max_concurrent_syncs: APPLY_SLOTS,
+        max_waiting_syncs: SYNC_SLOTS,
+        drain_timeout: Duration::from_secs(10),
+        operator: None,
+    }
+}
+
 /// Reports leadership to the world as the node sees it.
-async fn observe(local: Rc<Local>) {
-    let mut metrics = local.node.metrics();
+async fn observe(host: Rc<Host>, replica: Arc<Replica>) {
+    let mut metrics = replica.raft.metrics();
     loop {
         let (term, leading) = {
             let m = metrics.borrow_and_update();
-            (m.current_term, m.current_leader == Some(local.host.id))
+            (m.current_term, m.current_leader == Some(host.id))
         };
         if leading {
-            local.host.world.borrow_mut().leading(term, local.host.id);
+            host.world.borrow_mut().leading(term, host.id);
         }
         if metrics.changed().await.is_err() {
             return;
@@ -341,93 +177,80 @@ async fn observe(local: Rc<Local>) {
     }
 }
 
-/// Most syncs one simulated replica runs at once.
-const SLOTS: usize = 4;
+/// The simulated clusters, in place of the kube sync engine. A sync takes `apply` to render
+/// and reach the cluster; its write then lands at once, if the request may still be sent: not
+/// cancelled (the worker cancels on a lapsed lease, a withdrawn ticket or a stop) and within
+/// the node's lease, the two checks the engine makes before every request. The apply slot is
+/// given back, and the objects take `ready` to become ready.
+struct SimTarget {
+    node: NodeId,
+    timing: Timing,
+    landed: Landed,
+}
 
-/// The sync worker (`worker/syncs.rs`): starts the owned actionable syncs while the lease is
-/// held, writes to the cluster only while it still is, and reports the outcome.
-async fn worker(local: Rc<Local>) {
-    let mut ticker = tokio::time::interval(Duration::from_millis(50));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        if !local.lease.is_valid() {
-            continue;
-        }
-        let me = local.host.id;
-        let work: Vec<String> = local.node.reader().read(|state| {
-            state
-                .actionable_for(me)
-                .into_iter()
-                .filter(|sync| !local.running.borrow().contains(sync))
-                .collect()
-        });
-        for sync in work {
-            if local.running.borrow().len() >= SLOTS {
-                break;
-            }
-            local.running.borrow_mut().insert(sync.clone());
-            let local = local.clone();
-            tokio::task::spawn_local(async move {
-                run_sync(&local, &sync).await;
-                local.running.borrow_mut().remove(&sync);
-            });
+impl SimTarget {
+    fn cancelled(&self, request: &SyncRequest, started: tokio::time::Instant) -> SyncFailure {
+        SyncFailure {
+            error: SyncError::Cancelled {
+                operation: format!("syncing {}", request.sync),
+            },
+            inventory: None,
+            applied: 0,
+            duration: started.elapsed(),
+            requests: 0,
+            retries: 0,
         }
     }
 }
 
-async fn run_sync(local: &Local, sync: &str) {
-    let me = local.host.id;
-    let Some((cluster, generation, revision)) = local.node.reader().read(|state| {
-        let entry = state.syncs.get(sync)?;
-        let cluster = cluster_key_of(&entry.object);
-        let (owner, generation) = state.cluster_owner(&cluster)?;
-        let revision = state.target_of(sync)?.revision;
-        (owner == me).then_some((cluster, generation, revision))
-    }) else {
-        return;
-    };
-    let begin = Command::BeginSync {
-        sync: sync.to_owned(),
-        node: me,
-        generation,
-        revision: revision.clone(),
-        spec_generation: None,
-    };
-    let Ok((_, Outcome::Granted { ticket })) = local.node.propose(begin).await else {
-        return;
-    };
-    tokio::time::sleep(local.host.timing.apply).await;
-    let withdrawn = local
-        .node
-        .reader()
-        .read(|state| state.ticket_withdrawn(ticket.id));
-    let outcome = if local.lease.is_valid() && !withdrawn {
-        local.host.world.borrow_mut().write(
-            &cluster,
-            Write {
-                at: turmoil::elapsed(),
-                node: me,
-                generation,
-                revision,
-            },
-        );
-        tokio::time::sleep(local.host.timing.ready).await;
-        SyncOutcome::Succeeded {
-            inventory: vec![],
-            health: ResourceStatus::Current,
-            drift: None,
-        }
-    } else {
-        SyncOutcome::Abandoned {
-            reason: "the lease lapsed or the ticket was withdrawn".into(),
-            inventory: None,
-        }
-    };
-    let finish = Command::FinishSync {
-        ticket: ticket.id,
-        outcome,
-        at: AT.into(),
-    };
-    let _ = local.node.propose(finish).await;
+impl Applier for SimTarget {
+    fn sync(&self, request: SyncRequest) -> BoxFuture<'_, Result<SyncReport, SyncFailure>> {
+        Box::pin(async move {
+            let started = tokio::time::Instant::now();
+            tokio::time::sleep(self.timing.apply).await;
+            let lease_left = request
+                .lease
+                .as_ref()
+                .map_or(Duration::MAX, |lease| lease.remaining());
+            if request.cancel.is_cancelled() || lease_left.is_zero() {
+                return Err(self.cancelled(&request, started));
+            }
+            let cluster = fleet::state::key_of(&request.cluster.namespace, &request.cluster.name);
+            let write = Write {
+                at: turmoil::sim_elapsed().unwrap_or_default(),
+                node: self.node,
+                generation: request.generation,
+                revision: request.revision.clone().unwrap_or_default(),
+            };
+            crate::world::land(&self.landed, cluster, write);
+            request.apply_slot.release();
+            if request.wait {
+                tokio::select! {
+                    biased;
+                    _ = request.cancel.cancelled() => return Err(self.cancelled(&request, started)),
+                    _ = tokio::time::sleep(self.timing.ready) => {}
+                }
+            }
+            Ok(SyncReport {
+                inventory: Vec::new(),
+                health: ResourceStatus::Current,
+                objects: Vec::new(),
+                applied: 1,
+                pruned: Vec::new(),
+                kept: Vec::new(),
+                drift: Vec::new(),
+                duration: started.elapsed(),
+                requests: 1,
+                retries: 0,
+            })
+        })
+    }
+
+    fn retain_clients(&self, _keep: &mut dyn FnMut(&str) -> bool) -> usize {
+        0
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.timing.apply
+    }
 }

@@ -9,10 +9,11 @@
 //! - a cluster's revision never goes backwards.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use starling_raft::{NodeId, RaftNode};
+use starling::replica::Replica;
+use starling_raft::NodeId;
 
 /// One write to a simulated cluster.
 #[derive(Clone, Debug)]
@@ -23,10 +24,24 @@ pub struct Write {
     pub revision: String,
 }
 
+/// Writes as they land on the simulated clusters, in order, until the harness takes them into
+/// the [`World`] after the step (the replicas' sync workers need a `Send` handle).
+pub type Landed = Arc<Mutex<Vec<(String, Write)>>>;
+
+/// Records one write landing on `cluster`.
+pub fn land(landed: &Landed, cluster: String, write: Write) {
+    landed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((cluster, write));
+}
+
 #[derive(Default)]
 pub struct World {
-    /// The Raft nodes of the hosts that are running.
-    pub nodes: BTreeMap<NodeId, Rc<RaftNode>>,
+    /// The replicas of the hosts that are running.
+    pub nodes: BTreeMap<NodeId, Arc<Replica>>,
+    /// Writes landed and not yet checked ([`World::absorb`]).
+    pub landed: Landed,
     /// Every (term, node) that led, as the nodes reported it.
     pub leaders: BTreeSet<(u64, NodeId)>,
     /// Clusters whose creation a client saw acknowledged: they must survive everything.
@@ -52,13 +67,21 @@ impl World {
         if self.leaders.insert((term, node)) {
             self.trace.push(format!(
                 "{:?} term {term}: node {node} leads",
-                turmoil::elapsed()
+                turmoil::sim_elapsed().unwrap_or_default()
             ));
         }
     }
 
+    /// Checks and logs the writes that landed since the last call, in the order they landed.
+    pub fn absorb(&mut self) {
+        let landed = std::mem::take(&mut *self.landed.lock().unwrap_or_else(|e| e.into_inner()));
+        for (cluster, write) in landed {
+            self.write(&cluster, write);
+        }
+    }
+
     /// A write of `revision` by `node`, owner generation `generation`, lands on `cluster`.
-    pub fn write(&mut self, cluster: &str, write: Write) {
+    fn write(&mut self, cluster: &str, write: Write) {
         let writes = self.writes.entry(cluster.to_owned()).or_default();
         if let Some(newest) = writes.iter().max_by_key(|w| w.generation)
             && newest.generation > write.generation

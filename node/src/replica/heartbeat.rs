@@ -12,7 +12,6 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use super::{Replica, lock};
-use crate::client_channel;
 
 pub async fn run(replica: Arc<Replica>) {
     let interval = replica.config.heartbeat_interval;
@@ -43,7 +42,8 @@ pub async fn run(replica: Arc<Replica>) {
             .as_ref()
             .is_none_or(|(address, _)| *address != peer.addr)
         {
-            channel = client_channel(&peer.addr, interval * 2)
+            // Over the Raft network's connector: TCP, or the simulation's network.
+            channel = starling_raft::lazy_channel(&peer.addr, &replica.raft.config().network)
                 .ok()
                 .map(|c| (peer.addr.clone(), c));
         }

@@ -68,7 +68,7 @@ pub async fn run(replica: Arc<Replica>) {
 /// bound of one request to a target, plus a margin for clock rates and scheduling; a ticket
 /// whose holder does not report running it is taken back after `down_after`.
 fn ticket_watch(replica: &Replica) -> TicketWatch {
-    let request_bound = replica.engine.config().clients.request_timeout;
+    let request_bound = replica.engine.request_timeout();
     TicketWatch::new(
         replica.config.lease + request_bound + Duration::from_millis(500),
         replica.config.down_after,

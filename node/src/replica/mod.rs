@@ -38,6 +38,7 @@ use starling_raft::{RaftConfig, RaftNode};
 
 use crate::config::NodeConfig;
 use crate::metrics::Metrics;
+use crate::worker::Applier;
 use detector::FailureDetector;
 use lease::Lease;
 
@@ -62,7 +63,7 @@ pub struct Replica {
     /// Bare git mirrors, one per URL (`<data-dir>/mirrors`).
     pub mirrors: Arc<source::MirrorSet>,
     /// Applies Syncs to target clusters; shared by all sync workers.
-    pub engine: Arc<starling_sync::SyncEngine>,
+    pub engine: Arc<dyn Applier>,
     /// Syncs this node's workers are running, from before their `BeginSync` is proposed until
     /// their `FinishSync` is settled. Sent with every heartbeat.
     pub running_syncs: Mutex<BTreeSet<String>>,
@@ -100,12 +101,6 @@ impl Replica {
         })?;
         let raft_config = RaftConfig::new(config.id, &config.data_dir, &config.advertise)
             .with_round_trip(config.max_rtt);
-        let election_grace = detector::election_grace(
-            config.lease,
-            raft_config.election_timeout_max,
-            config.heartbeat_interval,
-            config.down_after,
-        );
         let raft = RaftNode::open(raft_config)
             .await
             .with_context(|| format!("cannot open raft state in {}", config.data_dir.display()))?;
@@ -121,10 +116,31 @@ impl Replica {
         };
         let engine = starling_sync::SyncEngine::new(engine_config(config.lease))
             .map_err(|error| anyhow::anyhow!("cannot start the sync engine: {error}"))?;
-        Ok(Replica {
+        let mut replica = Replica::assemble(config, raft, Arc::new(engine), store, mirrors);
+        replica.operator = operator;
+        Ok(replica)
+    }
+
+    /// A replica of parts already opened: its Raft node, the applier its syncs write through,
+    /// and its artifact store and mirrors. [`Replica::open`] uses it; so does the deterministic
+    /// simulation (`chaos/tests/sim/`), with a simulated network, disk and target.
+    pub fn assemble(
+        config: NodeConfig,
+        raft: RaftNode,
+        engine: Arc<dyn Applier>,
+        store: source::ArtifactStore,
+        mirrors: source::MirrorSet,
+    ) -> Replica {
+        let election_grace = detector::election_grace(
+            config.lease,
+            raft.config().election_timeout_max,
+            config.heartbeat_interval,
+            config.down_after,
+        );
+        Replica {
             store: Arc::new(store),
             mirrors: Arc::new(mirrors),
-            engine: Arc::new(engine),
+            engine,
             lease: Lease::new(config.lease),
             metrics: Metrics::new(),
             detector: Mutex::new(None),
@@ -136,12 +152,12 @@ impl Replica {
             reports: Mutex::new(BTreeMap::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
             applied_history: Mutex::new(VecDeque::new()),
-            operator,
+            operator: None,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             artifact_fetches: Default::default(),
             config,
             raft,
-        })
+        }
     }
 
     /// Records a node's heartbeat (on the leader).
@@ -311,8 +327,25 @@ impl Replica {
 
     /// The current time as RFC 3339, stamped into commands by their proposer.
     pub fn now_rfc3339() -> String {
-        humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+        humantime::format_rfc3339_seconds(system_now()).to_string()
     }
+}
+
+/// The wall clock replicas stamp their commands with: the system's, unless [`set_clock`] chose
+/// another for this process.
+static CLOCK: std::sync::OnceLock<fn() -> std::time::SystemTime> = std::sync::OnceLock::new();
+
+/// The current wall-clock time ([`set_clock`]).
+pub fn system_now() -> std::time::SystemTime {
+    CLOCK
+        .get()
+        .map_or_else(std::time::SystemTime::now, |clock| clock())
+}
+
+/// Makes every replica of this process read the wall clock from `clock`: the deterministic
+/// simulation's, so that a seed replays the same commands. Only the first call counts.
+pub fn set_clock(clock: fn() -> std::time::SystemTime) {
+    let _ = CLOCK.set(clock);
 }
 
 /// How long a replica insists on the full voter set before a first client write

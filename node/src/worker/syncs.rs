@@ -15,7 +15,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fleet::resources::{ObjectRef, Sync};
 use fleet::state::{DenyReason, FleetState, Key, SyncOutcome, SyncState};
@@ -100,14 +102,21 @@ pub async fn run(replica: Arc<Replica>) {
         drift_at: BTreeMap::new(),
         first_seen: BTreeMap::new(),
         last_drift_scan: Instant::now(),
-        started: super::drift::whole_seconds(std::time::SystemTime::now()),
+        started: super::drift::whole_seconds(crate::replica::system_now()),
     };
     let mut last_orphan_scan = Instant::now();
     loop {
+        // Reports first: a finished sync has already left `running_syncs`, so planning before
+        // its report is recorded could start it again without its backoff. Biased, so that a
+        // replay of the deterministic simulation takes the same branch.
         tokio::select! {
-            _ = events.recv() => {}
+            biased;
             Some(report) = done.recv() => planner.record(report),
+            _ = events.recv() => {}
             _ = tokio::time::sleep(TICK) => {}
+        }
+        while let Ok(report) = done.try_recv() {
+            planner.record(report);
         }
         if last_orphan_scan.elapsed() >= ORPHAN_SCAN && replica.is_ready() {
             last_orphan_scan = Instant::now();
@@ -157,7 +166,7 @@ pub async fn run(replica: Arc<Replica>) {
 fn drop_clients_of_lost_clusters(replica: &Replica) {
     let node = replica.id();
     let dropped = replica.raft.reader().read(|state| {
-        replica.engine.clients().retain(|cluster| {
+        replica.engine.retain_clients(&mut |cluster| {
             state
                 .cluster_owner(cluster)
                 .is_some_and(|(owner, _)| owner == node)
@@ -555,9 +564,7 @@ async fn apply(
         .unwrap_or_default();
     request.lease = Some({
         let replica = replica.clone();
-        starling_sync::LeaseEnd::new(move || {
-            replica.lease.valid_until().map(|until| until.into_std())
-        })
+        starling_sync::LeaseEnd::new(move || replica.lease.valid_until())
     });
     let cancel = request.cancel.clone();
     let watcher = {

@@ -99,8 +99,9 @@ impl Default for NetworkConfig {
     }
 }
 
-/// Builds a [`Channel`] to `addr` (`host:port`) that connects on first use.
-pub(crate) fn lazy_channel(
+/// Builds a [`Channel`] to `addr` (`host:port`) that connects on first use, through
+/// `config.connector` when one is set (the replica's heartbeats use it too).
+pub fn lazy_channel(
     addr: &str,
     config: &NetworkConfig,
 ) -> Result<Channel, tonic::transport::Error> {

@@ -86,17 +86,19 @@ impl EngineConfig {
 /// owner may then start once the old owner's lease is over, with nothing of the old one still
 /// in flight (design section 5).
 #[derive(Clone)]
-pub struct LeaseEnd(std::sync::Arc<dyn Fn() -> Option<std::time::Instant> + Send + Sync>);
+/// Times are tokio's: the same clock as the node's lease, simulated in the deterministic
+/// simulation and in paused-time tests.
+pub struct LeaseEnd(std::sync::Arc<dyn Fn() -> Option<tokio::time::Instant> + Send + Sync>);
 
 impl LeaseEnd {
-    pub fn new(end: impl Fn() -> Option<std::time::Instant> + Send + Sync + 'static) -> LeaseEnd {
+    pub fn new(end: impl Fn() -> Option<tokio::time::Instant> + Send + Sync + 'static) -> LeaseEnd {
         LeaseEnd(std::sync::Arc::new(end))
     }
 
     /// The time left on the lease now (zero when it has ended or none is held).
     pub fn remaining(&self) -> Duration {
         (self.0)()
-            .map(|end| end.saturating_duration_since(std::time::Instant::now()))
+            .map(|end| end.saturating_duration_since(tokio::time::Instant::now()))
             .unwrap_or_default()
     }
 }

@@ -184,7 +184,7 @@ async fn no_request_runs_past_the_nodes_lease() {
     sim.set_fault("c0", Fault::latency(Duration::from_secs(5)))
         .expect("fault");
     let started = Instant::now();
-    let lease_end = std::time::Instant::now() + Duration::from_millis(400);
+    let lease_end = tokio::time::Instant::now() + Duration::from_millis(400);
     let mut bounded = request(&sim, "c0", "node-a", 1, &FILES);
     bounded.lease = Some(starling_sync::LeaseEnd::new(move || Some(lease_end)));
     let failure = engine
