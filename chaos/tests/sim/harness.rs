@@ -90,6 +90,9 @@ pub struct Report {
     pub violations: Vec<String>,
     pub trace: Vec<String>,
     pub converged_after: Option<Duration>,
+    /// The SyncGroup's budget, and the most clusters the targets saw in rollout at once.
+    pub budget: u32,
+    pub most_in_rollout: usize,
     pub commit_latencies: Vec<Duration>,
     /// After the first crash of a leader: how long until another replica led, and until none
     /// of the crashed replica's clusters was owned by it any more.
@@ -216,6 +219,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         .enable_random_order()
         .build();
     let world = Rc::new(RefCell::new(World::default()));
+    world.borrow_mut().budget = Some(script.max_unavailable);
     let root = tempfile::tempdir().expect("a temporary directory");
     starling::replica::set_clock(replica::clock);
     let artifacts = root.path().join("artifacts");
@@ -369,6 +373,8 @@ pub fn run(seed: u64, options: &Options) -> Report {
         violations,
         trace: std::mem::take(&mut world.trace),
         converged_after,
+        budget: world.budget.unwrap_or_default(),
+        most_in_rollout: world.most_in_rollout,
         commit_latencies: std::mem::take(&mut world.commit_latencies),
         failover: failover.map(|watch| watch.figures),
     };

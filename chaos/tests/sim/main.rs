@@ -39,13 +39,15 @@ fn init_logs() {
     }
 }
 
-/// Runs `seeds` seeds on every core; returns the failed reports' descriptions.
-fn run_seeds(first: u64, count: u64, options: &Options) -> Vec<String> {
+/// Runs `seeds` seeds on every core; returns the failed reports' descriptions, and how many
+/// seeds had their budget full at some point (the budget check is not vacuous).
+fn run_seeds(first: u64, count: u64, options: &Options) -> (Vec<String>, u64) {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let failures = std::sync::Mutex::new(Vec::new());
+    let full = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|scope| {
         for worker in 0..threads {
-            let failures = &failures;
+            let (failures, full) = (&failures, &full);
             scope.spawn(move || {
                 let mut seed = first + worker;
                 while seed < first + count {
@@ -53,12 +55,15 @@ fn run_seeds(first: u64, count: u64, options: &Options) -> Vec<String> {
                     if !report.violations.is_empty() {
                         failures.lock().unwrap().push(report.describe());
                     }
+                    if report.most_in_rollout == report.budget as usize {
+                        full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     seed += threads;
                 }
             });
         }
     });
-    failures.into_inner().unwrap()
+    (failures.into_inner().unwrap(), full.into_inner())
 }
 
 #[test]
@@ -72,17 +77,24 @@ fn many_seeds_keep_every_invariant() {
         Ok("regions") => 0,
         _ => count / 2,
     };
-    let mut failures = run_seeds(first, local, &Options::short(Layout::Local));
-    failures.extend(run_seeds(
+    let (mut failures, mut full) = run_seeds(first, local, &Options::short(Layout::Local));
+    let (more, more_full) = run_seeds(
         first + local,
         count - local,
         &Options::short(Layout::Regions),
-    ));
+    );
+    failures.extend(more);
+    full += more_full;
     assert!(
         failures.is_empty(),
         "{} of {count} seeds failed:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+    // Most rollouts fill their budget: a check that never sees a full budget checks nothing.
+    assert!(
+        count < 10 || full * 2 >= count,
+        "only {full} of {count} seeds ever had their budget full"
     );
 }
 

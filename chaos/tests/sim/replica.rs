@@ -222,7 +222,7 @@ impl Applier for SimTarget {
                 generation: request.generation,
                 revision: request.revision.clone().unwrap_or_default(),
             };
-            crate::world::land(&self.landed, cluster, write);
+            let _settle = self.landed.write(cluster, write);
             request.apply_slot.release();
             if request.wait {
                 tokio::select! {

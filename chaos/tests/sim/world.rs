@@ -6,7 +6,12 @@
 //! - a generation of ownership belongs to one node;
 //! - no write lands after a write of a newer generation (the zombie owner that fencing and the
 //!   lease exist for);
-//! - a cluster's revision never goes backwards.
+//! - a cluster's revision never goes backwards;
+//! - the clusters in rollout are never more than the SyncGroup's `maxUnavailable`. A cluster
+//!   is in rollout from a write of a new revision until that sync's wait for readiness ended
+//!   (ready, cancelled, or its replica crashed): a lower bound of the time its ticket holds a
+//!   budget slot. A write of the revision the cluster already has (a drift check re-applying
+//!   it) is outside the budget and not counted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -24,16 +29,53 @@ pub struct Write {
     pub revision: String,
 }
 
-/// Writes as they land on the simulated clusters, in order, until the harness takes them into
-/// the [`World`] after the step (the replicas' sync workers need a `Send` handle).
-pub type Landed = Arc<Mutex<Vec<(String, Write)>>>;
+/// What happens on the simulated clusters, in order, until the harness takes it into the
+/// [`World`] after the step (the replicas' sync workers need a `Send` handle).
+#[derive(Clone, Default)]
+pub struct Landed(Arc<Mutex<(u64, Vec<Landing>)>>);
 
-/// Records one write landing on `cluster`.
-pub fn land(landed: &Landed, cluster: String, write: Write) {
-    landed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((cluster, write));
+pub enum Landing {
+    /// Write number `id` lands on `cluster`.
+    Write {
+        id: u64,
+        cluster: String,
+        write: Write,
+    },
+    /// The sync that sent write `id` stopped waiting for its objects to become ready.
+    Settled { id: u64 },
+}
+
+impl Landed {
+    /// Records one write landing on `cluster`; returns a guard that records, when dropped,
+    /// that the sync stopped waiting for it.
+    pub fn write(&self, cluster: String, write: Write) -> Settle {
+        let mut landed = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        landed.0 += 1;
+        let id = landed.0;
+        landed.1.push(Landing::Write { id, cluster, write });
+        Settle {
+            landed: self.clone(),
+            id,
+        }
+    }
+
+    fn take(&self) -> Vec<Landing> {
+        std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).1)
+    }
+}
+
+/// Dropped when the sync that sent a write stops waiting for it (also when its replica
+/// crashes and its tasks are dropped).
+pub struct Settle {
+    landed: Landed,
+    id: u64,
+}
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        let mut landed = self.landed.0.lock().unwrap_or_else(|e| e.into_inner());
+        landed.1.push(Landing::Settled { id: self.id });
+    }
 }
 
 #[derive(Default)]
@@ -42,6 +84,12 @@ pub struct World {
     pub nodes: BTreeMap<NodeId, Arc<Replica>>,
     /// Writes landed and not yet checked ([`World::absorb`]).
     pub landed: Landed,
+    /// The SyncGroup's `maxUnavailable`, once the client set it.
+    pub budget: Option<u32>,
+    /// Writes whose clusters are in rollout now: write id → cluster.
+    in_rollout: BTreeMap<u64, String>,
+    /// The most clusters in rollout at once.
+    pub most_in_rollout: usize,
     /// Every (term, node) that led, as the nodes reported it.
     pub leaders: BTreeSet<(u64, NodeId)>,
     /// Clusters whose creation a client saw acknowledged: they must survive everything.
@@ -74,9 +122,35 @@ impl World {
 
     /// Checks and logs the writes that landed since the last call, in the order they landed.
     pub fn absorb(&mut self) {
-        let landed = std::mem::take(&mut *self.landed.lock().unwrap_or_else(|e| e.into_inner()));
-        for (cluster, write) in landed {
-            self.write(&cluster, write);
+        for landing in self.landed.take() {
+            match landing {
+                Landing::Write { id, cluster, write } => {
+                    let reapply = self.revision_of(&cluster) == Some(write.revision.as_str());
+                    let at = write.at;
+                    self.write(&cluster, write);
+                    if !reapply {
+                        self.in_rollout.insert(id, cluster);
+                        self.check_budget(at);
+                    }
+                }
+                Landing::Settled { id } => {
+                    self.in_rollout.remove(&id);
+                }
+            }
+        }
+    }
+
+    fn check_budget(&mut self, at: Duration) {
+        let clusters: BTreeSet<&String> = self.in_rollout.values().collect();
+        self.most_in_rollout = self.most_in_rollout.max(clusters.len());
+        if let Some(budget) = self.budget
+            && clusters.len() > budget as usize
+        {
+            let clusters: Vec<&String> = clusters.into_iter().collect();
+            self.violations.push(format!(
+                "{} clusters in rollout at {at:?}, budget {budget}: {clusters:?}",
+                clusters.len()
+            ));
         }
     }
 
