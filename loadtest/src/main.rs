@@ -1,6 +1,6 @@
 //! `loadtest`: Starling's figures, measured (never asserted by timed tests).
 //!
-//! `cargo run -p loadtest --release -- rollout|failover|admission|restart|isolation`. The process
+//! `cargo run -p loadtest --release -- rollout|failover|admission|restart|isolation|scale`. The process
 //! benches start replicas as child processes of this binary, which runs `starling node` itself
 //! (`loadtest node …` is the `starling` command line), so one build holds both.
 //!
@@ -12,6 +12,9 @@
 //! - `rollout`: real `starling node` processes, fleetsim in this process with a latency, and a
 //!   demo repository; the time to roll a revision to every cluster beside the physical bound,
 //!   and the peak resident memory of each node.
+//! - `scale`: `rollout` with 50,000 clusters on 5 nodes by default; every rollout also reports
+//!   the placement balance (clusters owned per node against the mean) and each node's
+//!   snapshot size.
 //! - `restart`: the `rollout` set-up, then every replica killed with `kill -9` at once and
 //!   started again on its disk; the time until the group, the owners, and a check of every
 //!   Sync are back, and each node's peak memory against its steady state before the kill.
@@ -87,6 +90,9 @@ enum Which {
     /// Time to roll a revision to the fleet against the physical bound, and peak memory per
     /// node, with node processes and fleetsim.
     Rollout(rollout::RolloutArgs),
+    /// The rollout bench at 50,000 clusters on 5 replicas: the rollout time against the
+    /// limit, memory per node, snapshot size and placement balance.
+    Scale(rollout::ScaleArgs),
     /// A cold restart: every replica killed with kill -9 at once after a rollout, then
     /// started again on its disk; the time back to steady state and the memory peak.
     Restart(restart::RestartArgs),
@@ -119,6 +125,11 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             concurrency,
         } => admission(clusters, batch, concurrency, &args.out).await,
         Which::Rollout(mut rollout) => {
+            rollout.out = args.out;
+            rollout::run(rollout).await
+        }
+        Which::Scale(scale) => {
+            let mut rollout = scale.into_rollout();
             rollout.out = args.out;
             rollout::run(rollout).await
         }

@@ -22,7 +22,8 @@ use super::{Proc, Testbed, peak_rss_mib, resident, rss_mib, shards, wait_for};
 use crate::report::{self, Series};
 use starling::dev::report::physical_bound;
 
-#[derive(clap::Args, Debug)]
+/// A `clap::Parser` too, so that `scale` can start from its defaults.
+#[derive(clap::Parser, Debug)]
 pub struct RolloutArgs {
     /// Simulated clusters.
     #[arg(long, default_value_t = 10_000)]
@@ -48,6 +49,35 @@ pub struct RolloutArgs {
     /// Where the JSON report and the SVG chart go (the global `--out`).
     #[arg(skip)]
     pub out: std::path::PathBuf,
+    /// The report's name (`rollout`, or `scale`).
+    #[arg(skip = "rollout")]
+    pub bench: &'static str,
+}
+
+/// `loadtest scale`: the rollout bench with a larger fleet on more replicas.
+#[derive(clap::Args, Debug)]
+pub struct ScaleArgs {
+    /// Simulated clusters.
+    #[arg(long, default_value_t = 50_000)]
+    clusters: usize,
+    /// `starling node` processes.
+    #[arg(long, default_value_t = 5)]
+    nodes: u64,
+    /// Upper bound on each rollout.
+    #[arg(long, default_value = "40m", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
+impl ScaleArgs {
+    /// The rollout bench's arguments, its defaults otherwise.
+    pub fn into_rollout(self) -> RolloutArgs {
+        let mut rollout = <RolloutArgs as clap::Parser>::parse_from(["scale"]);
+        rollout.clusters = self.clusters;
+        rollout.nodes = self.nodes;
+        rollout.timeout = self.timeout;
+        rollout.bench = "scale";
+        rollout
+    }
 }
 
 /// The memory target per owned cluster (issue 15).
@@ -145,7 +175,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 repo,
                 procs,
                 fleet: _,
-                _dir,
+                _dir: dir,
             },
         budget,
         revision: first,
@@ -233,12 +263,26 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             delta(ARTIFACTS_FROM_PEERS)
         );
     }
+    let balance = placement(&owned, args.nodes);
+    let snapshots: Vec<u64> = procs
+        .keys()
+        .map(|id| snapshot_bytes(&dir.path().join(format!("n{id}"))))
+        .collect();
+    println!(
+        "placement: {} to {} clusters per node (mean {:.0}), most/mean {:.3}; snapshot {} bytes per node ({:.1} bytes per cluster)",
+        balance.least,
+        balance.most,
+        balance.mean,
+        balance.ratio,
+        snapshots.iter().max().copied().unwrap_or(0),
+        snapshots.iter().max().copied().unwrap_or(0) as f64 / args.clusters.max(1) as f64
+    );
     println!(
         "peak resident memory of fleetsim and this driver: {:.0} MiB",
         peak_rss_mib(std::process::id()).unwrap_or(0.0)
     );
     let json = serde_json::json!({
-        "bench": "rollout",
+        "bench": args.bench,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "clusters": args.clusters,
         "nodes": args.nodes,
@@ -257,15 +301,66 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "peak_rss_kib_per_cluster": worst_kib,
         "peak_rss_kib_per_cluster_limit": KIB_PER_CLUSTER_LIMIT,
         "memory_ratio": if worst_kib > 0.0 { KIB_PER_CLUSTER_LIMIT / worst_kib } else { 0.0 },
+        "placement_least": balance.least,
+        "placement_most": balance.most,
+        "placement_mean": balance.mean,
+        "placement_most_to_mean": balance.ratio,
+        "snapshot_bytes_per_node": snapshots,
+        "snapshot_bytes_per_cluster": snapshots.iter().max().copied().unwrap_or(0) as f64
+            / args.clusters.max(1) as f64,
         "git_fetches_per_replica_max": most_fetches,
         "git_fetches_per_replica_limit": 1.0,
         "per_node": nodes,
         "timeline": timeline.iter().map(|p| [p.0, p.1 as f64, p.2 as f64]).collect::<Vec<_>>(),
     });
     let svg = chart(&args, budget, limit, seconds, &timeline);
-    report::write(&args.out, "rollout", &json, Some(svg))?;
+    report::write(&args.out, args.bench, &json, Some(svg))?;
     sim.shutdown().await;
     Ok(())
+}
+
+/// How evenly the clusters are placed on the nodes.
+struct Balance {
+    least: usize,
+    most: usize,
+    mean: f64,
+    /// The fullest node against the mean (1.0: perfectly even).
+    ratio: f64,
+}
+
+fn placement(owned: &std::collections::BTreeMap<u64, usize>, nodes: u64) -> Balance {
+    let counts: Vec<usize> = (1..=nodes)
+        .map(|id| owned.get(&id).copied().unwrap_or(0))
+        .collect();
+    let least = counts.iter().min().copied().unwrap_or(0);
+    let most = counts.iter().max().copied().unwrap_or(0);
+    let mean = counts.iter().sum::<usize>() as f64 / counts.len().max(1) as f64;
+    Balance {
+        least,
+        most,
+        mean,
+        ratio: if mean > 0.0 { most as f64 / mean } else { 0.0 },
+    }
+}
+
+/// The size of the Raft snapshot a node keeps (`snapshot.bin` under its data directory; 0
+/// before its first snapshot).
+fn snapshot_bytes(data_dir: &std::path::Path) -> u64 {
+    let mut pending = vec![data_dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.file_name().is_some_and(|name| name == "snapshot.bin") {
+                return entry.metadata().map_or(0, |m| m.len());
+            }
+        }
+    }
+    0
 }
 
 const SOURCE_FETCHES: &str = "starling_source_fetch_duration_seconds_count";
