@@ -140,13 +140,22 @@ async fn clusters_moving_between_live_replicas_never_have_two_writers() {
             })
         })
         .await;
-        admin
-            .drain(proto::DrainRequest {
-                id: zombie,
-                undo: true,
-            })
-            .await
-            .expect("undrain");
+        // The freeze and the drain load the machine, and leadership may have moved: undrain
+        // through whichever replica leads now, as an operator retrying would.
+        wait_until(Duration::from_secs(30), "zombie undrained", || async {
+            let Some(status) = group.status().await else {
+                return false;
+            };
+            let mut admin = group.admin(status.leader_id).await;
+            admin
+                .drain(proto::DrainRequest {
+                    id: zombie,
+                    undo: true,
+                })
+                .await
+                .is_ok()
+        })
+        .await;
     }
 
     // A third revision mid-rollout, and the leader's peer returning too.
