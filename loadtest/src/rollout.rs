@@ -268,14 +268,12 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         .keys()
         .map(|id| snapshot_bytes(&dir.path().join(format!("n{id}"))))
         .collect();
+    let largest_snapshot = snapshots.iter().max().copied().unwrap_or(0);
+    let snapshot_per_cluster = largest_snapshot as f64 / args.clusters.max(1) as f64;
     println!(
-        "placement: {} to {} clusters per node (mean {:.0}), most/mean {:.3}; snapshot {} bytes per node ({:.1} bytes per cluster)",
-        balance.least,
-        balance.most,
-        balance.mean,
-        balance.ratio,
-        snapshots.iter().max().copied().unwrap_or(0),
-        snapshots.iter().max().copied().unwrap_or(0) as f64 / args.clusters.max(1) as f64
+        "placement: {} to {} clusters per node (mean {:.0}), most/mean {:.3}; snapshot \
+         {largest_snapshot} bytes per node ({snapshot_per_cluster:.1} bytes per cluster)",
+        balance.least, balance.most, balance.mean, balance.ratio,
     );
     println!(
         "peak resident memory of fleetsim and this driver: {:.0} MiB",
@@ -306,8 +304,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "placement_mean": balance.mean,
         "placement_most_to_mean": balance.ratio,
         "snapshot_bytes_per_node": snapshots,
-        "snapshot_bytes_per_cluster": snapshots.iter().max().copied().unwrap_or(0) as f64
-            / args.clusters.max(1) as f64,
+        "snapshot_bytes_per_cluster": snapshot_per_cluster,
         "git_fetches_per_replica_max": most_fetches,
         "git_fetches_per_replica_limit": 1.0,
         "per_node": nodes,
