@@ -109,6 +109,16 @@ fn finish_failed(state: &mut FleetState, ticket: u64) -> Outcome {
     })
 }
 
+/// A member changes state (Draining, Down, ...); the state's invariants still hold.
+fn set_member(state: &mut FleetState, id: NodeId, member_state: MemberState) {
+    state.apply(Command::SetMemberState {
+        id,
+        state: member_state,
+        at: AT.into(),
+    });
+    state.check_invariants().unwrap();
+}
+
 fn granted(outcome: Outcome) -> Ticket {
     match outcome {
         Outcome::Granted { ticket } => ticket,
@@ -160,12 +170,7 @@ fn a_down_node_loses_its_clusters_with_new_generations_and_its_tickets() {
         .unwrap();
     let ticket = granted(begin(&mut state, &sync, "main@sha1:aaa"));
 
-    state.apply(Command::SetMemberState {
-        id: node,
-        state: MemberState::Down,
-        at: AT.into(),
-    });
-    state.check_invariants().unwrap();
+    set_member(&mut state, node, MemberState::Down);
     for cluster in &owned {
         let (owner, generation) = state.cluster_owner(cluster).unwrap();
         assert_ne!(owner, node);

@@ -24,12 +24,7 @@ fn a_cluster_moving_between_live_nodes_waits_for_the_old_ticket_to_be_released()
     let old = granted(begin(&mut state, &sync, "main@sha1:aaa"));
 
     // Draining moves the cluster while the old owner is alive and may be mid-apply.
-    state.apply(Command::SetMemberState {
-        id: node,
-        state: MemberState::Draining,
-        at: AT.into(),
-    });
-    state.check_invariants().unwrap();
+    set_member(&mut state, node, MemberState::Draining);
     let (new_owner, generation) = state.cluster_owner(&cluster).unwrap();
     assert_ne!(new_owner, node);
     assert_eq!(generation, 2);
@@ -101,17 +96,9 @@ fn revoked_tickets_are_released_by_the_leader_or_when_their_node_is_down() {
     let again = granted(begin(&mut state, &sync, "main@sha1:aaa"));
 
     // A drained node that then goes Down has its revoked tickets released.
-    state.apply(Command::SetMemberState {
-        id: 1,
-        state: MemberState::Draining,
-        at: AT.into(),
-    });
+    set_member(&mut state, 1, MemberState::Draining);
     assert!(state.revoked.contains_key(&again.id));
-    state.apply(Command::SetMemberState {
-        id: 1,
-        state: MemberState::Down,
-        at: AT.into(),
-    });
+    set_member(&mut state, 1, MemberState::Down);
     assert!(state.revoked.is_empty());
     assert_eq!(finish_ok(&mut state, again.id), Outcome::StaleTicket);
     state.check_invariants().unwrap();
