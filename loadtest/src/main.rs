@@ -34,10 +34,9 @@ use anyhow::Context as _;
 use fleet::state::{MemberState, SyncOutcome};
 use fleet::{Command, Outcome};
 
-/// The allocator of the `starling` binary, so that the replicas measured here are the same.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// The allocator of the `starling` binary, so that the replicas measured here are the same.
+#[cfg(feature = "jemalloc")]
+starling::global_allocator!();
 
 /// Measures Starling's figures.
 #[derive(clap::Parser, Debug)]

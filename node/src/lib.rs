@@ -137,7 +137,6 @@ impl Command {
 
 /// Runs the command line the process was started with: the `starling` binary's `main`.
 pub fn main() -> std::process::ExitCode {
-    allocator::tune();
     let cli = Cli::parse();
     let log_format = cli.global.log_format;
     let result = match (cli.global.output, cli.command.without_output()) {
