@@ -596,15 +596,27 @@ impl FleetState {
 
     /// The Syncs a node may start now (admitted or failed, on clusters it owns), in key order.
     pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
+        // Every node's planner calls this after each applied entry, over the whole fleet's
+        // actionable Syncs (up to the budgets): one key buffer serves every lookup.
+        let mut cluster = String::new();
         self.actionable
             .iter()
             .chain(self.retiring.iter())
             .filter(|key| {
-                self.syncs
-                    .get(key)
-                    .and_then(|s| self.clusters.get(&cluster_key_of(&s.object)))
-                    .and_then(|c| c.owner)
-                    == Some(node)
+                let Some(sync) = self.syncs.get(key) else {
+                    return false;
+                };
+                cluster.clear();
+                cluster.push_str(
+                    sync.object
+                        .metadata
+                        .namespace
+                        .as_deref()
+                        .unwrap_or("default"),
+                );
+                cluster.push('/');
+                cluster.push_str(&sync.object.spec.cluster_ref.name);
+                self.clusters.get(&cluster).and_then(|c| c.owner) == Some(node)
             })
             .cloned()
             .collect()

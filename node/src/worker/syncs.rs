@@ -22,10 +22,11 @@ use tokio::time::Instant;
 use fleet::resources::{ObjectRef, Sync};
 use fleet::state::{DenyReason, FleetState, Key, SyncOutcome, SyncState};
 use fleet::{Command, Outcome};
+use starling_raft::StateEvent;
 use starling_sync::{
     ArtifactSource, ClusterTarget, Connection, ErrorClass, RetryPolicy, SyncRequest,
 };
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, broadcast, mpsc};
 use tracing::Instrument;
 
 use super::artifacts::{self, ArtifactNeed};
@@ -34,6 +35,8 @@ use crate::replica::{Replica, lock};
 
 /// How often the worker plans when nothing was applied.
 const TICK: Duration = Duration::from_millis(200);
+/// The most waiting events one plan stands for ([`skip_waiting_events`]).
+const EVENTS_PER_PLAN: usize = 4096;
 /// How often owned Syncs are scanned for due drift corrections.
 const DRIFT_SCAN: Duration = Duration::from_secs(1);
 /// How often a running sync checks its lease and its ticket.
@@ -118,6 +121,7 @@ pub async fn run(replica: Arc<Replica>) {
         while let Ok(report) = done.try_recv() {
             planner.record(report);
         }
+        skip_waiting_events(&mut events);
         if last_orphan_scan.elapsed() >= ORPHAN_SCAN && replica.is_ready() {
             last_orphan_scan = Instant::now();
             let busy = lock(&replica.running_syncs).clone();
@@ -156,6 +160,22 @@ pub async fn run(replica: Arc<Replica>) {
                 }
                 .instrument(span),
             );
+        }
+    }
+}
+
+/// Takes the applied-entry events already waiting, so that a burst of entries is planned for
+/// once: a plan reads the state as it is now, which includes them all. Planning once per entry
+/// walked the fleet's actionable Syncs hundreds of times a second during a rollout (a tenth of
+/// a node's CPU at 10,000 clusters), under the read lock that applying waits for.
+fn skip_waiting_events(events: &mut broadcast::Receiver<StateEvent>) {
+    // Bounded: events that keep arriving are left for the next turn of the loop.
+    for _ in 0..EVENTS_PER_PLAN {
+        match events.try_recv() {
+            Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
+                return;
+            }
         }
     }
 }
