@@ -188,6 +188,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     let (_, seconds, timeline) = wait_rollout(&address, &first, &args).await?;
     let writes = sim.audit_stats().recorded - writes_before;
     let counters_after = counters(&procs).await;
+    let leader = leader_of(&procs).await;
 
     let mean = mean_sync_duration(&procs).await;
     // Each node has up to --max-waiting-syncs syncs under way (its default): a sync waiting
@@ -245,6 +246,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         most_fetches = most_fetches.max(for_the_commit);
         nodes.push(serde_json::json!({
             "id": id,
+            "leader": leader == Some(*id),
             "peak_rss_mib": peak,
             "rss_mib_at_end": rss_mib(proc.child.id()),
             "owned_clusters": clusters,
@@ -255,9 +257,10 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             "artifacts_copied_from_peers_during_rollout": delta(ARTIFACTS_FROM_PEERS),
         }));
         println!(
-            "node {id}: peak {} MiB, {clusters} clusters owned, {} KiB per cluster; during the \
+            "node {id}{}: peak {} MiB, {clusters} clusters owned, {} KiB per cluster; during the \
              rollout {git_fetches} source polls, {from_git} artifacts built from git, {} copied \
              from peers",
+            if leader == Some(*id) { " (leader)" } else { "" },
             peak.map_or("?".into(), |p| format!("{p:.0}")),
             kib.map_or("?".into(), |k| format!("{k:.0}")),
             delta(ARTIFACTS_FROM_PEERS)
@@ -383,6 +386,22 @@ async fn counters(
         }
     }
     values
+}
+
+/// The Raft leader at the end of the rollout, as the first node that answers sees it: the
+/// leader also applies the specs and commits every admission, which shows in its memory.
+async fn leader_of(procs: &std::collections::BTreeMap<u64, Proc>) -> Option<u64> {
+    for proc in procs.values() {
+        let Ok(text) = http_get(&proc.http, "/metrics").await else {
+            continue;
+        };
+        return text
+            .lines()
+            .find_map(|line| line.strip_prefix("starling_raft_leader "))
+            .and_then(|value| value.trim().parse::<i64>().ok())
+            .and_then(|id| u64::try_from(id).ok());
+    }
+    None
 }
 
 /// Clusters updated and in progress over time, the budget, and the physical limit's pace.
