@@ -4,8 +4,8 @@
 #
 #   docker build -t starling:0.1.0 .
 #
-# The binary links OpenSSL (git2's https transport) and zlib from the system; libgit2 and
-# libssh2 are built into it. It never runs the git command.
+# The binary links OpenSSL (git2's https transport) and zlib from the system; libgit2, libssh2
+# and jemalloc (its allocator) are built into it. It never runs the git command.
 
 FROM rust:1.95-bookworm AS builder
 RUN apt-get update \
@@ -17,6 +17,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY chaos chaos
 COPY fleet fleet
 COPY fleetsim fleetsim
+COPY loadtest loadtest
 COPY node node
 COPY proto proto
 COPY raft raft
