@@ -333,10 +333,12 @@ where
     }
 }
 
-/// Manifests for a source, a group over every cluster and `count` clusters.
+/// Manifests for a source, a group over every cluster and `count` clusters. The source points
+/// at a loopback port where nothing listens (tests never reach beyond 127.0.0.0/8): its polls
+/// fail at once and the group waits for a revision.
 pub fn fleet_manifests(count: usize) -> String {
     let mut out = String::from(
-        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"https://git.example/repo.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: web}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"10%\"}\n",
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"git://127.0.0.1:9/repo.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: web}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"10%\"}\n",
     );
     for i in 0..count {
         out.push_str(&format!(

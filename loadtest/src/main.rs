@@ -595,7 +595,7 @@ async fn admission(
         })
     })
     .await?;
-    let group = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"https://git.example/r.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: all}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"100%\"}\n";
+    let group = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"git://127.0.0.1:9/r.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: all}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"100%\"}\n";
     let at = starling::replica::Replica::now_rfc3339();
     let mut resources = fleet::manifest::parse_manifests(group)?;
     for start in (0..clusters).step_by(1000) {
