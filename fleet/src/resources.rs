@@ -166,6 +166,7 @@ pub enum ClusterMode {
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
     printcolumn = r#"{"name":"Owner","type":"string","jsonPath":".status.owner"}"#,
     printcolumn = r#"{"name":"Reachable","type":"boolean","jsonPath":".status.reachable"}"#,
+    printcolumn = r#"{"name":"Held","type":"boolean","jsonPath":".spec.hold"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -178,6 +179,11 @@ pub struct ClusterSpec {
     /// A paused cluster gets no syncs; rollouts skip it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// The handbrake (`starling cluster hold`): no writes at all to this cluster. In-flight
+    /// syncs stop, drift correction pauses, and rollouts skip it: it neither counts against
+    /// their budgets nor blocks their completion. Status shows it held.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -328,6 +334,10 @@ pub struct SyncSpec {
     pub cluster_ref: LocalObjectReference,
     #[serde(flatten)]
     pub template: SyncTemplate,
+    /// Set on the Syncs of a pinned SyncGroup (`starling rollout undo`): the revision applied
+    /// instead of the source's newest. Not accepted on a Sync of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_revision: Option<String>,
 }
 
 /// The outcome of the last sync attempt.
@@ -377,6 +387,21 @@ pub struct SyncStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Where the Sync stands in its rollout (`Pending`, `Admitted`, `Applying`, `Unready`,
+    /// `Updated`, `Failed`, `Held`, `Idle`), with why when it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_state: Option<String>,
+    /// The revisions this cluster had, newest first (the last few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revision_history: Vec<AppliedRevision>,
+}
+
+/// A revision a Sync applied, and when.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedRevision {
+    pub revision: String,
+    pub applied_at: String,
 }
 
 /// How a SyncGroup rolls a new revision out to its clusters.
@@ -399,6 +424,11 @@ pub struct RolloutPolicy {
     /// Stops new admissions; clusters in flight finish.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Pins the group to a revision it rolled out before (`starling rollout undo`), rolled
+    /// out with the same budget and partitions; the source's newer revisions wait until it is
+    /// unset (`starling rollout unpin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_revision: Option<String>,
 }
 
 /// A source and path applied to every cluster a label selector picks, rolled out with a budget.
@@ -444,6 +474,13 @@ pub struct RolloutSummary {
     /// Waiting for admission.
     pub pending: u32,
     pub failed: u32,
+    /// On clusters held by an operator: skipped by the rollout.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// Where a SyncGroup's rollout stands.
@@ -469,4 +506,60 @@ pub struct SyncGroupStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The last rollouts, newest first (`starling rollout history`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<RolloutRecord>,
+}
+
+/// What started a rollout.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutTrigger {
+    /// The source resolved a new revision.
+    #[default]
+    Commit,
+    /// The SyncGroup was created, or its template or source changed.
+    Spec,
+    /// `starling rollout resume` after a halt.
+    Resume,
+    /// `starling rollout undo`: pinned to an earlier revision.
+    Rollback,
+    /// `starling rollout unpin`: back to the source's newest revision.
+    Unpin,
+}
+
+/// How a rollout ended, or that it has not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutOutcome {
+    #[default]
+    Progressing,
+    /// Every cluster not held is updated and ready.
+    Complete,
+    /// More clusters failed than `maxFailures`.
+    Halted,
+    /// A newer rollout started before this one completed.
+    Superseded,
+}
+
+/// One rollout of a SyncGroup, as `starling rollout history` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutRecord {
+    /// Numbers the group's rollouts from 1.
+    pub id: u64,
+    pub revision: String,
+    /// The revision's artifact, so that an undo applies exactly what was rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<ArtifactRef>,
+    pub trigger: RolloutTrigger,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    pub outcome: RolloutOutcome,
+    /// Counts when it ended (live while it progresses).
+    pub summary: RolloutSummary,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halt_reason: Option<String>,
+    /// The first failures, as `cluster: class: message`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
 }

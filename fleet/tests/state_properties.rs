@@ -75,6 +75,10 @@ enum Step {
     Revoke(u8),
     /// The leader releases a revoked ticket (its holder's lease ran out).
     Release(u8),
+    /// `starling cluster hold|release`.
+    Hold(u8, bool),
+    /// `starling rollout undo` to a revision of the group's history, or `unpin`.
+    Pin(u8, u8, bool),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -91,6 +95,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (1u8..=2, any::<bool>()).prop_map(|(g, p)| Step::Pause(g, p)),
         1 => any::<u8>().prop_map(Step::Revoke),
         2 => any::<u8>().prop_map(Step::Release),
+        1 => (0u8..8, any::<bool>()).prop_map(|(c, h)| Step::Hold(c, h)),
+        1 => (1u8..=2, any::<u8>(), proptest::bool::weighted(0.3)).prop_map(|(g, r, u)| Step::Pin(g, r, u)),
     ]
 }
 
@@ -131,7 +137,10 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
             Command::SourceResolved {
                 source: "fleet/repo".into(),
                 revision: format!("main@sha1:{:04}", *revisions),
-                artifact: None,
+                artifact: Some(fleet::resources::ArtifactRef {
+                    digest: format!("sha256:{:04}", *revisions),
+                    size: 1,
+                }),
                 expected: fleet::ExpectedRevision::Any,
                 at: AT.into(),
             }
@@ -233,6 +242,24 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
             let revoked: Vec<u64> = state.revoked.keys().copied().collect();
             Command::ReleaseTickets {
                 tickets: pick(&revoked, index).into_iter().collect(),
+            }
+        }
+        Step::Hold(c, hold) => Command::HoldCluster {
+            cluster: format!("fleet/c{c}"),
+            hold,
+            at: AT.into(),
+        },
+        Step::Pin(g, index, unpin) => {
+            let group = format!("fleet/g{g}");
+            let revisions: Vec<String> = state
+                .groups
+                .get(&group)
+                .map(|entry| entry.history.iter().map(|r| r.revision.clone()).collect())
+                .unwrap_or_default();
+            Command::PinRollout {
+                group,
+                revision: if unpin { None } else { pick(&revisions, index) },
+                at: AT.into(),
             }
         }
     }

@@ -148,6 +148,22 @@ impl Client {
         self.call(fleet.rollout_resume(self.request(request))).await
     }
 
+    pub async fn rollout_pin(
+        &self,
+        request: proto::RolloutPinRequest,
+    ) -> anyhow::Result<proto::RolloutResponse> {
+        let mut fleet = self.fleet.clone();
+        self.call(fleet.rollout_pin(self.request(request))).await
+    }
+
+    pub async fn cluster_hold(
+        &self,
+        request: proto::ClusterHoldRequest,
+    ) -> anyhow::Result<proto::ClusterHoldResponse> {
+        let mut fleet = self.fleet.clone();
+        self.call(fleet.cluster_hold(self.request(request))).await
+    }
+
     pub async fn members(&self) -> anyhow::Result<proto::MembersResponse> {
         let mut admin = self.admin.clone();
         self.call(admin.members(self.request(proto::MembersRequest {})))

@@ -73,8 +73,12 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// List, add, remove or drain replicas, or move the leadership.
     Members(cli::members::MembersArgs),
-    /// Pause, resume or follow a SyncGroup's rollout.
+    /// Pause, resume, follow, list or roll back a SyncGroup's rollout.
     Rollout(cli::rollout::RolloutArgs),
+    /// Hold (the handbrake) or release one cluster.
+    Cluster(cli::cluster::ClusterArgs),
+    /// Show one object in detail, with what it waits for: kubectl's `describe`.
+    Describe(cli::describe::DescribeArgs),
     /// Resolve a git source once: revision, digest, size, file count.
     Source(cli::source::SourceArgs),
     /// Print the manifests a cluster would get from an artifact or a directory.
@@ -124,6 +128,8 @@ impl Command {
             Command::Apply(_) => Some("starling apply"),
             Command::Delete(_) => Some("starling delete"),
             Command::Render(_) => Some("starling render"),
+            Command::Cluster(_) => Some("starling cluster"),
+            Command::Describe(_) => Some("starling describe"),
             Command::Dev(_)
             | Command::Placement(_)
             | Command::Get(_)
@@ -187,6 +193,8 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::Status(args) => cli::status::run(args),
         Command::Members(args) => cli::members::run(args),
         Command::Rollout(args) => cli::rollout::run(args),
+        Command::Cluster(args) => cli::cluster::run(args),
+        Command::Describe(args) => cli::describe::run(args),
         Command::Source(args) => cli::source::run(args),
         Command::Render(args) => cli::render::run(args),
     }

@@ -40,6 +40,16 @@ impl Touch {
                 let before = state.generated_from(&key);
                 Touch::Object { key, before }
             }
+            Command::HoldCluster { cluster, .. } => {
+                let key = object_key(Kind::Cluster, cluster);
+                let before = state.generated_from(&key);
+                Touch::Object { key, before }
+            }
+            Command::PinRollout { group, .. } => {
+                let key = object_key(Kind::SyncGroup, group);
+                let before = state.generated_from(&key);
+                Touch::Object { key, before }
+            }
             Command::DeleteSpec { key } | Command::RetireSpec { key } => Touch::Object {
                 before: state.generated_from(key),
                 key: key.clone(),

@@ -128,6 +128,7 @@ impl FleetState {
                     SyncState::Unready => c.unready += 1,
                     SyncState::Updated => c.updated += 1,
                     SyncState::Failed => c.failed += 1,
+                    SyncState::Held => c.held += 1,
                 }
             }
         }

@@ -19,6 +19,7 @@
 //! command changed, for watchers).
 
 mod changes;
+mod history;
 mod invariants;
 mod members;
 mod retire;
@@ -37,6 +38,7 @@ use crate::resources::{Cluster, ObjectRef, ResourceStatus, Source, Sync, SyncGro
 use crate::selector::Selector;
 
 pub use changes::Touch;
+pub use history::{HISTORY_LIMIT, Pin};
 pub use invariants::InvariantViolation;
 pub use rollout::SyncState;
 pub use shard::NodeId;
@@ -50,7 +52,18 @@ pub type Key = String;
 
 /// Builds the `namespace/name` key of an object.
 pub fn key_of(namespace: &str, name: &str) -> Key {
-    format!("{namespace}/{name}")
+    let mut key = String::with_capacity(namespace.len() + name.len() + 1);
+    write_key(&mut key, namespace, name);
+    key
+}
+
+/// Writes the `namespace/name` key of an object into `buffer`, replacing what it held: for
+/// loops that look up many keys with one allocation.
+pub fn write_key(buffer: &mut String, namespace: &str, name: &str) {
+    buffer.clear();
+    buffer.push_str(namespace);
+    buffer.push('/');
+    buffer.push_str(name);
 }
 
 /// Liveness of a replica as decided by the leader's failure detector.
@@ -172,6 +185,15 @@ pub struct GroupEntry {
     /// Deleted with prune: its members are retiring; it goes away with the last of them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retiring: bool,
+    /// The last rollouts, newest first, at most [`HISTORY_LIMIT`].
+    #[serde(default)]
+    pub history: std::collections::VecDeque<crate::resources::RolloutRecord>,
+    /// How many rollouts the group has had (numbers the records).
+    #[serde(default)]
+    pub rollouts: u64,
+    /// `spec.rollout.pinnedRevision`, resolved from the history.
+    #[serde(default)]
+    pub pin: Option<Pin>,
 }
 
 /// The whole replicated state of an installation.
@@ -206,6 +228,10 @@ pub struct FleetState {
     /// The group has formed ([`Command::GroupFormed`]): client spec writes are taken.
     #[serde(default)]
     pub formed: bool,
+    /// The newest time stamped on an applied command (RFC 3339): the time of records made by
+    /// commands that carry none, so that every replica writes the same.
+    #[serde(default)]
+    pub clock: String,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -331,8 +357,39 @@ pub enum Command {
     ResumeRollout {
         group: Key,
     },
+    /// `starling cluster hold|release` (standalone mode): sets the Cluster's `spec.hold`.
+    HoldCluster {
+        cluster: Key,
+        hold: bool,
+        at: String,
+    },
+    /// `starling rollout undo|unpin` (standalone mode): sets the SyncGroup's
+    /// `spec.rollout.pinnedRevision` to a revision it rolled out before, or clears it.
+    PinRollout {
+        group: Key,
+        revision: Option<String>,
+        at: String,
+    },
     /// Several commands in one log entry, applied in order (throughput).
     Batch(Vec<Command>),
+}
+
+impl Command {
+    /// The time the proposer stamped on the command, if it carries one.
+    fn at(&self) -> Option<&str> {
+        match self {
+            Command::UpsertSpec { at, .. }
+            | Command::AddMember { at, .. }
+            | Command::SetMemberState { at, .. }
+            | Command::StopMember { at, .. }
+            | Command::SourceResolved { at, .. }
+            | Command::SourceFailed { at, .. }
+            | Command::FinishSync { at, .. }
+            | Command::HoldCluster { at, .. }
+            | Command::PinRollout { at, .. } => Some(at),
+            _ => None,
+        }
+    }
 }
 
 /// What a finished sync reports.
@@ -391,6 +448,8 @@ pub enum DenyReason {
     NotAdmitted,
     /// Suspended Sync, paused cluster, or a source without a revision.
     NotEligible,
+    /// The cluster is held (`starling cluster hold`): nothing writes to it.
+    Held,
     /// A ticket for this Sync is already out.
     InFlight {
         ticket: u64,
@@ -479,6 +538,11 @@ impl FleetState {
     /// Applies one command. Deterministic: the same state and command give the same result
     /// on every replica.
     pub fn apply(&mut self, command: Command) -> Outcome {
+        if let Some(at) = command.at()
+            && at > self.clock.as_str()
+        {
+            self.clock = at.to_string();
+        }
         let outcome = match command {
             Command::UpsertSpec { resource, at } => self.upsert_spec(*resource, &at),
             Command::DeleteSpec { key } => self.delete_spec(&key),
@@ -525,6 +589,10 @@ impl FleetState {
             Command::RevokeTickets { tickets } => self.revoke_tickets(&tickets),
             Command::ReleaseTickets { tickets } => self.release_tickets(&tickets),
             Command::ResumeRollout { group } => self.set_operator_pause(&group, false),
+            Command::HoldCluster { cluster, hold, .. } => self.hold_cluster(&cluster, hold),
+            Command::PinRollout {
+                group, revision, ..
+            } => self.pin_rollout(&group, revision),
             Command::Batch(commands) => {
                 return Outcome::Batch(commands.into_iter().map(|c| self.apply(c)).collect());
             }
@@ -594,10 +662,11 @@ impl FleetState {
         self.source_placement.items_of(node)
     }
 
-    /// The Syncs a node may start now (admitted or failed, on clusters it owns), in key order.
+    /// The Syncs a node may start now (admitted or failed, or retiring, on clusters it owns
+    /// and that are not held), in key order.
     pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
-        // Every node's planner calls this after each applied entry, over the whole fleet's
-        // actionable Syncs (up to the budgets): one key buffer serves every lookup.
+        // Every node's planner calls this once per burst of applied entries, over the whole
+        // fleet's actionable Syncs (up to the budgets): one key buffer serves every lookup.
         let mut cluster = String::new();
         self.actionable
             .iter()
@@ -606,25 +675,30 @@ impl FleetState {
                 let Some(sync) = self.syncs.get(key) else {
                     return false;
                 };
-                cluster.clear();
-                cluster.push_str(
-                    sync.object
-                        .metadata
-                        .namespace
-                        .as_deref()
-                        .unwrap_or("default"),
+                let namespace = sync.object.metadata.namespace.as_deref();
+                write_key(
+                    &mut cluster,
+                    namespace.unwrap_or("default"),
+                    &sync.object.spec.cluster_ref.name,
                 );
-                cluster.push('/');
-                cluster.push_str(&sync.object.spec.cluster_ref.name);
-                self.clusters.get(&cluster).and_then(|c| c.owner) == Some(node)
+                self.clusters
+                    .get(&cluster)
+                    .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
             })
             .cloned()
             .collect()
     }
 
-    /// The revision a Sync should be at, if its source has one.
+    /// The revision a Sync should be at: its group's pin, or its source's newest.
     pub fn target_of(&self, sync: &str) -> Option<Target> {
         let entry = self.syncs.get(sync)?;
+        if entry.object.spec.pinned_revision.is_some() {
+            let pin = self.groups.get(entry.group.as_ref()?)?.pin.as_ref()?;
+            return Some(Target {
+                revision: pin.revision.clone(),
+                seq: pin.seq,
+            });
+        }
         self.source_target(&source_key_of(&entry.object))
     }
 

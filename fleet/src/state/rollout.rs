@@ -40,6 +40,8 @@ pub enum SyncState {
     Updated,
     /// The last attempt at the desired mark failed; retried by the owner.
     Failed,
+    /// The cluster is held (`starling cluster hold`): skipped by the rollout, no writes.
+    Held,
 }
 
 impl SyncState {
@@ -92,6 +94,8 @@ pub struct Counts {
     pub unready: u32,
     pub updated: u32,
     pub failed: u32,
+    #[serde(default)]
+    pub held: u32,
 }
 
 impl Counts {
@@ -104,6 +108,7 @@ impl Counts {
             SyncState::Unready => &mut self.unready,
             SyncState::Updated => &mut self.updated,
             SyncState::Failed => &mut self.failed,
+            SyncState::Held => &mut self.held,
         }
     }
 
@@ -113,7 +118,7 @@ impl Counts {
     }
 
     pub fn total(&self) -> u32 {
-        self.idle + self.pending + self.unavailable() + self.updated
+        self.idle + self.pending + self.unavailable() + self.updated + self.held
     }
 }
 
@@ -214,6 +219,20 @@ impl FleetState {
         matches!(self.clusters.get(&cluster), Some(c) if !c.object.spec.paused)
     }
 
+    /// Whether the cluster a Sync targets is held (`starling cluster hold`).
+    pub fn sync_held(&self, key: &str) -> bool {
+        self.syncs
+            .get(key)
+            .is_some_and(|entry| self.cluster_held(&super::cluster_key_of(&entry.object)))
+    }
+
+    /// Whether a cluster is held: nothing may write to it.
+    pub fn cluster_held(&self, cluster: &str) -> bool {
+        self.clusters
+            .get(cluster)
+            .is_some_and(|c| c.object.spec.hold)
+    }
+
     /// The state a Sync's facts call for.
     pub(super) fn derive_state(&self, key: &str) -> Option<SyncState> {
         let desired = self.desired_mark(key).map(|(_, mark)| mark);
@@ -225,7 +244,10 @@ impl FleetState {
             return Some(SyncState::Idle);
         }
         let state = if let Some((_, SyncKind::Rollout)) = facts.ticket {
+            // A hold stops the sync (its owner cancels it), which then finishes as Held.
             SyncState::Applying
+        } else if desired.is_some() && eligible && self.sync_held(key) {
+            SyncState::Held
         } else {
             match desired {
                 None => SyncState::Idle,
@@ -250,11 +272,12 @@ impl FleetState {
         let Some(state) = self.derive_state(key) else {
             return;
         };
-        if state == SyncState::Idle
+        if matches!(state, SyncState::Idle | SyncState::Held)
             && let Some(entry) = self.syncs.get_mut(key)
         {
-            // An idle Sync gives its admission slot back and forgets its failure: it queues
-            // again, through admission, when it can work (its status keeps the last error).
+            // An idle or held Sync gives its admission slot back and forgets its failure: it
+            // queues again, through admission, when it can work (its status keeps the last
+            // error).
             entry.rollout.admitted = false;
             entry.rollout.failed = None;
         }
@@ -283,13 +306,14 @@ impl FleetState {
         } else {
             self.actionable.remove(key);
         }
-        if let Some(group) = group
-            && let Some(group) = self.groups.get_mut(&group)
-        {
-            if let Some(previous) = previous {
-                group.ledger.remove(&previous, key);
+        if let Some(group_key) = group {
+            if let Some(group) = self.groups.get_mut(&group_key) {
+                if let Some(previous) = previous {
+                    group.ledger.remove(&previous, key);
+                }
+                group.ledger.add(&contribution, key);
             }
-            group.ledger.add(&contribution, key);
+            self.observe_rollout(&group_key);
         }
     }
 
@@ -362,8 +386,10 @@ impl FleetState {
         };
         if let Some(max_failures) = group.object.spec.rollout.max_failures
             && group.ledger.counted_failures() > max_failures
+            && !group.ledger.halted
         {
             group.ledger.halted = true;
+            self.observe_rollout(group_key);
         }
     }
 
@@ -406,9 +432,13 @@ impl FleetState {
             };
         };
         group.ledger.operator_paused = paused;
+        let resumed_halt = !paused && group.ledger.halted;
         if !paused {
             group.ledger.halted = false;
             group.ledger.failure_baseline = group.ledger.counts.failed;
+        }
+        if resumed_halt {
+            self.start_rollout(group_key, crate::resources::RolloutTrigger::Resume);
         }
         self.admit(group_key);
         super::Outcome::Ok

@@ -15,7 +15,8 @@ use super::{
 };
 use crate::manifest::{Kind, ObjectKey, Resource};
 use crate::resources::{
-    ArtifactRef, Cluster, Condition, LocalObjectReference, Source, Sync, SyncGroup, SyncSpec,
+    ArtifactRef, Cluster, Condition, LocalObjectReference, RolloutTrigger, Source, Sync, SyncGroup,
+    SyncSpec,
 };
 use crate::selector::Selector;
 
@@ -288,6 +289,13 @@ impl FleetState {
                 message: format!("sync {key} is being deleted (its objects are being pruned)"),
             };
         }
+        if object.spec.pinned_revision.is_some() {
+            return Outcome::Rejected {
+                message: format!(
+                    "sync {key}: spec.pinnedRevision is set on the Syncs of a pinned SyncGroup only (`starling rollout undo`); a Sync of its own follows its source"
+                ),
+            };
+        }
         if let Some(group) = self.syncs.get(&key).and_then(|s| s.group.clone()) {
             return Outcome::Rejected {
                 message: format!(
@@ -451,6 +459,30 @@ impl FleetState {
         }
         let existing = self.groups.get(&key);
         let spec_changed = existing.is_none_or(|e| e.object.spec != object.spec);
+        let pin = match self.resolve_pin(
+            &key,
+            existing,
+            object.spec.rollout.pinned_revision.as_deref(),
+        ) {
+            Ok(pin) => pin,
+            Err(message) => return Outcome::Rejected { message },
+        };
+        // What the members apply changed: a new rollout starts (and is recorded).
+        let trigger = match existing {
+            None => Some(RolloutTrigger::Spec),
+            Some(e) if e.pin != pin => Some(if pin.is_some() {
+                RolloutTrigger::Rollback
+            } else {
+                RolloutTrigger::Unpin
+            }),
+            Some(e)
+                if e.object.spec.template != object.spec.template
+                    || e.object.spec.source_ref != object.spec.source_ref =>
+            {
+                Some(RolloutTrigger::Spec)
+            }
+            Some(_) => None,
+        };
         let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
         let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         match result {
@@ -461,6 +493,7 @@ impl FleetState {
                     entry.object = object;
                     entry.selector = selector;
                     entry.partitions = partitions;
+                    entry.pin = pin;
                     if spec_changed {
                         // A changed spec lifts a halt: it is the operator's answer to it.
                         entry.ledger.halted = false;
@@ -479,11 +512,17 @@ impl FleetState {
                         members: BTreeSet::new(),
                         ledger: Default::default(),
                         retiring: false,
+                        history: Default::default(),
+                        rollouts: 0,
+                        pin,
                     },
                 );
             }
         }
         self.expand_group(&key);
+        if let Some(trigger) = trigger {
+            self.start_rollout(&key, trigger);
+        }
         Outcome::Applied(result)
     }
 
@@ -591,6 +630,7 @@ impl FleetState {
                 name: cluster_name.to_string(),
             },
             template: group.object.spec.template.clone(),
+            pinned_revision: group.pin.as_ref().map(|pin| pin.revision.clone()),
         };
         let mut object = Sync::new(name, spec);
         object.metadata.namespace = Some(namespace.to_string());
@@ -661,6 +701,8 @@ impl FleetState {
                 groups.insert(group);
             }
         }
+        // A pinned group stays where it is until unpinned.
+        groups.retain(|group| self.groups.get(group).is_some_and(|g| g.pin.is_none()));
         for group in &groups {
             // A new revision is a new rollout: earlier failures do not halt it.
             if let Some(group) = self.groups.get_mut(group) {
@@ -672,6 +714,7 @@ impl FleetState {
             self.refile(sync);
         }
         for group in groups {
+            self.start_rollout(&group, RolloutTrigger::Commit);
             self.admit(&group);
         }
         Outcome::SourceRecorded { changed: true }

@@ -10,7 +10,7 @@ use super::{
     DenyReason, FleetState, Key, MemberState, NodeId, Outcome, Revoked, SyncKind, SyncOutcome,
     Ticket, cluster_key_of, key_of, source_key_of,
 };
-use crate::resources::{ObjectRef, ResourceStatus, SyncResult};
+use crate::resources::{AppliedRevision, ObjectRef, ResourceStatus, SyncResult};
 
 impl FleetState {
     pub(super) fn begin_sync(
@@ -46,6 +46,9 @@ impl FleetState {
             return denied(DenyReason::StaleGeneration {
                 current: cluster.owner_generation,
             });
+        }
+        if cluster.object.spec.hold {
+            return denied(DenyReason::Held);
         }
         let releasing = self.revoked_on(&cluster_key);
         if !releasing.is_empty() {
@@ -86,6 +89,7 @@ impl FleetState {
             SyncState::Updated | SyncState::Unready => SyncKind::Drift,
             SyncState::Pending => return denied(DenyReason::NotAdmitted),
             SyncState::Idle => return denied(DenyReason::NotEligible),
+            SyncState::Held => return denied(DenyReason::Held),
             SyncState::Applying => return denied(DenyReason::InFlight { ticket: 0 }),
         };
         match self.pending_dependencies(sync) {
@@ -162,6 +166,7 @@ impl FleetState {
         let status = entry.object.status.get_or_insert_with(Default::default);
         status.last_apply_time = Some(at.to_string());
         status.observed_generation = Some(generation);
+        let mut failure = None;
         match outcome {
             SyncOutcome::Abandoned { reason, inventory } => {
                 // The apply may be half done, whatever the revision is now: a rollout keeps
@@ -183,6 +188,17 @@ impl FleetState {
                 let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
                 if newer {
                     entry.rollout.applied = Some(mark);
+                    if status.last_applied_revision.as_deref() != Some(ticket.revision.as_str()) {
+                        let history = &mut status.revision_history;
+                        history.insert(
+                            0,
+                            AppliedRevision {
+                                revision: ticket.revision.clone(),
+                                applied_at: at.to_string(),
+                            },
+                        );
+                        history.truncate(super::history::REVISIONS_KEPT);
+                    }
                     status.last_applied_revision = Some(ticket.revision.clone());
                     status.inventory = inventory;
                     entry.rollout.health = health;
@@ -206,6 +222,10 @@ impl FleetState {
                 entry.rollout.admitted = desired == Some(mark) || ticket.kind == SyncKind::Rollout;
                 status.result = Some(SyncResult::Failed);
                 status.message = Some(format!("{class}: {message}"));
+                failure = entry.group.clone().map(|group| {
+                    let cluster = &entry.object.spec.cluster_ref.name;
+                    (group, format!("{cluster}: {class}: {message}"))
+                });
                 if let Some(partial) = inventory {
                     // Keep everything that may exist on the target, so a later prune finds it.
                     let merged: BTreeSet<ObjectRef> =
@@ -213,6 +233,9 @@ impl FleetState {
                     status.inventory = merged.into_iter().collect();
                 }
             }
+        }
+        if let Some((group, failure)) = failure {
+            self.note_failure(&group, failure);
         }
         self.settle_and_admit(&ticket.sync);
         Outcome::Finished { sync: ticket.sync }

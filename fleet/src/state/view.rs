@@ -5,7 +5,7 @@
 use super::rollout::SyncState;
 use super::{FleetState, Key, key_of};
 use crate::manifest::{Kind, ObjectKey, Resource};
-use crate::resources::{RolloutPhase, RolloutSummary, Sync, SyncGroup, SyncGroupStatus};
+use crate::resources::{RolloutPhase, Sync, SyncGroup, SyncGroupStatus};
 
 impl FleetState {
     /// One object with its status, or `None`. Secrets are returned without data.
@@ -85,7 +85,57 @@ impl FleetState {
             Ok(pending) => pending,
             Err(cycle) => vec![format!("dependency cycle: {}", cycle.join(" -> "))],
         };
+        status.rollout_state = Some(self.explain_state(key));
         Some(object)
+    }
+
+    /// A Sync's rollout state, with why it waits when it does: the answer to "why is this
+    /// cluster not on the new revision?".
+    pub fn explain_state(&self, key: &str) -> String {
+        let Some(entry) = self.syncs.get(key) else {
+            return String::new();
+        };
+        let state = entry.rollout.state;
+        let cluster = super::cluster_key_of(&entry.object);
+        let group = entry.group.as_ref().and_then(|g| self.groups.get(g));
+        let why = match state {
+            SyncState::Held => format!("cluster {cluster} is held (starling cluster release)"),
+            SyncState::Idle if entry.retiring => "being deleted with prune".into(),
+            SyncState::Idle if entry.object.spec.template.suspend => "suspended".into(),
+            SyncState::Idle if !self.clusters.contains_key(&cluster) => {
+                format!("cluster {cluster} not found")
+            }
+            SyncState::Idle
+                if self
+                    .clusters
+                    .get(&cluster)
+                    .is_some_and(|c| c.object.spec.paused) =>
+            {
+                format!("cluster {cluster} is paused")
+            }
+            SyncState::Idle => "its source has no revision yet".into(),
+            SyncState::Pending => match group {
+                Some(g) if g.ledger.halted => {
+                    "the rollout is halted (starling rollout resume)".into()
+                }
+                Some(g) if g.ledger.blocked(&g.object) => "the rollout is paused".into(),
+                Some(_) => "waiting for admission (budget or an earlier partition)".into(),
+                None => String::new(),
+            },
+            _ => String::new(),
+        };
+        let pinned = entry
+            .object
+            .spec
+            .pinned_revision
+            .as_ref()
+            .map(|revision| format!("; pinned to {revision} (starling rollout unpin)"))
+            .unwrap_or_default();
+        match (why.is_empty(), pinned.is_empty()) {
+            (true, true) => format!("{state:?}"),
+            (true, false) => format!("{state:?}{pinned}"),
+            _ => format!("{state:?}: {why}{pinned}"),
+        }
     }
 
     /// A SyncGroup with its rollout status.
@@ -95,35 +145,34 @@ impl FleetState {
         Some(object)
     }
 
-    /// The rollout status of a SyncGroup: target revision, summary and phase.
+    /// The rollout status of a SyncGroup: target revision, summary, phase and history.
     pub fn group_status(&self, key: &str) -> Option<SyncGroupStatus> {
         let group = self.groups.get(key)?;
-        let counts = &group.ledger.counts;
-        let summary = RolloutSummary {
-            total: group.members.len() as u32,
-            updated: counts.updated,
-            in_progress: counts.admitted + counts.applying + counts.unready,
-            pending: counts.pending + counts.idle,
-            failed: counts.failed,
+        let summary = super::history::summary_of(group.members.len(), &group.ledger.counts);
+        let target = match &group.pin {
+            Some(pin) => Some(pin.revision.clone()),
+            None => self
+                .group_source(key)
+                .and_then(|source| self.source_target(&source))
+                .map(|t| t.revision),
         };
-        let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
-        let target = self.source_target(&key_of(namespace, &group.object.spec.source_ref.name));
         let phase = if group.ledger.halted {
             RolloutPhase::Halted
         } else if group.ledger.blocked(&group.object) {
             RolloutPhase::Paused
-        } else if target.is_some() && summary.updated == summary.total {
+        } else if target.is_some() && summary.updated + summary.held == summary.total {
             RolloutPhase::Complete
         } else {
             RolloutPhase::Progressing
         };
         let previous = group.object.status.clone().unwrap_or_default();
         Some(SyncGroupStatus {
-            target_revision: target.map(|t| t.revision),
+            target_revision: target,
             summary,
             phase: Some(phase),
             observed_generation: group.object.metadata.generation,
             conditions: previous.conditions,
+            history: group.history_view(),
         })
     }
 

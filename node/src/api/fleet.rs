@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use fleet::manifest::{ObjectKey, Resource, parse_manifests};
+use fleet::resources::{Cluster, SyncGroup};
 use fleet::selector::Selector;
 use fleet::state::key_of;
 use fleet::{Command, FleetState, Outcome};
@@ -69,6 +70,15 @@ impl proto::fleet_server::Fleet for FleetService {
             )));
         }
         let keys: Vec<ObjectKey> = resources.iter().map(Resource::key).collect();
+        let resources: Vec<Resource> = self.replica.raft.reader().read(|state| {
+            resources
+                .into_iter()
+                .map(|mut resource| {
+                    keep_operational_fields(state, &mut resource);
+                    resource
+                })
+                .collect()
+        });
         let at = Replica::now_rfc3339();
         let commands: Vec<Command> = resources
             .into_iter()
@@ -247,6 +257,7 @@ impl proto::fleet_server::Fleet for FleetService {
                             in_progress: status.summary.in_progress,
                             pending: status.summary.pending,
                             failed: status.summary.failed,
+                            held: status.summary.held,
                         }),
                     })
                 })
@@ -276,6 +287,86 @@ impl proto::fleet_server::Fleet for FleetService {
     ) -> Result<Response<proto::RolloutResponse>, Status> {
         self.rollout(request.into_inner(), false).await
     }
+
+    async fn rollout_pin(
+        &self,
+        request: Request<proto::RolloutPinRequest>,
+    ) -> Result<Response<proto::RolloutResponse>, Status> {
+        let request = request.into_inner();
+        let namespace = namespace_or_default(&request.namespace);
+        let group = key_of(namespace, &request.name);
+        let revision = (!request.revision.is_empty()).then_some(request.revision);
+        if let Some(revision) = &revision {
+            // Checked here too in operator mode, where the state sees the pin only through the
+            // management cluster (and would refuse the whole spec).
+            let known = self.replica.raft.reader().read(|state| {
+                state.groups.get(&group).map(|g| {
+                    g.history
+                        .iter()
+                        .any(|r| &r.revision == revision && r.artifact.is_some())
+                })
+            });
+            match known {
+                None => {
+                    return Err(status(ApiError::not_found(format!(
+                        "syncgroup {group} not found"
+                    ))));
+                }
+                Some(false) => {
+                    return Err(status(ApiError::failed_precondition(format!(
+                        "syncgroup {group} never rolled out {revision}: `starling rollout history {}` lists the revisions it can go back to",
+                        request.name
+                    ))));
+                }
+                Some(true) => {}
+            }
+        }
+        let patch = serde_json::json!({"rollout": {"pinnedRevision": revision}});
+        if self
+            .patch_in_operator_mode::<SyncGroup>(
+                namespace,
+                &request.name,
+                "spec.rollout.pinnedRevision",
+                patch,
+            )
+            .await?
+        {
+            let revision = self.replica.raft.reader().read(|state| state.revision);
+            return Ok(Response::new(proto::RolloutResponse { revision }));
+        }
+        let revision = self
+            .propose_operation(Command::PinRollout {
+                group,
+                revision,
+                at: Replica::now_rfc3339(),
+            })
+            .await?;
+        Ok(Response::new(proto::RolloutResponse { revision }))
+    }
+
+    async fn cluster_hold(
+        &self,
+        request: Request<proto::ClusterHoldRequest>,
+    ) -> Result<Response<proto::ClusterHoldResponse>, Status> {
+        let request = request.into_inner();
+        let namespace = namespace_or_default(&request.namespace);
+        let patch = serde_json::json!({"hold": request.hold});
+        if self
+            .patch_in_operator_mode::<Cluster>(namespace, &request.name, "spec.hold", patch)
+            .await?
+        {
+            let revision = self.replica.raft.reader().read(|state| state.revision);
+            return Ok(Response::new(proto::ClusterHoldResponse { revision }));
+        }
+        let revision = self
+            .propose_operation(Command::HoldCluster {
+                cluster: key_of(namespace, &request.name),
+                hold: request.hold,
+                at: Replica::now_rfc3339(),
+            })
+            .await?;
+        Ok(Response::new(proto::ClusterHoldResponse { revision }))
+    }
 }
 
 impl FleetService {
@@ -297,46 +388,57 @@ impl FleetService {
         Ok(())
     }
 
-    async fn rollout(
+    /// In operator mode, a merge patch of an object's spec in the management cluster
+    /// (`Ok(true)`); in standalone mode nothing (`Ok(false)`): the caller proposes a command.
+    async fn patch_in_operator_mode<K>(
         &self,
-        request: proto::RolloutRequest,
-        pause: bool,
-    ) -> Result<Response<proto::RolloutResponse>, Status> {
-        let namespace = if request.namespace.is_empty() {
-            "default"
-        } else {
-            request.namespace.as_str()
+        namespace: &str,
+        name: &str,
+        field: &str,
+        spec: serde_json::Value,
+    ) -> Result<bool, Status>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let Some(operator) = &self.replica.operator else {
+            return Ok(false);
         };
-        if let Some(operator) = &self.replica.operator {
-            if !operator.watches(namespace) {
-                return Err(status(ApiError::failed_precondition(format!(
-                    "namespace {namespace} is not watched by this installation (--watch-namespaces)"
-                ))));
-            }
-            // The management cluster is the source of truth: the field is set there, and the
-            // watch brings it into the state.
-            operator
-                .set_paused(namespace, &request.name, pause)
-                .await
-                .map_err(|error| match error {
-                    kube::Error::Api(response) if response.code == 404 => status(
-                        ApiError::not_found(format!("syncgroup {namespace}/{} not found in the management cluster", request.name)),
-                    ),
-                    other => status(ApiError::unavailable(format!(
-                        "cannot set spec.rollout.paused on syncgroup {namespace}/{} in the management cluster: {other}",
-                        request.name
-                    ))),
-                })?;
-            let revision = self.replica.raft.reader().read(|state| state.revision);
-            return Ok(Response::new(proto::RolloutResponse { revision }));
+        if !operator.watches(namespace) {
+            return Err(status(ApiError::failed_precondition(format!(
+                "namespace {namespace} is not watched by this installation (--watch-namespaces)"
+            ))));
         }
+        let kind = K::kind(&()).to_lowercase();
+        operator
+            .patch_spec::<K>(namespace, name, spec)
+            .await
+            .map_err(|error| match error {
+                kube::Error::Api(response) if response.code == 404 => {
+                    let capi = if kind == "cluster" {
+                        format!(
+                            " (a Cluster API cluster is held with the annotation {}: \"true\")",
+                            crate::operator::capi::HOLD_ANNOTATION
+                        )
+                    } else {
+                        String::new()
+                    };
+                    status(ApiError::not_found(format!(
+                        "{kind} {namespace}/{name} not found in the management cluster{capi}"
+                    )))
+                }
+                other => status(ApiError::unavailable(format!(
+                    "cannot set {field} on {kind} {namespace}/{name} in the management cluster: {other}"
+                ))),
+            })?;
+        Ok(true)
+    }
+
+    /// Proposes a standalone-mode command; a rejection is the client's error.
+    async fn propose_operation(&self, command: Command) -> Result<u64, Status> {
         self.formed().await?;
-        let group = key_of(namespace, &request.name);
-        let command = if pause {
-            Command::PauseRollout { group }
-        } else {
-            Command::ResumeRollout { group }
-        };
         let (_, outcome) = self
             .replica
             .raft
@@ -344,9 +446,77 @@ impl FleetService {
             .await
             .map_err(write_status)?;
         if let Outcome::Rejected { message } = outcome {
-            return Err(status(ApiError::not_found(message)));
+            let error = if message.ends_with("not found") {
+                ApiError::not_found(message)
+            } else {
+                ApiError::failed_precondition(message)
+            };
+            return Err(status(error));
         }
-        let revision = self.replica.raft.reader().read(|state| state.revision);
+        Ok(self.replica.raft.reader().read(|state| state.revision))
+    }
+
+    async fn rollout(
+        &self,
+        request: proto::RolloutRequest,
+        pause: bool,
+    ) -> Result<Response<proto::RolloutResponse>, Status> {
+        let namespace = namespace_or_default(&request.namespace);
+        let patch = serde_json::json!({"rollout": {"paused": pause}});
+        if self
+            .patch_in_operator_mode::<SyncGroup>(
+                namespace,
+                &request.name,
+                "spec.rollout.paused",
+                patch,
+            )
+            .await?
+        {
+            let revision = self.replica.raft.reader().read(|state| state.revision);
+            return Ok(Response::new(proto::RolloutResponse { revision }));
+        }
+        let group = key_of(namespace, &request.name);
+        let command = if pause {
+            Command::PauseRollout { group }
+        } else {
+            Command::ResumeRollout { group }
+        };
+        let revision = self.propose_operation(command).await?;
         Ok(Response::new(proto::RolloutResponse { revision }))
+    }
+}
+
+fn namespace_or_default(namespace: &str) -> &str {
+    if namespace.is_empty() {
+        "default"
+    } else {
+        namespace
+    }
+}
+
+/// In standalone mode, `starling apply` of a manifest that does not say keeps what `starling
+/// cluster hold` and `starling rollout undo` set, as `kubectl apply` keeps fields another
+/// field manager set: a CI job re-applying the fleet's manifests must not release the
+/// handbrake or undo a rollback.
+fn keep_operational_fields(state: &FleetState, resource: &mut Resource) {
+    match resource {
+        Resource::Cluster(cluster) if !cluster.spec.hold => {
+            let key = key_of(
+                cluster.metadata.namespace.as_deref().unwrap_or("default"),
+                cluster.metadata.name.as_deref().unwrap_or_default(),
+            );
+            cluster.spec.hold = state.cluster_held(&key);
+        }
+        Resource::SyncGroup(group) if group.spec.rollout.pinned_revision.is_none() => {
+            let key = key_of(
+                group.metadata.namespace.as_deref().unwrap_or("default"),
+                group.metadata.name.as_deref().unwrap_or_default(),
+            );
+            group.spec.rollout.pinned_revision = state
+                .groups
+                .get(&key)
+                .and_then(|g| g.object.spec.rollout.pinned_revision.clone());
+        }
+        _ => {}
     }
 }

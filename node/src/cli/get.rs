@@ -41,7 +41,7 @@ pub struct GetArgs {
     pub server: ServerArgs,
 }
 
-fn parse_kind(text: &str) -> Result<Kind, String> {
+pub fn parse_kind(text: &str) -> Result<Kind, String> {
     text.parse()
         .map_err(|error: fleet::manifest::DocumentError| error.to_string())
 }
@@ -128,7 +128,7 @@ async fn fetch(client: &Client, args: &GetArgs, namespace: &str) -> anyhow::Resu
     Ok(values)
 }
 
-fn decode(object: &proto::Object) -> anyhow::Result<Value> {
+pub fn decode(object: &proto::Object) -> anyhow::Result<Value> {
     serde_json::from_slice(&object.json).with_context(|| match &object.r#ref {
         Some(key) => format!(
             "the node sent an invalid {} {}/{}",

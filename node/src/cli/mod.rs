@@ -1,9 +1,12 @@
 //! The operator-facing subcommands, one module each.
 
 pub mod apply;
+pub mod cluster;
 pub mod crds;
 pub mod delete;
+pub mod describe;
 pub mod get;
+pub mod history;
 pub mod members;
 pub mod output;
 pub mod placement;

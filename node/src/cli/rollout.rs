@@ -38,6 +38,31 @@ pub enum RolloutCommand {
     Resume(Target),
     /// Show the phase, target revision and counts of a SyncGroup's rollout.
     Status(StatusArgs),
+    /// List a SyncGroup's last rollouts: revision, trigger, times, counts, halt reason.
+    History(HistoryArgs),
+    /// Roll back: pin the SyncGroup to a revision it rolled out before (by default the last
+    /// one that completed before the current target), with the same budget and partitions.
+    Undo(UndoArgs),
+    /// Remove the pin of `undo`: follow the source's newest revision again.
+    Unpin(Target),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Output format: text or json.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UndoArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// The revision to go back to (as `rollout history` shows it).
+    #[arg(long, value_name = "REVISION")]
+    pub to_revision: Option<String>,
 }
 
 /// The SyncGroup a rollout command is about.
@@ -75,6 +100,13 @@ pub fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 let view = fetch(&client, &status.target).await?;
                 emit(&render(&view, format, stdout_is_terminal())?)
             }
+            RolloutCommand::History(history) => {
+                let format = ReportFormat::from_output(history.output, "starling rollout history")?;
+                let object = fetch_object(&client, &history.target).await?;
+                emit(&super::history::render(&history.target, &object, format)?)
+            }
+            RolloutCommand::Undo(undo) => emit(&undo_to(&client, &undo).await?),
+            RolloutCommand::Unpin(target) => emit(&pin(&client, &target, None).await?),
         }
     })
 }
@@ -102,6 +134,51 @@ pub async fn resume(client: &Client, target: &Target) -> anyhow::Result<String> 
     ))
 }
 
+/// `rollout undo`: pins to `--to-revision`, or to the revision the history suggests.
+pub async fn undo_to(client: &Client, undo: &UndoArgs) -> anyhow::Result<String> {
+    let object = fetch_object(client, &undo.target).await?;
+    let revision = match &undo.to_revision {
+        Some(given) => {
+            super::history::expand_revision(&object, given).map_err(anyhow::Error::msg)?
+        }
+        None => {
+            super::history::previous_revision(&object).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "syncgroup {}/{} has no earlier revision to go back to (`starling rollout history {}`)",
+                    undo.target.namespace,
+                    undo.target.name,
+                    undo.target.name
+                )
+            })?
+        }
+    };
+    pin(client, &undo.target, Some(revision)).await
+}
+
+/// Pins a group to `revision`, or unpins it.
+pub async fn pin(
+    client: &Client,
+    target: &Target,
+    revision: Option<String>,
+) -> anyhow::Result<String> {
+    client
+        .rollout_pin(proto::RolloutPinRequest {
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            revision: revision.clone().unwrap_or_default(),
+        })
+        .await?;
+    let name = object_name(Kind::SyncGroup, &target.name);
+    Ok(match revision {
+        Some(revision) => format!(
+            "{name} pinned to {revision}: rolling back with its budget and partitions. It stays \
+             there, whatever the source does, until `starling rollout unpin {}`.\n",
+            target.name
+        ),
+        None => format!("{name} unpinned: it follows its source's newest revision again\n"),
+    })
+}
+
 /// Where a SyncGroup's rollout stands, read from the object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RolloutView {
@@ -115,6 +192,10 @@ pub struct RolloutView {
     pub stale: bool,
     pub progress: Progress,
     pub pending: u32,
+    /// Clusters held (`starling cluster hold`), skipped by the rollout.
+    pub held: u32,
+    /// `spec.rollout.pinnedRevision` (`starling rollout undo`).
+    pub pinned: Option<String>,
     /// Conditions that are not `True`, as `type: reason: message`.
     pub problems: Vec<String>,
 }
@@ -173,6 +254,11 @@ impl RolloutView {
                 failed: count("failed"),
             },
             pending: count("pending"),
+            held: count("held"),
+            pinned: object
+                .pointer("/spec/rollout/pinnedRevision")
+                .and_then(Value::as_str)
+                .map(String::from),
             problems,
         }
     }
@@ -183,8 +269,13 @@ impl RolloutView {
 
     /// `40/100 (40%) updated, 10 in progress, 50 pending, 0 failed`.
     fn counts(&self) -> String {
+        let held = if self.held > 0 {
+            format!(", {} held", self.held)
+        } else {
+            String::new()
+        };
         format!(
-            "{} updated, {} in progress, {} pending, {} failed",
+            "{} updated, {} in progress, {} pending, {} failed{held}",
             progress_ratio(self.progress),
             self.progress.in_progress,
             self.pending,
@@ -209,7 +300,8 @@ impl RolloutView {
     }
 }
 
-async fn fetch(client: &Client, target: &Target) -> anyhow::Result<RolloutView> {
+/// The SyncGroup object, as JSON.
+pub async fn fetch_object(client: &Client, target: &Target) -> anyhow::Result<Value> {
     let object = proto::ObjectRef {
         kind: Kind::SyncGroup.as_str().to_owned(),
         namespace: target.namespace.clone(),
@@ -227,13 +319,17 @@ async fn fetch(client: &Client, target: &Target) -> anyhow::Result<RolloutView> 
             target.name
         );
     };
-    let value: Value = serde_json::from_slice(&object.json).map_err(|error| {
+    serde_json::from_slice(&object.json).map_err(|error| {
         anyhow::anyhow!(
             "the node sent an invalid syncgroup {}/{}: {error}",
             target.namespace,
             target.name
         )
-    })?;
+    })
+}
+
+async fn fetch(client: &Client, target: &Target) -> anyhow::Result<RolloutView> {
+    let value = fetch_object(client, target).await?;
     Ok(RolloutView::from_object(
         &target.namespace,
         &target.name,
@@ -255,7 +351,9 @@ pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Re
                 "inProgress": view.progress.in_progress,
                 "pending": view.pending,
                 "failed": view.progress.failed,
+                "held": view.held,
             },
+            "pinnedRevision": view.pinned,
             "problems": view.problems,
         }));
     }
@@ -265,6 +363,12 @@ pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Re
         view.target_revision.as_deref().unwrap_or(NONE)
     ));
     text.push_str(&format!("  phase:    {}\n", view.phase()));
+    if let Some(pinned) = &view.pinned {
+        text.push_str(&format!(
+            "  pinned:   to {pinned} (starling rollout unpin {} to follow the source)\n",
+            view.name
+        ));
+    }
     if view.paused && view.phase.as_deref() != Some("Paused") {
         text.push_str("  paused:   requested, not yet in effect\n");
     }

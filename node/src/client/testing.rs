@@ -246,6 +246,20 @@ impl Fleet for CannedNode {
             }
         }
     }
+
+    async fn rollout_pin(
+        &self,
+        _request: Request<proto::RolloutPinRequest>,
+    ) -> Result<Response<proto::RolloutResponse>, Status> {
+        Err(Status::unimplemented("rollout pin"))
+    }
+
+    async fn cluster_hold(
+        &self,
+        _request: Request<proto::ClusterHoldRequest>,
+    ) -> Result<Response<proto::ClusterHoldResponse>, Status> {
+        Err(Status::unimplemented("cluster hold"))
+    }
 }
 
 pub fn canned_status() -> proto::StatusResponse {
@@ -282,6 +296,7 @@ pub fn canned_status() -> proto::StatusResponse {
                 in_progress: 10,
                 pending: 50,
                 failed: 0,
+                held: 0,
             }),
         }],
     }

@@ -23,6 +23,9 @@ pub fn api_resource() -> ApiResource {
     )
 }
 
+/// `starling.dev/hold: "true"` on a Cluster API Cluster holds it (`starling cluster hold`).
+pub const HOLD_ANNOTATION: &str = "starling.dev/hold";
+
 /// The phase in which a Cluster API Cluster can be synced.
 const PROVISIONED: &str = "Provisioned";
 
@@ -40,6 +43,13 @@ pub fn to_cluster(object: &DynamicObject) -> Cluster {
         .is_some_and(|phase| phase != PROVISIONED);
     // Being deleted (deprovisioned): nothing more is applied to it.
     let deleting = object.metadata.deletion_timestamp.is_some();
+    // The handbrake of a Cluster API cluster is an annotation: its spec is Cluster API's.
+    let hold = object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HOLD_ANNOTATION))
+        .is_some_and(|value| value == "true");
     let mut metadata = normalized_meta(&object.metadata);
     // Cluster API's own annotations are not the Starling Cluster's business.
     metadata.annotations = None;
@@ -49,6 +59,7 @@ pub fn to_cluster(object: &DynamicObject) -> Cluster {
             kubeconfig_secret_ref: None,
             mode: ClusterMode::Push,
             paused: paused_by_capi || provisioning || deleting,
+            hold,
         },
         status: None,
     }

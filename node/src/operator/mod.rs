@@ -33,7 +33,6 @@ mod watches;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
-use fleet::resources::SyncGroup;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -96,16 +95,23 @@ impl Operator {
         self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace)
     }
 
-    /// `starling rollout pause|resume` in operator mode: sets `spec.rollout.paused` on the
-    /// SyncGroup in the management cluster, so the cluster stays the source of truth. The
-    /// watch brings the change into the state.
-    pub async fn set_paused(
+    /// `starling rollout pause|resume|undo|unpin` and `starling cluster hold|release` in
+    /// operator mode: a merge patch of the object's `spec` in the management cluster (which
+    /// stays the source of truth), under Starling's field manager. The watch brings the change
+    /// into the state.
+    pub async fn patch_spec<K>(
         &self,
         namespace: &str,
         name: &str,
-        paused: bool,
-    ) -> Result<(), kube::Error> {
-        let api: Api<SyncGroup> = Api::namespaced(self.client.clone(), namespace);
+        spec: serde_json::Value,
+    ) -> Result<(), kube::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
             field_manager: Some(status::FIELD_MANAGER.into()),
             ..PatchParams::default()
@@ -113,7 +119,7 @@ impl Operator {
         api.patch(
             name,
             &params,
-            &Patch::Merge(serde_json::json!({"spec": {"rollout": {"paused": paused}}})),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
         )
         .await
         .map(|_| ())

@@ -590,6 +590,7 @@ async fn apply(
     let watcher = {
         let replica = replica.clone();
         let cancel = cancel.clone();
+        let cluster = prepared.cluster.clone();
         tokio::spawn(
             async move {
                 while !cancel.is_cancelled() {
@@ -607,6 +608,13 @@ async fn apply(
                         tracing::info!(
                             "ticket revoked (the cluster is handed over): stopping the sync"
                         );
+                        cancel.cancel();
+                    } else if replica
+                        .raft
+                        .reader()
+                        .read(|state| state.cluster_held(&cluster))
+                    {
+                        tracing::info!("cluster held: stopping the sync");
                         cancel.cancel();
                     }
                     tokio::time::sleep(WATCH_TICKET).await;
@@ -714,12 +722,8 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
     let artifact = match state.sources.get(&source_key) {
         None => Err(format!("source {source_key} not found")),
         Some(source) => {
-            let digest = source
-                .object
-                .status
-                .as_ref()
-                .and_then(|s| s.artifact.as_ref())
-                .map(|a| a.digest.clone());
+            // The group's pinned artifact, or the source's newest.
+            let digest = state.artifact_of(sync).map(|a| a.digest);
             match digest.map(|d| d.parse::<source::Digest>()) {
                 Some(Ok(digest)) => Ok(ArtifactNeed {
                     digest,
