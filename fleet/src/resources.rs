@@ -88,6 +88,39 @@ pub struct SourceSpec {
     /// A suspended source is not polled; its last revision stays in use.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// A push-event receiver on every replica's HTTP port, `POST /hooks/<namespace>/<name>`:
+    /// a verified push polls the source at once instead of at its interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookSpec>,
+}
+
+/// How a Source's webhook receiver verifies what it receives.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookSpec {
+    pub provider: WebhookProvider,
+    /// The Secret with the shared secret under the key `token`: the HMAC key (GitHub, Gitea,
+    /// Forgejo, Bitbucket, generic) or the token compared (GitLab).
+    pub secret_ref: LocalObjectReference,
+}
+
+/// Whose push events a receiver takes, which decides the signature and headers it checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookProvider {
+    /// `X-Hub-Signature-256` (HMAC-SHA256), `X-GitHub-Delivery`, `X-GitHub-Event`.
+    #[default]
+    Github,
+    /// `X-Gitlab-Token`, `X-Gitlab-Event-UUID`, `X-Gitlab-Event`.
+    Gitlab,
+    /// Gitea and Forgejo: `X-Gitea-Signature`/`X-Forgejo-Signature` (HMAC-SHA256),
+    /// `X-Gitea-Delivery`/`X-Forgejo-Delivery`, `X-Gitea-Event`/`X-Forgejo-Event`.
+    Gitea,
+    /// `X-Hub-Signature` (HMAC-SHA256), `X-Request-UUID`, `X-Event-Key`.
+    Bitbucket,
+    /// `X-Starling-Signature: sha256=HMAC(token, "<timestamp>.<body>")`,
+    /// `X-Starling-Timestamp` (unix seconds, within 5 minutes), `X-Starling-Delivery`.
+    Generic,
 }
 
 /// Where the repository is and which reference to follow.

@@ -74,7 +74,7 @@ struct Run {
 }
 
 /// The `q` quantile of sorted `values` (nearest rank).
-fn quantile(values: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
     if values.is_empty() {
         return 0.0;
     }
@@ -293,7 +293,7 @@ async fn measure(
 }
 
 /// Waits until the Sync of every cluster in `clusters` reports `revision` applied.
-async fn wait_updated(
+pub(crate) async fn wait_updated(
     fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
     revision: &str,
     clusters: &BTreeSet<String>,

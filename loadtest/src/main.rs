@@ -24,6 +24,7 @@ mod isolation;
 mod report;
 mod restart;
 mod rollout;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -98,6 +99,8 @@ enum Which {
     /// Whether a few unreachable and slow clusters slow the rest of the fleet down: the good
     /// clusters' update latency with and without them, and node memory while they fail.
     Isolation(isolation::IsolationArgs),
+    /// The time from a signed webhook to the first cluster starting the new revision.
+    Webhook(webhook::WebhookArgs),
     /// BeginSync + FinishSync pairs committed per second, and node memory.
     Admission {
         #[arg(long, default_value_t = 10_000)]
@@ -139,6 +142,10 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Isolation(mut isolation) => {
             isolation.out = args.out;
             isolation::run(isolation).await
+        }
+        Which::Webhook(mut webhook) => {
+            webhook.out = args.out;
+            webhook::run(webhook).await
         }
     }
 }

@@ -1,13 +1,15 @@
 //! The HTTP side of a replica: `/healthz` (the process serves), `/readyz` (a leader is known
-//! and this replica has caught up with it) and `/metrics` (Prometheus text format).
+//! and this replica has caught up with it), `/metrics` (Prometheus text format) and the
+//! webhook receiver `POST /hooks/<namespace>/<source>` ([`crate::webhook`]).
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::replica::Replica;
 
@@ -16,6 +18,11 @@ pub fn router(replica: Arc<Replica>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route(
+            "/hooks/{namespace}/{source}",
+            post(crate::webhook::receive)
+                .layer(DefaultBodyLimit::max(crate::webhook::MAX_BODY_BYTES)),
+        )
         .with_state(replica)
 }
 

@@ -54,6 +54,8 @@ pub struct Metrics {
     pub grants: Counter,
     pub denials: Family<ReasonLabel, Counter>,
     pub syncs: Family<ResultLabel, Counter>,
+    /// Webhook events received, accepted or refused.
+    pub webhooks: Family<ResultLabel, Counter>,
     pub sync_duration: Histogram,
     pub source_fetch_duration: Histogram,
     /// Artifacts this node copied from a peer, and built from its own git mirror (a git fetch).
@@ -87,6 +89,7 @@ impl Metrics {
             grants: Counter::default(),
             denials: Family::default(),
             syncs: Family::default(),
+            webhooks: Family::default(),
             sync_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             source_fetch_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             artifacts_from_peers: Counter::default(),
@@ -144,6 +147,11 @@ impl Metrics {
             "syncs",
             "Syncs finished by this node, by result",
             metrics.syncs.clone(),
+        );
+        registry.register(
+            "webhooks",
+            "Webhook events received by this node, accepted or refused",
+            metrics.webhooks.clone(),
         );
         registry.register(
             "sync_duration_seconds",

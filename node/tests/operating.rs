@@ -119,9 +119,11 @@ async fn hold_history_undo_and_unpin() {
     );
 
     // The history records both rollouts, the second with its held cluster.
-    let history: Value =
-        serde_json::from_str(&starling(&group, &["rollout", "history", "demo", "-o", "json"]))
-            .expect("history json");
+    let history: Value = serde_json::from_str(&starling(
+        &group,
+        &["rollout", "history", "demo", "-o", "json"],
+    ))
+    .expect("history json");
     let records = history["history"].as_array().expect("records");
     assert_eq!(records.len(), 2, "{history}");
     assert_eq!(records[0]["revision"], v2.as_str());
@@ -151,8 +153,11 @@ async fn hold_history_undo_and_unpin() {
     demo.commit("v3", "nginx:1.29", "v3").expect("commit");
     wait_until(Duration::from_secs(30), "v3 resolved", || async {
         let source = starling(&group, &["get", "source", "demo", "-o", "json"]);
-        serde_json::from_str::<Value>(&source)
-            .is_ok_and(|s| s["status"]["revision"].as_str().is_some_and(|r| r != v2 && r != v1))
+        serde_json::from_str::<Value>(&source).is_ok_and(|s| {
+            s["status"]["revision"]
+                .as_str()
+                .is_some_and(|r| r != v2 && r != v1)
+        })
     })
     .await;
     let status = group.rollout("demo").await.expect("rollout");
@@ -170,7 +175,10 @@ async fn hold_history_undo_and_unpin() {
 
     // `describe` answers "which revisions did this cluster have?".
     let described = starling(&group, &["describe", "sync", &format!("demo-{held}")]);
-    assert!(described.contains("State:                Updated"), "{described}");
+    assert!(
+        described.contains("State:                Updated"),
+        "{described}"
+    );
     let revisions = described
         .split("Revisions (newest first):")
         .nth(1)
@@ -178,9 +186,11 @@ async fn hold_history_undo_and_unpin() {
     let v3_at = revisions.find(&v3).expect("v3 listed");
     let v1_at = revisions.find(&v1).expect("v1 listed");
     assert!(v3_at < v1_at, "newest first: {revisions}");
-    let history: Value =
-        serde_json::from_str(&starling(&group, &["rollout", "history", "demo", "-o", "json"]))
-            .expect("history json");
+    let history: Value = serde_json::from_str(&starling(
+        &group,
+        &["rollout", "history", "demo", "-o", "json"],
+    ))
+    .expect("history json");
     let triggers: Vec<&str> = history["history"]
         .as_array()
         .expect("records")

@@ -156,6 +156,8 @@ pub struct SourceWatcher {
     mirrors: Arc<MirrorSet>,
     store: Arc<ArtifactStore>,
     resolution: Resolution,
+    /// The next poll fetches whatever the mirror's age (a webhook said the remote changed).
+    fetch_now: bool,
 }
 
 impl SourceWatcher {
@@ -175,6 +177,7 @@ impl SourceWatcher {
             mirrors,
             store,
             resolution: Resolution::default(),
+            fetch_now: false,
         })
     }
 
@@ -203,6 +206,12 @@ impl SourceWatcher {
     /// same URL in between share one fetch.
     pub fn max_mirror_age(&self) -> Duration {
         self.config.interval.mul_f64(0.8)
+    }
+
+    /// Makes the next poll fetch even though the mirror is fresh: the git host said (by a
+    /// webhook) that the remote changed.
+    pub fn fetch_on_next_poll(&mut self) {
+        self.fetch_now = true;
     }
 
     /// Fetches (shared), resolves, packages if needed. Blocking: call it from
@@ -244,6 +253,7 @@ impl SourceWatcher {
             mirrors: Arc::clone(&self.mirrors),
             store: Arc::clone(&self.store),
             resolution: self.resolution.clone(),
+            fetch_now: std::mem::take(&mut self.fetch_now),
         };
         let task = tokio::task::spawn_blocking(move || {
             let outcome = worker.poll();
@@ -283,11 +293,16 @@ impl SourceWatcher {
         let fetched = if pinned_and_present {
             false
         } else {
+            let max_age = if std::mem::take(&mut self.fetch_now) {
+                Duration::ZERO
+            } else {
+                self.max_mirror_age()
+            };
             self.mirrors
                 .fetch_if_older_than(
                     &config.url,
                     &config.auth,
-                    self.max_mirror_age(),
+                    max_age,
                     config.limits.fetch_timeout,
                 )?
                 .fetched

@@ -77,6 +77,7 @@ impl Touch {
             | Command::RemoveMember { .. }
             | Command::SetMemberState { .. }
             | Command::StopMember { .. }
+            | Command::RequestPoll { .. }
             | Command::GroupFormed => Touch::Nothing,
         }
     }

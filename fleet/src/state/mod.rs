@@ -151,6 +151,9 @@ pub struct SourceEntry {
     pub owner: Option<NodeId>,
     /// Incremented on each new resolved revision.
     pub seq: u64,
+    /// Incremented by each verified webhook ([`Command::RequestPoll`]): the owner polls at once.
+    #[serde(default)]
+    pub poll_requests: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -356,6 +359,10 @@ pub enum Command {
     /// Resumes a paused or halted rollout.
     ResumeRollout {
         group: Key,
+    },
+    /// A verified webhook asks the source's owner to poll now rather than at its interval.
+    RequestPoll {
+        source: Key,
     },
     /// `starling cluster hold|release` (standalone mode): sets the Cluster's `spec.hold`.
     HoldCluster {
@@ -590,6 +597,15 @@ impl FleetState {
             Command::ReleaseTickets { tickets } => self.release_tickets(&tickets),
             Command::ResumeRollout { group } => self.set_operator_pause(&group, false),
             Command::HoldCluster { cluster, hold, .. } => self.hold_cluster(&cluster, hold),
+            Command::RequestPoll { source } => match self.sources.get_mut(&source) {
+                Some(entry) => {
+                    entry.poll_requests += 1;
+                    Outcome::Ok
+                }
+                None => Outcome::Rejected {
+                    message: format!("source {source} not found"),
+                },
+            },
             Command::PinRollout {
                 group, revision, ..
             } => self.pin_rollout(&group, revision),

@@ -212,6 +212,7 @@ impl FleetState {
                         object,
                         owner: None,
                         seq: 0,
+                        poll_requests: 0,
                     },
                 );
                 let moves = self.source_placement.add_item(&key, 1);

@@ -81,6 +81,8 @@ pub struct Replica {
     pub shutting_down: std::sync::atomic::AtomicBool,
     /// Artifact fetches under way, one per digest ([`crate::worker::artifacts::ensure`]).
     pub artifact_fetches: crate::worker::artifacts::InFlight,
+    /// Webhook deliveries received, against replays.
+    pub webhook_deliveries: crate::webhook::Deliveries,
     /// The management cluster's client in operator mode ([`crate::operator`]).
     pub operator: Option<Arc<crate::operator::Operator>>,
 }
@@ -155,6 +157,7 @@ impl Replica {
             operator: None,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             artifact_fetches: Default::default(),
+            webhook_deliveries: Default::default(),
             config,
             raft,
         }

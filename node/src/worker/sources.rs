@@ -22,8 +22,8 @@ const MAX_CONCURRENT_POLLS: usize = 4;
 /// How often the poller looks at ownership and due polls.
 const TICK: Duration = Duration::from_millis(250);
 
-/// An owned Source, with its credentials' Secret data.
-type OwnedSource = (Key, Source, Option<BTreeMap<String, Vec<u8>>>);
+/// An owned Source, with its credentials' Secret data and its count of webhook requests.
+type OwnedSource = (Key, Source, Option<BTreeMap<String, Vec<u8>>>, u64);
 
 struct Watched {
     generation: i64,
@@ -37,6 +37,10 @@ struct Watched {
     /// it started, then each one it committed. A resolution states it (`expected`), so that one
     /// made from an outdated view is refused instead of moving the source back.
     resolved_from: Option<String>,
+    /// The webhook requests already acted on ([`fleet::state::SourceEntry::poll_requests`]).
+    poll_requests: u64,
+    /// A webhook arrived while a poll was running: poll again as soon as it ends.
+    poll_again: bool,
 }
 
 pub async fn run(replica: Arc<Replica>) {
@@ -66,7 +70,8 @@ pub async fn run(replica: Arc<Replica>) {
                 .sources_of(replica.id())
                 .into_iter()
                 .filter_map(|key| {
-                    let object = state.sources.get(&key)?.object.clone();
+                    let entry = state.sources.get(&key)?;
+                    let (object, requests) = (entry.object.clone(), entry.poll_requests);
                     let namespace = object
                         .metadata
                         .namespace
@@ -78,12 +83,12 @@ pub async fn run(replica: Arc<Replica>) {
                         .as_ref()
                         .and_then(|r| state.secret(&namespace, &r.name))
                         .map(secret_data);
-                    Some((key, object, secret))
+                    Some((key, object, secret, requests))
                 })
                 .collect()
         });
         watched.retain(|key, _| owned.iter().any(|(k, ..)| k == key));
-        for (key, object, secret) in owned {
+        for (key, object, secret, requests) in owned {
             let generation = object.metadata.generation.unwrap_or(1);
             let stale = watched
                 .get(&key)
@@ -103,6 +108,8 @@ pub async fn run(replica: Arc<Replica>) {
                                     .status
                                     .as_ref()
                                     .and_then(|status| status.revision.clone()),
+                                poll_requests: requests,
+                                poll_again: false,
                             },
                         );
                     }
@@ -120,6 +127,8 @@ pub async fn run(replica: Arc<Replica>) {
                                     polls: 0,
                                     reported_error: Some(message),
                                     resolved_from: None,
+                                    poll_requests: requests,
+                                    poll_again: false,
                                 },
                             );
                         }
@@ -128,6 +137,19 @@ pub async fn run(replica: Arc<Replica>) {
             }
             if object.spec.suspend {
                 watched.remove(&key);
+            }
+            // A verified webhook: poll now rather than at the interval.
+            if let Some(entry) = watched.get_mut(&key)
+                && entry.poll_requests < requests
+            {
+                entry.poll_requests = requests;
+                match entry.watcher.as_mut() {
+                    Some(watcher) => {
+                        watcher.fetch_on_next_poll();
+                        entry.next_poll = Instant::now();
+                    }
+                    None => entry.poll_again = true,
+                }
             }
         }
         let now = Instant::now();
@@ -198,7 +220,13 @@ async fn finish_poll(
     }
     entry.polls += 1;
     let seed = xxhash(&key) ^ entry.polls;
-    entry.next_poll = Instant::now() + watcher.next_delay(seed);
+    let mut watcher = watcher;
+    entry.next_poll = if std::mem::take(&mut entry.poll_again) {
+        watcher.fetch_on_next_poll();
+        Instant::now()
+    } else {
+        Instant::now() + watcher.next_delay(seed)
+    };
     entry.watcher = Some(watcher);
     let Some(command) = command else {
         return;
