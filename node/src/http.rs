@@ -1,6 +1,7 @@
 //! The HTTP side of a replica: `/healthz` (the process serves), `/readyz` (a leader is known
 //! and this replica has caught up with it), `/metrics` (Prometheus text format) and the
-//! webhook receiver `POST /hooks/<namespace>/<source>` ([`crate::webhook`]).
+//! webhook receiver `POST /hooks/<namespace>/<source>` ([`crate::webhook`]) and the fleet view
+//! `/ui` ([`crate::ui`]).
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ pub fn router(replica: Arc<Replica>) -> Router {
             post(crate::webhook::receive)
                 .layer(DefaultBodyLimit::max(crate::webhook::MAX_BODY_BYTES)),
         )
+        .merge(crate::ui::router())
         .with_state(replica)
 }
 

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod operator;
 pub mod replica;
 pub mod serve;
+pub mod ui;
 pub mod webhook;
 pub mod worker;
 

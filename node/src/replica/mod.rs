@@ -83,6 +83,8 @@ pub struct Replica {
     pub artifact_fetches: crate::worker::artifacts::InFlight,
     /// Webhook deliveries received, against replays.
     pub webhook_deliveries: crate::webhook::Deliveries,
+    /// The fleet view's latest snapshot, shared by its viewers.
+    pub ui_snapshots: crate::ui::Snapshots,
     /// The management cluster's client in operator mode ([`crate::operator`]).
     pub operator: Option<Arc<crate::operator::Operator>>,
 }
@@ -158,6 +160,7 @@ impl Replica {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             artifact_fetches: Default::default(),
             webhook_deliveries: Default::default(),
+            ui_snapshots: Default::default(),
             config,
             raft,
         }
