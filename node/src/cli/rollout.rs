@@ -407,40 +407,62 @@ pub fn verdict(view: &RolloutView) -> Verdict {
     }
 }
 
-/// Reports progress until the rollout completes or halts, or until Ctrl-C. On a terminal one
-/// line is redrawn; piped, a line is printed each time something changed.
+/// Reports progress until the rollout completes or halts, or until Ctrl-C. On a terminal a
+/// live progress bar (indicatif) shows clusters updated out of the total, with the phase and
+/// counts; piped, a plain line is printed each time something changed.
 async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
-    let terminal = stdout_is_terminal();
+    let bar = stdout_is_terminal().then(|| {
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stdout());
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:40.green/blue}] {pos}/{len} {elapsed_precise} {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(format!("{}/{}", target.namespace, target.name));
+        bar
+    });
     let mut last_line = String::new();
     let mut ticker = tokio::time::interval(WATCH_PERIOD);
-    let newline = if terminal { "\n" } else { "" };
+    let finish = |bar: &Option<indicatif::ProgressBar>| {
+        if let Some(bar) = bar {
+            bar.abandon();
+        }
+    };
     loop {
         tokio::select! {
-            // The redrawn line has no end of line yet: end it, so the prompt starts afresh.
-            _ = tokio::signal::ctrl_c() => return emit(newline),
+            _ = tokio::signal::ctrl_c() => {
+                finish(&bar);
+                return Ok(());
+            }
             _ = ticker.tick() => {}
         }
         let view = fetch(client, target).await?;
-        let line = view.line(terminal);
-        if line != last_line {
-            // `\r` and clear-to-end redraw the line in place on a terminal.
-            emit(&if terminal {
-                format!("\r\x1b[K{line}")
-            } else {
-                format!("{line}\n")
-            })?;
-            last_line = line;
+        match &bar {
+            Some(bar) => {
+                bar.set_length(u64::from(view.progress.total));
+                bar.set_position(u64::from(view.progress.updated));
+                bar.set_message(format!("{} {}", view.phase(), view.counts()));
+            }
+            None => {
+                let line = view.line(false);
+                if line != last_line {
+                    emit(&format!("{line}\n"))?;
+                    last_line = line;
+                }
+            }
         }
         match verdict(&view) {
             Verdict::Waiting => {}
             Verdict::Complete => {
+                finish(&bar);
                 return emit(&format!(
-                    "{newline}rollout of {}/{} complete\n",
+                    "rollout of {}/{} complete\n",
                     view.namespace, view.name
                 ));
             }
             Verdict::Halted(reason) => {
-                emit(newline)?;
+                finish(&bar);
                 bail!(
                     "rollout of {}/{} halted: {reason}",
                     view.namespace,
