@@ -78,10 +78,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The RBAC rules: exactly what the replicas use, no wildcards. Secrets are read-only. */}}
 {{- define "starling.rbacRules" -}}
 - apiGroups: ["starling.dev"]
-  resources: ["sources", "clusters", "syncs"]
+  resources: ["sources", "syncs"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["starling.dev"]
-  resources: ["syncgroups"]
+  resources: ["clusters", "syncgroups"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["starling.dev"]
   resources: ["sources/status", "clusters/status", "syncs/status", "syncgroups/status"]

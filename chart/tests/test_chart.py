@@ -438,12 +438,13 @@ def check_rbac():
             )
             expect(granted["secrets"] == {"get", "list", "watch"}, f"{description}: secrets read-only")
             expect(granted["events"] == {"create", "patch"}, f"{description}: events")
-            for kind in ("sources", "clusters", "syncs"):
+            for kind in ("sources", "syncs"):
                 expect(granted[kind] == {"get", "list", "watch"}, f"{description}: {kind} read-only")
-            expect(
-                granted["syncgroups"] == {"get", "list", "watch", "patch"},
-                f"{description}: syncgroups read and patched (rollout pause)",
-            )
+            for kind in ("clusters", "syncgroups"):
+                expect(
+                    granted[kind] == {"get", "list", "watch", "patch"},
+                    f"{description}: {kind} read and patched (rollout pause/undo, cluster hold)",
+                )
             for kind in ("sources", "clusters", "syncs", "syncgroups"):
                 expect(
                     granted[f"{kind}/status"] == {"get", "update", "patch"},
@@ -459,7 +460,7 @@ def check_rbac():
         f"the RBAC names the CRDs' plurals: {sorted(crd_plurals)}",
     )
     return (
-        "RBAC: no wildcard; the four CRDs get/list/watch (syncgroups also patch), their status "
+        "RBAC: no wildcard; the four CRDs get/list/watch (syncgroups and clusters also patch), their status "
         "get/update/patch, "
         "secrets get/list/watch only, events create/patch; ClusterRole, Role, Role per namespace"
     )
