@@ -108,16 +108,7 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
     )
     .await?;
     let documents = starling::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
-    for chunk in documents.chunks(500) {
-        fleet
-            .apply(proto::ApplyRequest {
-                manifests: chunk.join("---\n").into_bytes(),
-                origin: "bench".into(),
-                dry_run: false,
-            })
-            .await
-            .context("cannot apply the demo specs")?;
-    }
+    super::apply_documents(&mut fleet, &documents).await?;
     // The bad clusters are spread over the fleet (and so over the owners and the admission
     // order), the good ones are the rest.
     let names = sim.cluster_names();

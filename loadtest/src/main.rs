@@ -209,6 +209,24 @@ fn resident(procs: &BTreeMap<u64, Proc>) -> String {
         .join(", ")
 }
 
+/// Applies manifest documents through a node, 500 to a request.
+async fn apply_documents(
+    fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
+    documents: &[String],
+) -> anyhow::Result<()> {
+    for chunk in documents.chunks(500) {
+        fleet
+            .apply(proto::ApplyRequest {
+                manifests: chunk.join("---\n").into_bytes(),
+                origin: "bench".into(),
+                dry_run: false,
+            })
+            .await
+            .context("cannot apply the demo specs")?;
+    }
+    Ok(())
+}
+
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

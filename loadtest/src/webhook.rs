@@ -103,16 +103,7 @@ pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
     documents.push(format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: demo-hook}}\nstringData: {{token: \"{SECRET}\"}}\n"
     ));
-    for chunk in documents.chunks(500) {
-        fleet
-            .apply(proto::ApplyRequest {
-                manifests: chunk.join("---\n").into_bytes(),
-                origin: "bench".into(),
-                dry_run: false,
-            })
-            .await
-            .context("cannot apply the demo specs")?;
-    }
+    super::apply_documents(&mut fleet, &documents).await?;
     let everyone: BTreeSet<String> = sim.cluster_names().into_iter().collect();
     super::isolation::wait_updated(&mut fleet, &repo.head()?, &everyone, args.timeout)
         .await
