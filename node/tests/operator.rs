@@ -9,7 +9,8 @@
 //!    A Cluster API `Cluster` (`--capi`) becomes a Starling Cluster the SyncGroup selects;
 //! 2. the leader is killed with `kill -9` mid-rollout and a Cluster is added at that moment:
 //!    nothing is lost, the rollout completes on every cluster, the new one included;
-//! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster;
+//! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster, `cluster hold`
+//!    sets `spec.hold` of a Cluster, `rollout undo|unpin` `spec.rollout.pinnedRevision`;
 //! 4. the management API is down for 20 s; a deletion and an edit made as it comes back
 //!    reach the state, and the statuses catch up;
 //! 5. an invalid object gets `Stalled`; deleting the SyncGroup (which carries Starling's
@@ -394,6 +395,98 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
                 .rollout("demo")
                 .await
                 .is_some_and(|r| r.phase == "Complete")
+        },
+    )
+    .await;
+
+    // 3b. `cluster hold` and `rollout undo|unpin` patch the management cluster too, and the
+    // state follows it.
+    let held = sim.cluster_names()[0].clone();
+    fleet
+        .cluster_hold(proto::ClusterHoldRequest {
+            namespace: String::new(),
+            name: held.clone(),
+            hold: true,
+        })
+        .await
+        .expect("hold");
+    let object = get(&clusters, &held).await.expect("cluster");
+    assert_eq!(object["spec"]["hold"], true, "{object}");
+    wait_until(
+        Duration::from_secs(30),
+        "the hold reaches the state",
+        || async {
+            group
+                .rollout("demo")
+                .await
+                .and_then(|r| r.summary)
+                .is_some_and(|s| s.held == 1)
+        },
+    )
+    .await;
+    let target = group
+        .rollout("demo")
+        .await
+        .expect("rollout")
+        .target_revision;
+    let refused = fleet
+        .rollout_pin(proto::RolloutPinRequest {
+            namespace: String::new(),
+            name: "demo".into(),
+            revision: "main@sha1:0000".into(),
+        })
+        .await
+        .expect_err("a revision never rolled out is refused");
+    assert!(
+        refused.message().contains("never rolled out"),
+        "{}",
+        refused.message()
+    );
+    fleet
+        .rollout_pin(proto::RolloutPinRequest {
+            namespace: String::new(),
+            name: "demo".into(),
+            revision: target.clone(),
+        })
+        .await
+        .expect("pin");
+    let pinned = get(&groups, "demo").await.expect("group");
+    assert_eq!(
+        pinned["spec"]["rollout"]["pinnedRevision"],
+        target.as_str(),
+        "{pinned}"
+    );
+    fleet
+        .cluster_hold(proto::ClusterHoldRequest {
+            namespace: String::new(),
+            name: held.clone(),
+            hold: false,
+        })
+        .await
+        .expect("release");
+    fleet
+        .rollout_pin(proto::RolloutPinRequest {
+            namespace: String::new(),
+            name: "demo".into(),
+            revision: String::new(),
+        })
+        .await
+        .expect("unpin");
+    let unpinned = get(&groups, "demo").await.expect("group");
+    assert!(
+        unpinned["spec"]["rollout"]
+            .get("pinnedRevision")
+            .is_none_or(Value::is_null),
+        "{unpinned}"
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "released, unpinned and complete",
+        || async {
+            group
+                .rollout("demo")
+                .await
+                .is_some_and(|r| r.phase == "Complete" && r.summary.is_some_and(|s| s.held == 0))
         },
     )
     .await;
