@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 pub use source::demo::DemoRepo;
 
 mod http;
+mod waits;
 pub use http::{http_get, http_post, http_status};
 
 use proto::admin_client::AdminClient;
@@ -264,6 +265,23 @@ impl Group {
             })
             .await
             .map(|r| r.into_inner())
+    }
+
+    /// Runs the `starling` CLI against the first running node; returns stdout, or panics with
+    /// stderr.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let node = self.running().next().expect("a running node");
+        let output = Command::new(binary())
+            .args(["--server", &node.grpc, "--timeout", "30s"])
+            .args(args)
+            .output()
+            .expect("run starling");
+        assert!(
+            output.status.success(),
+            "starling {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
     /// Shards (cluster ownership) as seen by node `id`.

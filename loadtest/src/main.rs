@@ -605,6 +605,7 @@ async fn admission(
             max_waiting_syncs: 1,
             drain_timeout: Duration::ZERO,
             operator: None,
+            recovery: false,
         };
         nodes.push(starling::serve::start(config).await?);
     }

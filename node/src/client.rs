@@ -203,6 +203,49 @@ impl Client {
             .await
     }
 
+    /// The same connection with another time limit per call (long operations: export,
+    /// import, recover).
+    pub fn with_timeout(mut self, timeout: Duration) -> Client {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `starling export`: the whole backup, collected from the stream.
+    pub async fn export(&self) -> anyhow::Result<Vec<u8>> {
+        let mut admin = self.admin.clone();
+        let request = self.request(proto::ExportRequest {});
+        self.call(async move {
+            let mut stream = admin.export(request).await?.into_inner();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = stream.message().await? {
+                bytes.extend(chunk.data);
+            }
+            Ok(tonic::Response::new(bytes))
+        })
+        .await
+    }
+
+    /// `starling import`: sends a backup in chunks.
+    pub async fn import(&self, backup: Vec<u8>) -> anyhow::Result<proto::ImportResponse> {
+        let mut admin = self.admin.clone();
+        let chunks: Vec<proto::ImportChunk> = backup
+            .chunks(1 << 20)
+            .map(|chunk| proto::ImportChunk {
+                data: chunk.to_vec(),
+            })
+            .collect();
+        let request = self.request(futures::stream::iter(chunks));
+        self.call(admin.import(request)).await
+    }
+
+    pub async fn recover(
+        &self,
+        request: proto::RecoverRequest,
+    ) -> anyhow::Result<proto::RecoverResponse> {
+        let mut admin = self.admin.clone();
+        self.call(admin.recover(self.request(request))).await
+    }
+
     /// A request carrying the deadline (`grpc-timeout`), so the node gives up when we do.
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);

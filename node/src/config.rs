@@ -112,6 +112,11 @@ pub struct NodeArgs {
     pub status_writes_per_second: u32,
     /// Check the flags and environment, print the resulting configuration on one line and exit
     /// without starting anything (non-zero when the configuration is invalid).
+    /// Start a new installation in disaster recovery: nothing is rolled out until `starling
+    /// recover` has read back what the target clusters hold. No effect on an installation that
+    /// has already formed.
+    #[arg(long, env = "STARLING_RECOVERY")]
+    pub recovery: bool,
     #[arg(long)]
     pub validate_config: bool,
 }
@@ -165,6 +170,8 @@ pub struct NodeConfig {
     pub drain_timeout: Duration,
     /// `Some` in operator mode.
     pub operator: Option<OperatorConfig>,
+    /// A new installation forms in disaster recovery (`--recovery`).
+    pub recovery: bool,
 }
 
 impl NodeConfig {
@@ -387,6 +394,7 @@ impl NodeArgs {
             max_waiting_syncs: self.max_waiting_syncs,
             drain_timeout: self.drain_timeout,
             operator,
+            recovery: self.recovery,
         })
     }
 

@@ -85,6 +85,12 @@ enum Command {
     Source(cli::source::SourceArgs),
     /// Print the manifests a cluster would get from an artifact or a directory.
     Render(cli::render::RenderArgs),
+    /// Write a consistent backup of the replicated state.
+    Export(cli::recovery::ExportArgs),
+    /// Load a backup into a new standalone installation (recovery on).
+    Import(cli::recovery::ImportArgs),
+    /// After losing every replica: read back what the target clusters hold, then resume.
+    Recover(cli::recovery::RecoverArgs),
 }
 
 /// A gRPC channel to `host:port` that connects on first use, with a per-request timeout.
@@ -132,6 +138,9 @@ impl Command {
             Command::Render(_) => Some("starling render"),
             Command::Cluster(_) => Some("starling cluster"),
             Command::Describe(_) => Some("starling describe"),
+            Command::Export(_) => Some("starling export"),
+            Command::Import(_) => Some("starling import"),
+            Command::Recover(_) => Some("starling recover"),
             Command::Dev(_)
             | Command::Placement(_)
             | Command::Get(_)
@@ -199,6 +208,9 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::Describe(args) => cli::describe::run(args),
         Command::Source(args) => cli::source::run(args),
         Command::Render(args) => cli::render::run(args),
+        Command::Export(args) => cli::recovery::export(args),
+        Command::Import(args) => cli::recovery::import(args),
+        Command::Recover(args) => cli::recovery::recover(args),
     }
 }
 

@@ -8,56 +8,26 @@
 
 mod harness;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fleetsim::{AuditFilter, FleetSim};
-use harness::{Group, Options, binary, demo_fixture, demo_manifests, wait_until};
+use harness::{Group, Options, demo_fixture, demo_manifests, wait_until};
 use serde_json::Value;
 
 const CLUSTERS: usize = 12;
 
 /// Runs the `starling` CLI against any running node; returns stdout, or panics with stderr.
 fn starling(group: &Group, args: &[&str]) -> String {
-    let node = group.running().next().expect("a running node");
-    let output = Command::new(binary())
-        .args(["--server", &node.grpc, "--timeout", "30s"])
-        .args(args)
-        .output()
-        .expect("run starling");
-    assert!(
-        output.status.success(),
-        "starling {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    group.cli(args)
 }
 
 fn versions(sim: &FleetSim) -> Vec<(String, String)> {
     harness::config_versions(sim)
 }
 
-/// Waits until the group's rollout is complete at a revision other than `not`, with
-/// `updated` clusters updated and `held` held; returns the revision.
+/// Waits until the `demo` rollout is complete at a revision other than `not`.
 async fn wait_complete(group: &Group, not: &str, updated: u32, held: u32) -> String {
-    let deadline = Instant::now() + Duration::from_secs(150);
-    loop {
-        let status = group.rollout("demo").await;
-        if let Some(current) = &status
-            && current.phase == "Complete"
-            && current.target_revision != not
-            && current
-                .summary
-                .is_some_and(|s| s.updated == updated && s.held == held)
-        {
-            return current.target_revision.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "rollout did not complete with {updated} updated and {held} held: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    group.wait_complete("demo", not, updated, held).await
 }
 
 fn last_audit_seq(sim: &FleetSim) -> u64 {

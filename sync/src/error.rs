@@ -116,7 +116,7 @@ pub enum SyncError {
         message: String,
     },
     #[error(
-        "fenced by generation {generation} (writer {writer:?}); this writer has generation {ours}"
+        "fenced by generation {generation} (writer {writer:?}); this writer has generation {ours} (if every replica lost its data, run `starling recover`)"
     )]
     Fenced {
         generation: u64,

@@ -57,7 +57,7 @@ pub fn decide(stored: Option<&FenceState>, ours: &FenceState) -> FenceDecision {
     }
 }
 
-fn state_of(config_map: &ConfigMap) -> FenceState {
+pub(crate) fn state_of(config_map: &ConfigMap) -> FenceState {
     let data = config_map.data.clone().unwrap_or_default();
     FenceState {
         // An unreadable generation fences nobody: it is overwritten by the next writer.

@@ -10,7 +10,11 @@
 //! after pruning:   new              (what the cluster now holds for this Sync)
 //! ```
 //!
-//! and not at all when nothing changed. The stored format is versioned.
+//! and not at all when nothing changed. The second write also records the revision the sync
+//! completed and its render digest ([`MirrorRecord`]), so a replacement installation can tell
+//! what the cluster already holds (`starling recover`); a sync that only moves the revision
+//! writes the mirror once. The stored format is versioned: format 2 adds the record, format 1
+//! (no record) is still read.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,10 +28,30 @@ use crate::object::ObjectKey;
 use crate::session::Session;
 
 /// Version of the mirror's data layout.
-pub const INVENTORY_FORMAT_VERSION: &str = "1";
+pub const INVENTORY_FORMAT_VERSION: &str = "2";
+/// The layout before the record was added: read, never written.
+const FORMAT_WITHOUT_RECORD: &str = "1";
 const FORMAT_KEY: &str = "format";
 const SYNC_KEY: &str = "sync";
 const OBJECTS_KEY: &str = "inventory.json";
+const REVISION_KEY: &str = "revision";
+const DIGEST_KEY: &str = "digest";
+
+/// What the last completed sync of a Sync applied: its revision and render digest
+/// (`FleetState::render_digest`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorRecord {
+    pub revision: String,
+    pub digest: String,
+}
+
+/// A Sync's inventory mirror as stored on its target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mirror {
+    pub objects: Vec<ObjectRef>,
+    /// Absent before the first completed sync, and in format 1.
+    pub record: Option<MirrorRecord>,
+}
 const NAME_PREFIX: &str = "starling-inventory-";
 const MAX_NAME: usize = 253;
 
@@ -85,11 +109,20 @@ pub fn same(a: &[ObjectRef], b: &[ObjectRef]) -> bool {
     keys(a) == keys(b)
 }
 
-fn encode(namespace: &str, sync: &str, objects: &[ObjectRef]) -> Result<ConfigMap, SyncError> {
-    let json = serde_json::to_string(objects).map_err(|error| SyncError::Invalid {
+fn encode(namespace: &str, sync: &str, mirror: &Mirror) -> Result<ConfigMap, SyncError> {
+    let json = serde_json::to_string(&mirror.objects).map_err(|error| SyncError::Invalid {
         operation: "encode the inventory".to_owned(),
         message: error.to_string(),
     })?;
+    let mut data = BTreeMap::from([
+        (FORMAT_KEY.to_owned(), INVENTORY_FORMAT_VERSION.to_owned()),
+        (SYNC_KEY.to_owned(), sync.to_owned()),
+        (OBJECTS_KEY.to_owned(), json),
+    ]);
+    if let Some(record) = &mirror.record {
+        data.insert(REVISION_KEY.to_owned(), record.revision.clone());
+        data.insert(DIGEST_KEY.to_owned(), record.digest.clone());
+    }
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(config_map_name(sync)),
@@ -100,34 +133,40 @@ fn encode(namespace: &str, sync: &str, objects: &[ObjectRef]) -> Result<ConfigMa
             )])),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([
-            (FORMAT_KEY.to_owned(), INVENTORY_FORMAT_VERSION.to_owned()),
-            (SYNC_KEY.to_owned(), sync.to_owned()),
-            (OBJECTS_KEY.to_owned(), json),
-        ])),
+        data: Some(data),
         ..ConfigMap::default()
     })
 }
 
-fn decode(config_map: &ConfigMap) -> Result<Vec<ObjectRef>, String> {
-    let data = config_map.data.clone().unwrap_or_default();
+fn decode(config_map: &ConfigMap) -> Result<Mirror, String> {
+    let empty = BTreeMap::new();
+    let data = config_map.data.as_ref().unwrap_or(&empty);
     match data.get(FORMAT_KEY).map(String::as_str) {
-        Some(INVENTORY_FORMAT_VERSION) => {}
+        Some(INVENTORY_FORMAT_VERSION | FORMAT_WITHOUT_RECORD) => {}
         other => return Err(format!("unknown inventory format {other:?}")),
     }
     let json = data
         .get(OBJECTS_KEY)
         .ok_or_else(|| format!("no {OBJECTS_KEY} key"))?;
-    serde_json::from_str(json).map_err(|error| format!("unreadable {OBJECTS_KEY}: {error}"))
+    let objects =
+        serde_json::from_str(json).map_err(|error| format!("unreadable {OBJECTS_KEY}: {error}"))?;
+    let record = match (data.get(REVISION_KEY), data.get(DIGEST_KEY)) {
+        (Some(revision), Some(digest)) => Some(MirrorRecord {
+            revision: revision.clone(),
+            digest: digest.clone(),
+        }),
+        _ => None,
+    };
+    Ok(Mirror { objects, record })
 }
 
-/// The mirrored inventory of a Sync, `None` when there is none. An unreadable mirror is
-/// reported and treated as absent: the Sync's status remains the source of truth.
+/// The mirror of a Sync, `None` when there is none. An unreadable mirror is reported and
+/// treated as absent: the Sync's status remains the source of truth.
 pub(crate) async fn read(
     session: &Session,
     namespace: &str,
     sync: &str,
-) -> Result<Option<Vec<ObjectRef>>, SyncError> {
+) -> Result<Option<Mirror>, SyncError> {
     let api: Api<ConfigMap> = Api::namespaced(session.kube(), namespace);
     let name = config_map_name(sync);
     let Some(config_map) = session
@@ -137,7 +176,7 @@ pub(crate) async fn read(
         return Ok(None);
     };
     match decode(&config_map) {
-        Ok(objects) => Ok(Some(objects)),
+        Ok(mirror) => Ok(Some(mirror)),
         Err(problem) => {
             tracing::warn!(cluster = %session.cluster(), sync, problem, "ignoring the inventory mirror");
             Ok(None)
@@ -150,10 +189,10 @@ pub(crate) async fn write(
     session: &Session,
     namespace: &str,
     sync: &str,
-    objects: &[ObjectRef],
+    mirror: &Mirror,
 ) -> Result<(), SyncError> {
     let api: Api<ConfigMap> = Api::namespaced(session.kube(), namespace);
-    let object = encode(namespace, sync, objects)?;
+    let object = encode(namespace, sync, mirror)?;
     let name = config_map_name(sync);
     let params = PatchParams::apply(&session.field_manager).force();
     let patch = Patch::Apply(&object);
@@ -163,13 +202,12 @@ pub(crate) async fn write(
         .map(drop)
 }
 
-/// Reads a Sync's mirrored inventory with a plain client (recovery of a lost management
-/// state).
+/// Reads a Sync's mirror with a plain client (tests and diagnostics).
 pub async fn read_mirror(
     client: &kube::Client,
     namespace: &str,
     sync: &str,
-) -> Result<Option<Vec<ObjectRef>>, kube::Error> {
+) -> Result<Option<Mirror>, kube::Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     Ok(api
         .get_opt(&config_map_name(sync))
@@ -234,9 +272,22 @@ mod tests {
 
     #[test]
     fn the_mirror_round_trips_and_is_versioned() {
-        let objects = vec![object("ConfigMap", Some("a"), "one")];
-        let mut config_map = encode("starling-system", "web", &objects).expect("encode");
-        assert_eq!(decode(&config_map).expect("decode"), objects);
+        let mirror = Mirror {
+            objects: vec![object("ConfigMap", Some("a"), "one")],
+            record: Some(MirrorRecord {
+                revision: "main@sha1:aaa".into(),
+                digest: "0123456789abcdef".into(),
+            }),
+        };
+        let mut config_map = encode("starling-system", "web", &mirror).expect("encode");
+        assert_eq!(decode(&config_map).expect("decode"), mirror);
+        // Format 1 had no record: still read, without one.
+        if let Some(data) = config_map.data.as_mut() {
+            data.insert(FORMAT_KEY.to_owned(), "1".to_owned());
+            data.remove(REVISION_KEY);
+        }
+        let old = decode(&config_map).expect("format 1 decodes");
+        assert_eq!((old.objects, old.record), (mirror.objects.clone(), None));
         if let Some(data) = config_map.data.as_mut() {
             data.insert(FORMAT_KEY.to_owned(), "99".to_owned());
         }

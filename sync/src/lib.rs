@@ -32,7 +32,7 @@ mod session;
 pub use client::{ClientCache, ClientSettings, ClusterTarget, Connection};
 pub use engine::{
     ApplySlot, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, LeaseEnd,
-    SYSTEM_NAMESPACE, SyncEngine, SyncFailure, SyncReport, SyncRequest,
+    SYSTEM_NAMESPACE, SurveyedSync, SyncEngine, SyncFailure, SyncReport, SyncRequest, TargetSurvey,
 };
 pub use error::{ErrorClass, SyncError};
 pub use readiness::ObjectHealth;

@@ -157,6 +157,7 @@ fn node_config(host: &Host) -> NodeConfig {
         max_waiting_syncs: SYNC_SLOTS,
         drain_timeout: Duration::from_secs(10),
         operator: None,
+        recovery: false,
     }
 }
 
@@ -252,5 +253,19 @@ impl Applier for SimTarget {
 
     fn request_timeout(&self) -> Duration {
         self.timing.apply
+    }
+
+    fn survey<'a>(
+        &'a self,
+        _cluster: &'a starling_sync::ClusterTarget,
+        _syncs: &'a [String],
+    ) -> BoxFuture<'a, Result<starling_sync::TargetSurvey, starling_sync::SyncError>> {
+        // The simulated targets keep no mirrors: recovery is tested against fleetsim.
+        Box::pin(async {
+            Ok(starling_sync::TargetSurvey {
+                fence: None,
+                syncs: Vec::new(),
+            })
+        })
     }
 }

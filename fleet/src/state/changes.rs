@@ -27,6 +27,10 @@ pub enum Touch {
     Finish,
     /// A SyncGroup's rollout state.
     Group(Key),
+    /// Syncs recovered from their targets, with their SyncGroups.
+    Syncs(Vec<Key>),
+    /// Admission resumed (recovery ended): every SyncGroup, and every Sync it admitted.
+    Admissions,
     Batch(Vec<Touch>),
     Nothing,
 }
@@ -61,6 +65,11 @@ impl Touch {
                 Touch::Sync(sync.clone())
             }
             Command::FinishSync { .. } => Touch::Finish,
+            Command::RecoverCluster { syncs, .. } => {
+                Touch::Syncs(syncs.iter().map(|s| s.sync.clone()).collect())
+            }
+            Command::RestoreHistory { group, .. } => Touch::Group(group.clone()),
+            Command::SetRecovery { .. } => Touch::Admissions,
             Command::RevokeTickets { .. } | Command::ReleaseTickets { .. } => Touch::Finish,
             Command::PauseRollout { group } | Command::ResumeRollout { group } => {
                 Touch::Group(group.clone())
@@ -112,6 +121,19 @@ impl FleetState {
             (Touch::Sync(sync), _) => self.touched_sync(&sync, keys),
             (Touch::Finish, Outcome::Finished { sync } | Outcome::Released { sync }) => {
                 self.touched_sync(sync, keys)
+            }
+            (Touch::Syncs(syncs), _) => {
+                for sync in syncs {
+                    self.touched_sync(&sync, keys);
+                }
+            }
+            (Touch::Admissions, _) => {
+                for group in self.groups.keys() {
+                    keys.insert(object_key(Kind::SyncGroup, group));
+                }
+                for sync in &self.actionable {
+                    self.touched_sync(sync, keys);
+                }
             }
             (Touch::Group(group), _) => {
                 keys.insert(object_key(Kind::SyncGroup, &group));

@@ -22,6 +22,7 @@ mod changes;
 mod history;
 mod invariants;
 mod members;
+mod recovery;
 mod retire;
 mod rollout;
 mod shared_map;
@@ -40,6 +41,7 @@ use crate::selector::Selector;
 pub use changes::Touch;
 pub use history::{HISTORY_LIMIT, Pin};
 pub use invariants::InvariantViolation;
+pub use recovery::RecoveredSync;
 pub use rollout::SyncState;
 pub use shard::NodeId;
 pub use shared_map::SharedMap;
@@ -235,6 +237,10 @@ pub struct FleetState {
     /// commands that carry none, so that every replica writes the same.
     #[serde(default)]
     pub clock: String,
+    /// Disaster recovery is under way ([`Command::SetRecovery`]): nothing is admitted or
+    /// granted until `starling recover` has read back what the targets hold.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recovering: bool,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -377,6 +383,26 @@ pub enum Command {
         revision: Option<String>,
         at: String,
     },
+    /// Turns disaster recovery on (a fresh installation started with `--recovery`, `starling
+    /// import`, or `starling recover` itself) or off (`starling recover` finished).
+    SetRecovery {
+        active: bool,
+    },
+    /// `starling recover`: what one target cluster holds (its fence and each Sync's inventory
+    /// mirror). Refused unless recovering.
+    RecoverCluster {
+        cluster: Key,
+        fence: u64,
+        syncs: Vec<RecoveredSync>,
+        at: String,
+    },
+    /// `starling import`: a SyncGroup's rollout history from a backup. Refused unless
+    /// recovering.
+    RestoreHistory {
+        group: Key,
+        history: Vec<crate::resources::RolloutRecord>,
+        rollouts: u64,
+    },
     /// Several commands in one log entry, applied in order (throughput).
     Batch(Vec<Command>),
 }
@@ -393,7 +419,8 @@ impl Command {
             | Command::SourceFailed { at, .. }
             | Command::FinishSync { at, .. }
             | Command::HoldCluster { at, .. }
-            | Command::PinRollout { at, .. } => Some(at),
+            | Command::PinRollout { at, .. }
+            | Command::RecoverCluster { at, .. } => Some(at),
             _ => None,
         }
     }
@@ -457,6 +484,8 @@ pub enum DenyReason {
     NotEligible,
     /// The cluster is held (`starling cluster hold`): nothing writes to it.
     Held,
+    /// Disaster recovery is under way (`starling recover`): nothing writes until it is done.
+    Recovering,
     /// A ticket for this Sync is already out.
     InFlight {
         ticket: u64,
@@ -609,6 +638,18 @@ impl FleetState {
             Command::PinRollout {
                 group, revision, ..
             } => self.pin_rollout(&group, revision),
+            Command::SetRecovery { active } => self.set_recovery(active),
+            Command::RecoverCluster {
+                cluster,
+                fence,
+                syncs,
+                at,
+            } => self.recover_cluster(&cluster, fence, syncs, &at),
+            Command::RestoreHistory {
+                group,
+                history,
+                rollouts,
+            } => self.restore_history(&group, history, rollouts),
             Command::Batch(commands) => {
                 return Outcome::Batch(commands.into_iter().map(|c| self.apply(c)).collect());
             }
@@ -683,6 +724,9 @@ impl FleetState {
     pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
         // Every node's planner calls this once per burst of applied entries, over the whole
         // fleet's actionable Syncs (up to the budgets): one key buffer serves every lookup.
+        if self.recovering {
+            return Vec::new();
+        }
         let mut cluster = String::new();
         self.actionable
             .iter()

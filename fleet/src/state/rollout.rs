@@ -342,6 +342,9 @@ impl FleetState {
     /// Admits pending members of a group, in order, while the budget allows.
     pub(super) fn admit(&mut self, group_key: &str) {
         self.check_halt(group_key);
+        if self.recovering {
+            return;
+        }
         loop {
             let Some(group) = self.groups.get(group_key) else {
                 return;

@@ -22,6 +22,9 @@ impl FleetState {
         spec_generation: Option<i64>,
     ) -> Outcome {
         let denied = |reason| Outcome::Denied { reason };
+        if self.recovering {
+            return denied(DenyReason::Recovering);
+        }
         let Some(entry) = self.syncs.get(sync) else {
             return denied(DenyReason::UnknownSync);
         };

@@ -634,6 +634,7 @@ fn applied_commands_name_the_objects_they_changed() {
 mod edits;
 mod history;
 mod members;
+mod recovery;
 mod retire;
 mod tickets;
 

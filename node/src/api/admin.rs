@@ -10,7 +10,7 @@ use fleet::state::MemberState;
 use proto::ApiError;
 use tonic::{Request, Response, Status};
 
-use super::{status, write_status};
+use super::{recovery, status, write_status};
 use crate::client_channel;
 use crate::replica::{Replica, voters};
 
@@ -392,6 +392,70 @@ impl proto::admin_server::Admin for AdminService {
             leader_id,
             term,
         }))
+    }
+
+    type ExportStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
+
+    async fn export(
+        &self,
+        _request: Request<proto::ExportRequest>,
+    ) -> Result<Response<Self::ExportStream>, Status> {
+        let replica = self.replica.clone();
+        let bytes = tokio::task::spawn_blocking(move || recovery::export(&replica))
+            .await
+            .map_err(|error| status(ApiError::internal(format!("export failed: {error}"))))?;
+        let chunks = recovery::export_chunks(bytes);
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+    }
+
+    async fn import(
+        &self,
+        request: Request<tonic::Streaming<proto::ImportChunk>>,
+    ) -> Result<Response<proto::ImportResponse>, Status> {
+        if self.replica.operator.is_some() {
+            return Err(status(ApiError::failed_precondition(
+                "in operator mode the management cluster holds the specs: start the new installation with --recovery and run `starling recover`",
+            )));
+        }
+        let bytes = recovery::collect_import(request.into_inner()).await?;
+        let (header, backup) = tokio::task::spawn_blocking(move || recovery::read_backup(&bytes))
+            .await
+            .map_err(|error| status(ApiError::internal(format!("import failed: {error}"))))?
+            .map_err(|message| status(ApiError::invalid_argument(message)))?;
+        self.replica
+            .write_quorum(CHANGE_TIMEOUT)
+            .await
+            .map_err(|message| status(ApiError::unavailable(message)))?;
+        let held = self.replica.raft.reader().read(recovery::holds_specs);
+        if held > 0 {
+            return Err(status(ApiError::failed_precondition(format!(
+                "import needs a new installation, and this one holds {held} objects: start fresh replicas with empty data directories"
+            ))));
+        }
+        let (commands, objects, histories) =
+            recovery::import_commands(&backup, &crate::replica::Replica::now_rfc3339());
+        recovery::propose_all(&self.replica, commands).await?;
+        let revision = self.replica.raft.reader().read(|state| state.revision);
+        Ok(Response::new(proto::ImportResponse {
+            revision,
+            objects: objects as u32,
+            histories: histories as u32,
+            backup_revision: header.state_revision,
+        }))
+    }
+
+    async fn recover(
+        &self,
+        request: Request<proto::RecoverRequest>,
+    ) -> Result<Response<proto::RecoverResponse>, Status> {
+        self.replica
+            .write_quorum(CHANGE_TIMEOUT)
+            .await
+            .map_err(|message| status(ApiError::unavailable(message)))?;
+        recovery::recover(&self.replica, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn shards(

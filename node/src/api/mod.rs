@@ -7,6 +7,7 @@ pub mod artifacts;
 pub mod convert;
 pub mod fleet;
 pub mod node;
+pub mod recovery;
 pub mod watch;
 
 use proto::ApiError;

@@ -10,6 +10,7 @@ pub mod history;
 pub mod members;
 pub mod output;
 pub mod placement;
+pub mod recovery;
 pub mod render;
 pub mod rollout;
 pub mod source;

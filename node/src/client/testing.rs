@@ -377,4 +377,40 @@ impl Admin for CannedNode {
     ) -> Result<Response<proto::ShardsResponse>, Status> {
         Err(Status::unimplemented("shards"))
     }
+
+    type ExportStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
+
+    async fn export(
+        &self,
+        _request: Request<proto::ExportRequest>,
+    ) -> Result<Response<Self::ExportStream>, Status> {
+        let chunks = [b"{\"kind\":\"StarlingExport\"}\n".to_vec(), b"{}".to_vec()]
+            .map(|data| Ok(proto::ExportChunk { data }));
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+    }
+
+    async fn import(
+        &self,
+        request: Request<tonic::Streaming<proto::ImportChunk>>,
+    ) -> Result<Response<proto::ImportResponse>, Status> {
+        let mut stream = request.into_inner();
+        let mut bytes = 0;
+        while let Some(chunk) = stream.message().await? {
+            bytes += chunk.data.len();
+        }
+        Ok(Response::new(proto::ImportResponse {
+            revision: 140,
+            objects: bytes as u32,
+            histories: 1,
+            backup_revision: 120,
+        }))
+    }
+
+    async fn recover(
+        &self,
+        _request: Request<proto::RecoverRequest>,
+    ) -> Result<Response<proto::RecoverResponse>, Status> {
+        Err(ApiError::unavailable("1 of 100 targets could not be read").into())
+    }
 }

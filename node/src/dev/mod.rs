@@ -309,6 +309,7 @@ impl Dev {
                     deletion_timeout: Duration::from_secs(300),
                     capi: false,
                 }),
+                recovery: false,
             };
             self.nodes.insert(id, serve::start(config).await?);
         }

@@ -84,6 +84,10 @@ fn duties(replica: &Replica, detector: &mut FailureDetector) -> Vec<Command> {
     replica.raft.reader().read(|state| {
         let mut commands = Vec::new();
         if !state.formed && voters_formed {
+            if replica.config.recovery && !state.recovering {
+                // Before any spec is taken: nothing rolls out until `starling recover`.
+                commands.push(Command::SetRecovery { active: true });
+            }
             commands.push(Command::GroupFormed);
         }
         for (id, peer) in membership.nodes() {

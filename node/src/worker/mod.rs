@@ -24,6 +24,12 @@ pub trait Applier: Send + Sync + 'static {
     /// The longest one request to a cluster may take (how long a write can still land after
     /// the sync that sent it was stopped).
     fn request_timeout(&self) -> Duration;
+    /// Reads what a target holds for `starling recover` ([`SyncEngine::survey`]): reads only.
+    fn survey<'a>(
+        &'a self,
+        cluster: &'a starling_sync::ClusterTarget,
+        syncs: &'a [String],
+    ) -> BoxFuture<'a, Result<starling_sync::TargetSurvey, starling_sync::SyncError>>;
 }
 
 impl Applier for SyncEngine {
@@ -37,6 +43,14 @@ impl Applier for SyncEngine {
 
     fn request_timeout(&self) -> Duration {
         self.config().clients.request_timeout
+    }
+
+    fn survey<'a>(
+        &'a self,
+        cluster: &'a starling_sync::ClusterTarget,
+        syncs: &'a [String],
+    ) -> BoxFuture<'a, Result<starling_sync::TargetSurvey, starling_sync::SyncError>> {
+        Box::pin(SyncEngine::survey(self, cluster, syncs))
     }
 }
 

@@ -81,6 +81,8 @@ struct Prepared {
     artifact: Result<ArtifactNeed, String>,
     /// Deleting with prune: nothing to fetch or apply; the inventory is pruned.
     retire: bool,
+    /// What the render depends on ([`FleetState::render_digest`]), recorded on the target.
+    digest: Option<String>,
 }
 
 struct Planner {
@@ -355,6 +357,10 @@ impl Planner {
         now: Instant,
     ) -> Vec<Work> {
         let mut due = Vec::new();
+        if state.recovering {
+            // Nothing writes until `starling recover` is done.
+            return due;
+        }
         let mut owned = BTreeSet::new();
         for cluster in state.clusters_of(node) {
             for sync in state.cluster_syncs.get(&cluster).into_iter().flatten() {
@@ -683,6 +689,13 @@ async fn build_request(
         prepared.object.spec.template.clone(),
     );
     request.revision = Some(prepared.revision.clone());
+    request.record = prepared
+        .digest
+        .clone()
+        .map(|digest| starling_sync::inventory::MirrorRecord {
+            revision: prepared.revision.clone(),
+            digest,
+        });
     Ok(request)
 }
 
@@ -715,6 +728,7 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
             target: cluster_target,
             artifact: Err("a retiring sync needs no artifact".into()),
             retire: true,
+            digest: None,
         });
     }
     let target = state.target_of(sync)?;
@@ -755,12 +769,13 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
         target: cluster_target,
         artifact,
         retire: false,
+        digest: state.render_digest(sync),
     })
 }
 
 /// The connection of a push cluster: its kubeconfig Secret (`<name>-kubeconfig`, key `value`
 /// unless the Cluster says otherwise).
-fn connection(
+pub(crate) fn connection(
     state: &FleetState,
     namespace: &str,
     cluster: &fleet::resources::Cluster,

@@ -28,7 +28,7 @@ use crate::client::{ClientCache, ClusterTarget};
 use crate::error::SyncError;
 use crate::fence::{self, FENCE_NAME, FenceState};
 use crate::health::{observe_all, wait_ready};
-use crate::inventory::{self, normalized, removed, same};
+use crate::inventory::{self, Mirror, normalized, removed, same};
 use crate::order::Phase;
 use crate::prune::{PruneOutcome, prune};
 use crate::readiness::{ObjectHealth, least_status, status_of};
@@ -231,19 +231,28 @@ impl SyncEngine {
         fence::acquire(&session, system, &ours).await?;
 
         let stored = inventory::read(&session, system, &request.sync).await?;
+        let stored_record = stored.as_ref().and_then(|m| m.record.clone());
         let previous = normalized(
             request
                 .previous_inventory
                 .iter()
-                .chain(stored.iter().flatten())
+                .chain(stored.iter().flat_map(|m| m.objects.iter()))
                 .cloned(),
         );
         let mut planned = plan(&session, &objects).await?;
         let current = normalized(planned.iter().map(|p| p.reference.clone()));
         let pending = normalized(previous.iter().chain(current.iter()).cloned());
         progress.inventory = Some(pending.clone());
-        if stored.as_ref().is_none_or(|stored| !same(stored, &pending)) {
-            inventory::write(&session, system, &request.sync, &pending).await?;
+        if stored
+            .as_ref()
+            .is_none_or(|stored| !same(&stored.objects, &pending))
+        {
+            // The record stays the last completed sync's until this one completes.
+            let mirror = Mirror {
+                objects: pending.clone(),
+                record: stored_record.clone(),
+            };
+            inventory::write(&session, system, &request.sync, &mirror).await?;
         }
 
         let drift_mode = request.template.drift_mode();
@@ -281,8 +290,17 @@ impl SyncEngine {
             fence::check(&session, system, &ours).await?;
             outcome = prune(&session, candidates, |object| protected(object, system)).await?;
         }
-        if !same(&current, &pending) {
-            inventory::write(&session, system, &request.sync, &current).await?;
+        let record = if request.retire {
+            None
+        } else {
+            request.record.clone()
+        };
+        if !same(&current, &pending) || (record.is_some() && record != stored_record) {
+            let mirror = Mirror {
+                objects: current.clone(),
+                record,
+            };
+            inventory::write(&session, system, &request.sync, &mirror).await?;
         }
         progress.inventory = Some(current.clone());
         Ok(SyncReport {
@@ -323,26 +341,62 @@ impl SyncEngine {
         })
     }
 
-    /// The inventory a Sync's mirror on the target holds (recovery of a lost management state).
-    pub async fn recover_inventory(
+    /// What a target holds for `starling recover`, with reads only: its fence and, for each
+    /// named Sync, its inventory mirror and the least status of the mirrored objects.
+    pub async fn survey(
         &self,
         cluster: &ClusterTarget,
-        writer: &str,
-        generation: u64,
-        sync: &str,
-    ) -> Result<Option<Vec<ObjectRef>>, SyncError> {
-        let deadline = Instant::now() + self.config.clients.request_timeout * 4;
+        syncs: &[String],
+    ) -> Result<TargetSurvey, SyncError> {
+        let deadline = Instant::now() + self.config.default_timeout;
         let session = self
-            .session(
-                cluster,
-                writer,
-                generation,
-                CancellationToken::new(),
-                deadline,
-            )
+            .session(cluster, "recovery", 0, CancellationToken::new(), deadline)
             .await?;
-        inventory::read(&session, &self.config.system_namespace, sync).await
+        let system = self.config.system_namespace.as_str();
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(session.kube(), system);
+        let fence = session
+            .read("read the fence", || api.get_opt(FENCE_NAME))
+            .await?
+            .as_ref()
+            .map(fence::state_of);
+        let mut surveyed = Vec::with_capacity(syncs.len());
+        for sync in syncs {
+            let mirror = inventory::read(&session, system, sync).await?;
+            let health = match &mirror {
+                Some(mirror) if !mirror.objects.is_empty() => {
+                    let objects: Vec<_> =
+                        mirror.objects.iter().map(|o| (o.clone(), None)).collect();
+                    least_status(&observe_all(&session, &objects).await?)
+                }
+                _ => fleet::resources::ResourceStatus::Unknown,
+            };
+            surveyed.push(SurveyedSync {
+                sync: sync.clone(),
+                mirror,
+                health,
+            });
+        }
+        Ok(TargetSurvey {
+            fence,
+            syncs: surveyed,
+        })
     }
+}
+
+/// What one target holds, as [`SyncEngine::survey`] read it.
+#[derive(Clone, Debug)]
+pub struct TargetSurvey {
+    pub fence: Option<FenceState>,
+    pub syncs: Vec<SurveyedSync>,
+}
+
+/// One Sync's mirror on a target and the health of the objects it lists.
+#[derive(Clone, Debug)]
+pub struct SurveyedSync {
+    pub sync: String,
+    pub mirror: Option<Mirror>,
+    pub health: fleet::resources::ResourceStatus,
 }
 
 /// Starling's own objects, never pruned.

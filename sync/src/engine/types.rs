@@ -166,6 +166,9 @@ pub struct SyncRequest {
     pub retire: bool,
     /// Released once the objects are applied, before the wait for readiness.
     pub apply_slot: ApplySlot,
+    /// Recorded in the inventory mirror once the sync completes: the revision and render
+    /// digest, which `starling recover` compares with what is desired.
+    pub record: Option<crate::inventory::MirrorRecord>,
 }
 
 impl SyncRequest {
@@ -192,6 +195,7 @@ impl SyncRequest {
             lease: None,
             retire: false,
             apply_slot: ApplySlot::default(),
+            record: None,
         }
     }
 }

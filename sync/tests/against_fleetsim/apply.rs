@@ -96,11 +96,16 @@ async fn apply_then_change_then_prune_keeps_disabled_objects() {
 
     // The mirror on the target holds the same inventory, so a lost status can be recovered,
     // and a sync that forgot its previous inventory still prunes.
-    let mirrored = engine
-        .recover_inventory(&target(&sim, "c0"), "node-a", 1, "default/app")
+    let survey = engine
+        .survey(&target(&sim, "c0"), &["default/app".to_owned()])
         .await
         .expect("read the mirror");
-    assert_eq!(mirrored.as_deref(), Some(report.inventory.as_slice()));
+    assert_eq!(survey.fence.map(|f| f.generation), Some(1));
+    let mirrored = survey.syncs[0]
+        .mirror
+        .as_ref()
+        .map(|m| m.objects.as_slice());
+    assert_eq!(mirrored, Some(report.inventory.as_slice()));
     let without_web: Vec<_> = changed
         .iter()
         .filter(|(p, _)| p != "app/web.yaml")
