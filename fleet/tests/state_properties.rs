@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use fleet::manifest::{Kind, ObjectKey, Resource, parse_manifests};
 use fleet::resources::ResourceStatus;
-use fleet::state::{Key, MemberState, SyncKind, SyncOutcome};
+use fleet::state::{Key, MemberState, RecoveredSync, SyncKind, SyncOutcome};
 use fleet::{Command, FleetState, Outcome};
 use proptest::prelude::*;
 
@@ -79,6 +79,10 @@ enum Step {
     Hold(u8, bool),
     /// `starling rollout undo` to a revision of the group's history, or `unpin`.
     Pin(u8, u8, bool),
+    /// Disaster recovery turned on or off.
+    Recovery(bool),
+    /// `starling recover` reads a target back: what its Syncs' statuses say, behind a fence.
+    Recover(u8, u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -97,6 +101,8 @@ fn step() -> impl Strategy<Value = Step> {
         2 => any::<u8>().prop_map(Step::Release),
         1 => (0u8..8, any::<bool>()).prop_map(|(c, h)| Step::Hold(c, h)),
         1 => (1u8..=2, any::<u8>(), proptest::bool::weighted(0.3)).prop_map(|(g, r, u)| Step::Pin(g, r, u)),
+        1 => any::<bool>().prop_map(Step::Recovery),
+        1 => (0u8..8, 0u8..4).prop_map(|(c, f)| Step::Recover(c, f)),
     ]
 }
 
@@ -262,6 +268,36 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 at: AT.into(),
             }
         }
+        Step::Recovery(active) => Command::SetRecovery { active },
+        Step::Recover(c, fence) => {
+            let cluster = format!("fleet/c{c}");
+            let owner_generation = state
+                .clusters
+                .get(&cluster)
+                .map_or(0, |c| c.owner_generation);
+            let syncs = state
+                .cluster_syncs
+                .get(&cluster)
+                .into_iter()
+                .flatten()
+                .map(|sync| {
+                    let status = state.syncs[sync].object.status.clone().unwrap_or_default();
+                    RecoveredSync {
+                        sync: sync.clone(),
+                        inventory: status.inventory,
+                        revision: status.last_applied_revision,
+                        digest: state.render_digest(sync),
+                        health: ResourceStatus::Current,
+                    }
+                })
+                .collect();
+            Command::RecoverCluster {
+                cluster,
+                fence: owner_generation + u64::from(fence),
+                syncs,
+                at: AT.into(),
+            }
+        }
     }
 }
 
@@ -323,6 +359,7 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
             )));
         }
         if let Outcome::Granted { ticket } = &outcome {
+            prop_assert!(!state.recovering, "granted while recovering: {:?}", ticket);
             prop_assert_eq!(
                 state.cluster_owner(&ticket.cluster),
                 Some((ticket.node, ticket.generation))

@@ -12,7 +12,9 @@
 //! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster, `cluster hold`
 //!    sets `spec.hold` of a Cluster, `rollout undo|unpin` `spec.rollout.pinnedRevision`;
 //! 4. the management API is down for 20 s; a deletion and an edit made as it comes back
-//!    reach the state, and the statuses catch up;
+//!    reach the state, and the statuses catch up; then every replica is lost with its data,
+//!    fresh ones start in recovery and `starling recover` converges the fleet again without
+//!    writing to any target;
 //! 5. an invalid object gets `Stalled`; deleting the SyncGroup (which carries Starling's
 //!    finalizer) prunes what it applied from every target before the object goes.
 
@@ -20,6 +22,7 @@ mod harness;
 
 use std::time::Duration;
 
+use fleetsim::{AuditFilter, Origin};
 use harness::{Group, Options, config_versions, demo_fixture, demo_manifests, wait_until};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
@@ -526,6 +529,70 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         })
     })
     .await;
+
+    // 4b. Every replica lost with its data. Fresh replicas start together in recovery, take the
+    // specs from the management cluster, and `starling recover` reads the targets back: the
+    // fleet is converged again without a single write to a target, and step 5's prune on
+    // deletion works from the recovered inventories.
+    let since = sim
+        .audit(&AuditFilter::default())
+        .last()
+        .map_or(0, |record| record.seq);
+    let ids: Vec<u64> = group.nodes.keys().copied().collect();
+    for id in ids {
+        group.kill(id);
+        let dir = group.nodes[&id].data_dir.clone();
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).expect("data directory removed");
+        }
+    }
+    group.options.extra_args.push("--recovery".into());
+    group.spawn_all();
+    group.wait_for_members(3).await;
+    wait_until(
+        Duration::from_secs(60),
+        "the specs mirrored again",
+        || async {
+            group.rollout("demo").await.is_some_and(|r| {
+                !r.target_revision.is_empty()
+                    && r.summary.is_some_and(|s| s.total == CLUSTERS as u32 + 1)
+            })
+        },
+    )
+    .await;
+    let recovered = group.cli(&["recover"]);
+    assert!(
+        recovered.contains(&format!(
+            "{} syncs already at their desired revision",
+            CLUSTERS + 1
+        )),
+        "{recovered}"
+    );
+    completed(&group, CLUSTERS as u32 + 1, "").await;
+    wait_until(
+        Duration::from_secs(60),
+        "the status written again",
+        || async {
+            get(&groups, "demo").await.is_some_and(|object| {
+                object["status"]["phase"] == "Complete"
+                    && object["status"]["summary"]["updated"] == CLUSTERS + 1
+            })
+        },
+    )
+    .await;
+    let target_writes: Vec<String> = sim
+        .audit(&AuditFilter {
+            since: Some(since),
+            ..Default::default()
+        })
+        .into_iter()
+        .filter(|r| r.origin == Origin::Api && !r.dry_run && r.cluster != MANAGEMENT)
+        .map(|r| format!("{} {} {:?}", r.cluster, r.verb, r.name))
+        .collect();
+    assert!(
+        target_writes.is_empty(),
+        "recovery wrote to targets: {target_writes:?}"
+    );
 
     // 5. An invalid object is Stalled with the reason; deleting the SyncGroup removes it.
     create_all(

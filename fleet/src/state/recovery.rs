@@ -95,10 +95,26 @@ impl FleetState {
             };
         };
         if entry.owner_generation <= fence {
-            // The next writer fences out every generation the target has seen. No ticket is
-            // out while recovering (none is granted), so none needs revoking.
+            // The next writer fences out every generation the target has seen.
             entry.owner_generation = fence + 1;
             super::members::project_cluster_owner(entry);
+            // `starling recover` waits for the tickets granted before recovery began; any
+            // still out is revoked, as in a handover, since its holder's generation is gone.
+            let with_tickets: Vec<Key> = self
+                .cluster_syncs
+                .get(cluster)
+                .into_iter()
+                .flatten()
+                .filter(|s| {
+                    self.syncs
+                        .get(*s)
+                        .is_some_and(|e| e.rollout.ticket.is_some())
+                })
+                .cloned()
+                .collect();
+            for sync in with_tickets {
+                self.revoke_ticket_of(&sync);
+            }
         }
         for recovered in syncs {
             self.recover_sync(cluster, recovered, at);
