@@ -33,6 +33,7 @@ VARIANTS = [
     ("standalone mode", "starling", NAMESPACE, {"mode": "standalone"}),
     ("Cluster API", "starling", NAMESPACE, {"operator": {"capi": True}}),
     ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
+    ("disaster recovery", "starling", NAMESPACE, {"node": {"recovery": True}}),
     (
         "a namespace-scoped install",
         "fleet",
@@ -329,6 +330,10 @@ def check_statefulset():
             f"{where}: the token is mounted in operator mode only (unless asked for)",
         )
         expect(f"--mode={effective['mode']}" in container["args"], f"{where}: --mode")
+        expect(
+            ("--recovery" in container["args"]) == effective["node"]["recovery"],
+            f"{where}: --recovery only when asked for",
+        )
         expect(
             container["resources"]["requests"]["memory"]
             and container["resources"]["limits"]["memory"],
