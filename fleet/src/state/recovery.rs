@@ -107,7 +107,7 @@ impl FleetState {
                 .flatten()
                 .filter(|s| {
                     self.syncs
-                        .get(*s)
+                        .get(s)
                         .is_some_and(|e| e.rollout.ticket.is_some())
                 })
                 .cloned()

@@ -45,6 +45,10 @@ const DEFAULT_SOURCE_WAIT: Duration = Duration::from_secs(120);
 /// How long `Recover` waits for tickets granted before recovery began to finish.
 const TICKET_WAIT: Duration = Duration::from_secs(120);
 
+/// The stream `Admin.Export` answers with.
+pub type ExportStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
+
 /// The first line of a backup.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -421,7 +425,7 @@ fn unresolved_sources(state: &FleetState) -> Vec<String> {
         .filter(|source| {
             state
                 .sources
-                .get(*source)
+                .get(source)
                 .and_then(|s| s.object.status.as_ref())
                 .and_then(|s| s.revision.as_ref())
                 .is_none()
