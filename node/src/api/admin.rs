@@ -394,8 +394,7 @@ impl proto::admin_server::Admin for AdminService {
         }))
     }
 
-    type ExportStream =
-        std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
+    type ExportStream = crate::api::recovery::ExportStream;
 
     async fn export(
         &self,

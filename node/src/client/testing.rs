@@ -378,8 +378,7 @@ impl Admin for CannedNode {
         Err(Status::unimplemented("shards"))
     }
 
-    type ExportStream =
-        std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
+    type ExportStream = crate::api::recovery::ExportStream;
 
     async fn export(
         &self,
