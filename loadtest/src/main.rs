@@ -1,8 +1,9 @@
 //! `loadtest`: Starling's figures, measured (never asserted by timed tests).
 //!
-//! `cargo run -p loadtest --release -- rollout|failover|admission|restart|isolation|scale`. The process
-//! benches start replicas as child processes of this binary, which runs `starling node` itself
-//! (`loadtest node …` is the `starling` command line), so one build holds both.
+//! `cargo run -p loadtest --release -- BENCH`, BENCH one of `rollout`, `failover`, `admission`,
+//! `restart`, `isolation`, `scale`, `webhook`, `recover`. The process benches start replicas as
+//! child processes of this binary, which runs `starling node` itself (`loadtest node …` is the
+//! `starling` command line), so one build holds both.
 //!
 //! - `failover`: real `starling node` processes on loopback; repeatedly `kill -9` the leader,
 //!   a follower, or each in turn (`--victim`), and time until a leader other than the victim
@@ -18,9 +19,13 @@
 //! - `restart`: the `rollout` set-up, then every replica killed with `kill -9` at once and
 //!   started again on its disk; the time until the group, the owners, and a check of every
 //!   Sync are back, and each node's peak memory against its steady state before the kill.
+//! - `recover`: the `rollout` set-up, then a backup exported, every replica killed and its
+//!   data directory deleted, fresh replicas with `--recovery`, import and recover; the times,
+//!   and the writes to targets until the rollout is Complete again (there must be none).
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 
 mod isolation;
+mod recover;
 mod report;
 mod restart;
 mod rollout;
@@ -101,6 +106,9 @@ enum Which {
     Isolation(isolation::IsolationArgs),
     /// The time from a signed webhook to the first cluster starting the new revision.
     Webhook(webhook::WebhookArgs),
+    /// Disaster recovery: every replica and its data lost after a rollout; export, import and
+    /// recover times, and the writes to targets until the fleet is converged (none).
+    Recover(recover::RecoverArgs),
     /// BeginSync + FinishSync pairs committed per second, and node memory.
     Admission {
         #[arg(long, default_value_t = 10_000)]
@@ -146,6 +154,10 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Webhook(mut webhook) => {
             webhook.out = args.out;
             webhook::run(webhook).await
+        }
+        Which::Recover(mut recover) => {
+            recover.rollout.out = args.out;
+            recover::run(recover).await
         }
     }
 }
