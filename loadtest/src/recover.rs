@@ -20,7 +20,7 @@ pub struct RecoverArgs {
     #[command(flatten)]
     pub rollout: RolloutArgs,
     /// Targets `Admin.Recover` reads at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     concurrency: u32,
 }
 

@@ -196,6 +196,7 @@ async fn losing_every_replica_recovers_from_the_targets_without_writing_to_them(
     );
     let converged = group.wait_complete("demo", &v1, CLUSTERS as u32, 0).await;
     assert_eq!(converged, v2);
+    assert!(!group.status().await.expect("status").recovering);
     assert_eq!(inventories(&group), inventories_before);
     // A little time for anything that would write on its own.
     tokio::time::sleep(Duration::from_secs(2)).await;

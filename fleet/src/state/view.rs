@@ -99,6 +99,9 @@ impl FleetState {
         let cluster = super::cluster_key_of(&entry.object);
         let group = entry.group.as_ref().and_then(|g| self.groups.get(g));
         let why = match state {
+            SyncState::Pending | SyncState::Admitted | SyncState::Failed if self.recovering => {
+                "disaster recovery in progress (starling recover)".into()
+            }
             SyncState::Held => format!("cluster {cluster} is held (starling cluster release)"),
             SyncState::Idle if entry.retiring => "being deleted with prune".into(),
             SyncState::Idle if entry.object.spec.template.suspend => "suspended".into(),

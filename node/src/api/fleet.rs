@@ -239,7 +239,7 @@ impl proto::fleet_server::Fleet for FleetService {
     ) -> Result<Response<proto::StatusResponse>, Status> {
         let raft = self.replica.raft.metrics().borrow().clone();
         let members = super::admin::members_leader_view(&self.replica).await;
-        let (rollouts, revision) = self.replica.raft.reader().read(|state| {
+        let (rollouts, revision, recovering) = self.replica.raft.reader().read(|state| {
             let rollouts = state
                 .groups
                 .keys()
@@ -262,7 +262,7 @@ impl proto::fleet_server::Fleet for FleetService {
                     })
                 })
                 .collect();
-            (rollouts, state.revision)
+            (rollouts, state.revision, state.recovering)
         });
         Ok(Response::new(proto::StatusResponse {
             members,
@@ -271,6 +271,7 @@ impl proto::fleet_server::Fleet for FleetService {
             commit_index: raft.last_log_index.unwrap_or(0),
             revision,
             rollouts,
+            recovering,
         }))
     }
 

@@ -39,7 +39,7 @@ pub const MAX_IMPORT_BYTES: usize = 1 << 30;
 /// Commands per proposal while importing or recovering.
 const BATCH: usize = 256;
 /// Targets read at once by default.
-const DEFAULT_CONCURRENCY: usize = 16;
+const DEFAULT_CONCURRENCY: usize = 64;
 /// How long `Recover` waits for the Sources to resolve by default.
 const DEFAULT_SOURCE_WAIT: Duration = Duration::from_secs(120);
 /// How long `Recover` waits for tickets granted before recovery began to finish.

@@ -36,7 +36,7 @@ pub struct ImportArgs {
 #[derive(clap::Args, Debug)]
 pub struct RecoverArgs {
     /// Target clusters read at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     pub concurrency: u32,
     /// How long to wait for every Source to resolve before reading the targets.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]

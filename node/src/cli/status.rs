@@ -111,6 +111,11 @@ pub fn status_text(status: &proto::StatusResponse, bars: bool) -> String {
         "leader: {leader}   term: {}   commit index: {}   revision: {}\n\n",
         status.term, status.commit_index, status.revision
     );
+    if status.recovering {
+        text.push_str(
+            "disaster recovery in progress: nothing rolls out until `starling recover` has read the target clusters\n\n",
+        );
+    }
     text.push_str(&members_table(&status.members).render());
     text.push('\n');
     if status.rollouts.is_empty() {
@@ -206,6 +211,7 @@ pub fn status_json(status: &proto::StatusResponse) -> serde_json::Value {
         "term": status.term,
         "commitIndex": status.commit_index,
         "revision": status.revision,
+        "recovering": status.recovering,
         "members": status.members.iter().map(member_json).collect::<Vec<_>>(),
         "rollouts": status.rollouts.iter().map(rollout_json).collect::<Vec<_>>(),
     })
@@ -273,6 +279,23 @@ mod tests {
             text.contains(&format!("Progressing   {bar}   40/100 (40%)")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn recovery_in_progress_is_said_first() {
+        let status = proto::StatusResponse {
+            leader_id: 1,
+            recovering: true,
+            ..proto::StatusResponse::default()
+        };
+        let text = status_text(&status, false);
+        assert!(
+            text.contains(
+                "disaster recovery in progress: nothing rolls out until `starling recover`"
+            ),
+            "{text}"
+        );
+        assert_eq!(status_json(&status)["recovering"], true);
     }
 
     #[test]

@@ -299,6 +299,7 @@ pub fn canned_status() -> proto::StatusResponse {
                 held: 0,
             }),
         }],
+        recovering: false,
     }
 }
 
