@@ -26,6 +26,7 @@ mod recovery;
 mod retire;
 mod rollout;
 mod shared_map;
+mod snapshot;
 mod specs;
 mod syncs;
 mod view;
@@ -45,9 +46,7 @@ pub use recovery::RecoveredSync;
 pub use rollout::SyncState;
 pub use shard::NodeId;
 pub use shared_map::SharedMap;
-
-/// The format version of [`FleetState::encode_snapshot`].
-pub const SNAPSHOT_FORMAT: u32 = 1;
+pub use snapshot::{SNAPSHOT_FORMAT, SnapshotError};
 
 /// `namespace/name` of an object; the key of every map in the state.
 pub type Key = String;
@@ -544,32 +543,6 @@ pub enum Outcome {
     Batch(Vec<Outcome>),
 }
 
-/// A snapshot that cannot be decoded.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    #[error("snapshot format {found} is not supported (this build reads format {supported})")]
-    UnsupportedFormat { found: u32, supported: u32 },
-    #[error("snapshot is corrupt: {0}")]
-    Corrupt(#[from] serde_json::Error),
-}
-
-#[derive(Serialize)]
-struct SnapshotOut<'a> {
-    format: u32,
-    state: &'a FleetState,
-}
-
-/// The envelope's format alone (the rest of the document is skipped without being built).
-#[derive(Deserialize)]
-struct SnapshotFormat {
-    format: u32,
-}
-
-#[derive(Deserialize)]
-struct SnapshotIn {
-    state: FleetState,
-}
-
 impl FleetState {
     /// Applies one command. Deterministic: the same state and command give the same result
     /// on every replica.
@@ -666,29 +639,6 @@ impl FleetState {
             self.revision += 1;
         }
         outcome
-    }
-
-    /// Serialises the state for a Raft snapshot, with its format version.
-    pub fn encode_snapshot(&self) -> Vec<u8> {
-        // Serialising plain data with string keys cannot fail.
-        serde_json::to_vec(&SnapshotOut {
-            format: SNAPSHOT_FORMAT,
-            state: self,
-        })
-        .unwrap_or_default()
-    }
-
-    /// Restores a state from [`FleetState::encode_snapshot`] output.
-    pub fn decode_snapshot(bytes: &[u8]) -> Result<FleetState, SnapshotError> {
-        let envelope: SnapshotFormat = serde_json::from_slice(bytes)?;
-        if envelope.format != SNAPSHOT_FORMAT {
-            return Err(SnapshotError::UnsupportedFormat {
-                found: envelope.format,
-                supported: SNAPSHOT_FORMAT,
-            });
-        }
-        let decoded: SnapshotIn = serde_json::from_slice(bytes)?;
-        Ok(decoded.state)
     }
 
     /// The node that owns a cluster, with its owner generation.
