@@ -24,6 +24,25 @@ pub struct LocalObjectReference {
     pub name: String,
 }
 
+/// A reference that may name another namespace (`namespace` defaults to the referrer's).
+///
+/// Tenancy decides what it may point at: a Source must be in the referrer's own namespace,
+/// and a Cluster in another namespace must admit the referrer's namespace in
+/// `spec.allowedNamespaces`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NamespacedObjectReference {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl NamespacedObjectReference {
+    /// The namespace referred to, given the referrer's.
+    pub fn namespace_or<'a>(&'a self, own: &'a str) -> &'a str {
+        self.namespace.as_deref().unwrap_or(own)
+    }
+}
+
 /// A reference to one key of a Secret in the same namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SecretKeyReference {
@@ -217,6 +236,22 @@ pub struct ClusterSpec {
     /// their budgets nor blocks their completion. Status shows it held.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hold: bool,
+    /// Namespaces besides its own whose Syncs and SyncGroups may target this cluster; `*`
+    /// admits every namespace. Empty (the default) admits only its own: a tenant's objects
+    /// cannot reach another tenant's clusters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_namespaces: Vec<String>,
+}
+
+impl ClusterSpec {
+    /// Whether objects in `namespace` may target this cluster, which lives in `own`.
+    pub fn admits(&self, own: &str, namespace: &str) -> bool {
+        own == namespace
+            || self
+                .allowed_namespaces
+                .iter()
+                .any(|allowed| allowed == "*" || allowed == namespace)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -363,8 +398,10 @@ pub enum DriftMode {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SyncSpec {
-    pub source_ref: LocalObjectReference,
-    pub cluster_ref: LocalObjectReference,
+    /// The Source, always in the Sync's own namespace.
+    pub source_ref: NamespacedObjectReference,
+    /// The Cluster; one in another namespace must admit this one (`spec.allowedNamespaces`).
+    pub cluster_ref: NamespacedObjectReference,
     #[serde(flatten)]
     pub template: SyncTemplate,
     /// Set on the Syncs of a pinned SyncGroup (`starling rollout undo`): the revision applied
@@ -485,10 +522,15 @@ pub struct RolloutPolicy {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SyncGroupSpec {
-    pub source_ref: LocalObjectReference,
+    /// The Source, always in the SyncGroup's own namespace.
+    pub source_ref: NamespacedObjectReference,
     /// Which clusters get a Sync: absent selects none, `{}` selects all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_selector: Option<LabelSelector>,
+    /// Namespaces besides its own to select Clusters from. A Cluster there is selected only
+    /// when its `spec.allowedNamespaces` admits this SyncGroup's namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_namespaces: Vec<String>,
     #[serde(default)]
     pub template: SyncTemplate,
     #[serde(default)]

@@ -124,6 +124,22 @@ pub enum ValidationError {
         limit: usize,
         limit_text: &'static str,
     },
+    /// A reference into another namespace that tenancy never allows.
+    #[error(
+        "{field}: {value:?} is another namespace; a {kind} may only use Sources in its own namespace ({own})"
+    )]
+    CrossNamespaceSource {
+        field: String,
+        value: String,
+        kind: &'static str,
+        own: String,
+    },
+    #[error("{field}: at most {limit} namespaces, found {found}")]
+    TooManyNamespaces {
+        field: String,
+        limit: usize,
+        found: usize,
+    },
     #[error("{}", join(.0))]
     Several(Vec<ValidationError>),
 }
@@ -221,6 +237,12 @@ pub fn validate_cluster(cluster: &Cluster) -> Result<(), ValidationError> {
             problems.check(check_secret_key("spec.kubeconfigSecretRef.key", key));
         }
     }
+    check_namespaces(
+        &mut problems,
+        "spec.allowedNamespaces",
+        &cluster.spec.allowed_namespaces,
+        true,
+    );
     problems.check(check_object_size(cluster));
     problems.finish()
 }
@@ -237,6 +259,14 @@ pub fn validate_sync(sync: &Sync) -> Result<(), ValidationError> {
         "spec.clusterRef.name",
         &sync.spec.cluster_ref.name,
     ));
+    check_source_namespace(&mut problems, "Sync", &sync.metadata, &sync.spec.source_ref);
+    if let Some(namespace) = &sync.spec.cluster_ref.namespace {
+        problems.check(name_error(
+            "spec.clusterRef.namespace",
+            namespace,
+            check_dns1123_label(namespace),
+        ));
+    }
     let own_name = sync.metadata.name.as_deref().unwrap_or_default();
     check_template(&mut problems, "spec", &sync.spec.template, own_name);
     problems.check(check_object_size(sync));
@@ -251,9 +281,16 @@ pub fn validate_sync_group(group: &SyncGroup) -> Result<(), ValidationError> {
         "spec.sourceRef.name",
         &group.spec.source_ref.name,
     ));
+    check_source_namespace(&mut problems, "SyncGroup", &group.metadata, &group.spec.source_ref);
     if let Some(selector) = &group.spec.cluster_selector {
         problems.check(check_selector("spec.clusterSelector", selector));
     }
+    check_namespaces(
+        &mut problems,
+        "spec.clusterNamespaces",
+        &group.spec.cluster_namespaces,
+        false,
+    );
     let own_name = group.metadata.name.as_deref().unwrap_or_default();
     check_template(
         &mut problems,
@@ -264,6 +301,48 @@ pub fn validate_sync_group(group: &SyncGroup) -> Result<(), ValidationError> {
     check_rollout(&mut problems, "spec.rollout", &group.spec.rollout);
     problems.check(check_object_size(group));
     problems.finish()
+}
+
+/// The most namespaces a Cluster may admit or a SyncGroup may select from.
+pub const MAX_NAMESPACES: usize = 256;
+
+/// Tenancy: a Source is always in the referrer's own namespace.
+fn check_source_namespace(
+    problems: &mut Problems,
+    kind: &'static str,
+    metadata: &ObjectMeta,
+    reference: &crate::resources::NamespacedObjectReference,
+) {
+    let own = metadata.namespace.as_deref().unwrap_or("default");
+    if let Some(namespace) = reference.namespace.as_deref().filter(|n| *n != own) {
+        problems.push(ValidationError::CrossNamespaceSource {
+            field: "spec.sourceRef.namespace".into(),
+            value: namespace.into(),
+            kind,
+            own: own.into(),
+        });
+    }
+}
+
+/// A list of namespace names (`*` too where `wildcard`), bounded.
+fn check_namespaces(problems: &mut Problems, field: &str, namespaces: &[String], wildcard: bool) {
+    if namespaces.len() > MAX_NAMESPACES {
+        problems.push(ValidationError::TooManyNamespaces {
+            field: field.into(),
+            limit: MAX_NAMESPACES,
+            found: namespaces.len(),
+        });
+    }
+    for (i, namespace) in namespaces.iter().enumerate() {
+        if wildcard && namespace == "*" {
+            continue;
+        }
+        problems.check(name_error(
+            &format!("{field}[{i}]"),
+            namespace,
+            check_dns1123_label(namespace),
+        ));
+    }
 }
 
 fn check_metadata(problems: &mut Problems, metadata: &ObjectMeta) {

@@ -685,12 +685,9 @@ impl FleetState {
                 let Some(sync) = self.syncs.get(key) else {
                     return false;
                 };
-                let namespace = sync.object.metadata.namespace.as_deref();
-                write_key(
-                    &mut cluster,
-                    namespace.unwrap_or("default"),
-                    &sync.object.spec.cluster_ref.name,
-                );
+                let own = sync.object.metadata.namespace.as_deref().unwrap_or("default");
+                let reference = &sync.object.spec.cluster_ref;
+                write_key(&mut cluster, reference.namespace_or(own), &reference.name);
                 self.clusters
                     .get(&cluster)
                     .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
@@ -734,10 +731,11 @@ impl FleetState {
     }
 }
 
-/// `namespace/name` of the cluster a Sync targets.
+/// `namespace/name` of the cluster a Sync targets (`clusterRef.namespace`, else its own).
 pub fn cluster_key_of(sync: &Sync) -> Key {
+    let own = sync.metadata.namespace.as_deref().unwrap_or("default");
     key_of(
-        sync.metadata.namespace.as_deref().unwrap_or("default"),
+        sync.spec.cluster_ref.namespace_or(own),
         &sync.spec.cluster_ref.name,
     )
 }

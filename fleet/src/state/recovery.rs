@@ -50,7 +50,7 @@ impl FleetState {
             template.path,
             template.substitute,
             entry.object.spec.cluster_ref.name,
-            entry.object.metadata.namespace,
+            cluster.object.metadata.namespace,
             cluster.object.metadata.labels,
         ]);
         let bytes = serde_json::to_vec(&input).ok()?;

@@ -217,6 +217,22 @@ impl FleetState {
         }
         let cluster = super::cluster_key_of(&entry.object);
         matches!(self.clusters.get(&cluster), Some(c) if !c.object.spec.paused)
+            && self.tenancy_denial(key).is_none()
+    }
+
+    /// Why tenancy keeps a Sync from its cluster, if it does: the cluster is in another
+    /// namespace that does not admit the Sync's (`Cluster.spec.allowedNamespaces`).
+    pub fn tenancy_denial(&self, key: &str) -> Option<String> {
+        let entry = self.syncs.get(key)?;
+        let own = entry.object.metadata.namespace.as_deref().unwrap_or("default");
+        let cluster_key = super::cluster_key_of(&entry.object);
+        let cluster = self.clusters.get(&cluster_key)?;
+        let theirs = cluster.object.metadata.namespace.as_deref().unwrap_or("default");
+        (!cluster.object.spec.admits(theirs, own)).then(|| {
+            format!(
+                "cluster {cluster_key} does not admit namespace {own} (add it to the cluster's spec.allowedNamespaces)"
+            )
+        })
     }
 
     /// Whether the cluster a Sync targets is held (`starling cluster hold`).

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::manifest::{Kind, ObjectKey, Resource};
 use crate::resources::{
-    ArtifactRef, Cluster, Condition, LocalObjectReference, RolloutTrigger, Source, Sync, SyncGroup,
+    ArtifactRef, Cluster, Condition, NamespacedObjectReference, RolloutTrigger, Source, Sync, SyncGroup,
     SyncSpec,
 };
 use crate::selector::Selector;
@@ -533,14 +533,21 @@ impl FleetState {
             return;
         };
         let namespace = namespace_of(&group.object.metadata).to_string();
-        let prefix = format!("{namespace}/");
-        let selected: Vec<Key> = self
-            .clusters
-            .range_from(&prefix)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .filter(|(_, c)| selects(group, c))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut namespaces = vec![namespace];
+        namespaces.extend(group.object.spec.cluster_namespaces.iter().cloned());
+        namespaces.sort();
+        namespaces.dedup();
+        let mut selected: Vec<Key> = Vec::new();
+        for namespace in namespaces {
+            let prefix = format!("{namespace}/");
+            selected.extend(
+                self.clusters
+                    .range_from(&prefix)
+                    .take_while(|(k, _)| k.starts_with(&prefix))
+                    .filter(|(_, c)| selects(group, c))
+                    .map(|(k, _)| k.clone()),
+            );
+        }
         let mut wanted = BTreeSet::new();
         for cluster in &selected {
             if let Some(sync) = self.ensure_generated_sync(group_key, cluster) {
@@ -566,18 +573,26 @@ impl FleetState {
         self.admit(group_key);
     }
 
-    /// After a cluster is created or changed: every group in its namespace re-decides whether
-    /// it selects the cluster; its existing Syncs are re-filed (partition, paused).
+    /// After a cluster is created or changed: every group that may select it (those in its
+    /// namespace and those naming it in `clusterNamespaces`) re-decides whether it does; its
+    /// existing Syncs are re-filed (partition, paused, admitted namespaces).
     fn regroup_cluster(&mut self, cluster_key: &str) {
         let Some(cluster) = self.clusters.get(cluster_key) else {
             return;
         };
         let namespace = namespace_of(&cluster.object.metadata).to_string();
         let prefix = format!("{namespace}/");
-        let groups: Vec<(Key, bool)> = self
+        let own = self
             .groups
             .range_from(&prefix)
-            .take_while(|(k, _)| k.starts_with(&prefix))
+            .take_while(|(k, _)| k.starts_with(&prefix));
+        // Groups that reach into other namespaces are few; they are found by a scan of the
+        // groups (not of the clusters).
+        let foreign = self.groups.iter().filter(|(k, g)| {
+            !k.starts_with(&prefix) && g.object.spec.cluster_namespaces.contains(&namespace)
+        });
+        let groups: Vec<(Key, bool)> = own
+            .chain(foreign)
             .filter(|(_, g)| !g.retiring)
             .map(|(k, g)| (k.clone(), selects(g, cluster)))
             .collect();
@@ -603,10 +618,7 @@ impl FleetState {
 
     fn generated_sync_key(&self, group_key: &str, cluster_key: &str) -> Key {
         let (namespace, group) = group_key.split_once('/').unwrap_or(("default", group_key));
-        let cluster = cluster_key
-            .split_once('/')
-            .map_or(cluster_key, |(_, name)| name);
-        key_of(namespace, &format!("{group}-{cluster}"))
+        key_of(namespace, &generated_sync_name(namespace, group, cluster_key))
     }
 
     /// Creates or updates the Sync a group makes for a cluster. Returns its key, or `None` when
@@ -623,12 +635,14 @@ impl FleetState {
             return None;
         }
         let (namespace, name) = sync_key.split_once('/').unwrap_or(("default", &sync_key));
-        let cluster_name = cluster_key.split_once('/').map_or(cluster_key, |(_, n)| n);
+        let (cluster_namespace, cluster_name) =
+            cluster_key.split_once('/').unwrap_or(("default", cluster_key));
         let group_name = group.object.metadata.name.clone().unwrap_or_default();
         let spec = SyncSpec {
             source_ref: group.object.spec.source_ref.clone(),
-            cluster_ref: LocalObjectReference {
+            cluster_ref: NamespacedObjectReference {
                 name: cluster_name.to_string(),
+                namespace: (cluster_namespace != namespace).then(|| cluster_namespace.into()),
             },
             template: group.object.spec.template.clone(),
             pinned_revision: group.pin.as_ref().map(|pin| pin.revision.clone()),
@@ -763,10 +777,34 @@ impl GroupEntry {
     }
 }
 
+/// Whether a group selects a cluster: by labels, and, for a cluster in another namespace, only
+/// when the group names that namespace and the cluster admits the group's.
 fn selects(group: &GroupEntry, cluster: &ClusterEntry) -> bool {
+    let own = namespace_of(&group.object.metadata);
+    let theirs = namespace_of(&cluster.object.metadata);
+    let reachable = own == theirs
+        || (group.object.spec.cluster_namespaces.iter().any(|n| n == theirs)
+            && cluster.object.spec.admits(theirs, own));
+    reachable && matches_labels(group, cluster)
+}
+
+/// Whether a group's selector matches a cluster's labels, tenancy aside.
+pub(super) fn matches_labels(group: &GroupEntry, cluster: &ClusterEntry) -> bool {
     let Some(selector) = &group.selector else {
         return false;
     };
     let labels = cluster.object.metadata.labels.clone().unwrap_or_default();
     selector.matches(&labels)
+}
+
+/// The name of the Sync a group makes for a cluster: `<group>-<cluster>`, or
+/// `<group>-<cluster>.<namespace>` for a cluster in another namespace (so that two clusters
+/// of one name in different namespaces never share a Sync).
+pub(super) fn generated_sync_name(group_namespace: &str, group: &str, cluster_key: &str) -> String {
+    let (namespace, cluster) = cluster_key.split_once('/').unwrap_or(("default", cluster_key));
+    if namespace == group_namespace {
+        format!("{group}-{cluster}")
+    } else {
+        format!("{group}-{cluster}.{namespace}")
+    }
 }

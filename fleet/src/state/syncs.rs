@@ -475,16 +475,17 @@ impl FleetState {
             .namespace
             .as_deref()
             .unwrap_or("default");
-        let cluster = &entry.object.spec.cluster_ref.name;
+        let cluster = super::cluster_key_of(&entry.object);
         let direct = key_of(namespace, name);
         if let Some(other) = self.syncs.get(&direct)
-            && other.object.spec.cluster_ref.name == *cluster
+            && super::cluster_key_of(&other.object) == cluster
         {
             return Some(direct);
         }
         let group = key_of(namespace, name);
         if self.groups.contains_key(&group) {
-            return Some(key_of(namespace, &format!("{name}-{cluster}")));
+            let generated = super::specs::generated_sync_name(namespace, name, &cluster);
+            return Some(key_of(namespace, &generated));
         }
         None
     }

@@ -86,6 +86,10 @@ impl FleetState {
             Err(cycle) => vec![format!("dependency cycle: {}", cycle.join(" -> "))],
         };
         status.rollout_state = Some(self.explain_state(key));
+        if let Some(denial) = self.tenancy_denial(key) {
+            status.conditions.retain(|c| c.type_ != TENANCY_CONDITION);
+            status.conditions.push(tenancy_condition(denial));
+        }
         Some(object)
     }
 
@@ -108,6 +112,7 @@ impl FleetState {
             SyncState::Idle if !self.clusters.contains_key(&cluster) => {
                 format!("cluster {cluster} not found")
             }
+            SyncState::Idle if let Some(denial) = self.tenancy_denial(key) => denial,
             SyncState::Idle
                 if self
                     .clusters
@@ -168,20 +173,77 @@ impl FleetState {
         } else {
             RolloutPhase::Progressing
         };
-        let previous = group.object.status.clone().unwrap_or_default();
+        let mut conditions = group.object.status.clone().unwrap_or_default().conditions;
+        if let Some(denial) = self.group_tenancy_denial(group) {
+            conditions.retain(|c| c.type_ != TENANCY_CONDITION);
+            conditions.push(tenancy_condition(denial));
+        }
         Some(SyncGroupStatus {
             target_revision: target,
             summary,
             phase: Some(phase),
             observed_generation: group.object.metadata.generation,
-            conditions: previous.conditions,
+            conditions,
             history: group.history_view(),
         })
+    }
+
+    /// The clusters a group's selector matches in its `clusterNamespaces` that do not admit
+    /// the group's namespace, said in one message (the first few named). Reads only the
+    /// clusters of those namespaces, and only for groups that name any.
+    fn group_tenancy_denial(&self, group: &super::GroupEntry) -> Option<String> {
+        const NAMED: usize = 5;
+        let own = group.object.metadata.namespace.as_deref().unwrap_or("default");
+        let mut denied = Vec::new();
+        let mut count = 0usize;
+        for namespace in &group.object.spec.cluster_namespaces {
+            if namespace == own {
+                continue;
+            }
+            let prefix = format!("{namespace}/");
+            let matching = self
+                .clusters
+                .range_from(&prefix)
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .filter(|(_, c)| {
+                    !c.object.spec.admits(namespace, own)
+                        && super::specs::matches_labels(group, c)
+                });
+            for (key, _) in matching {
+                count += 1;
+                if denied.len() < NAMED {
+                    denied.push(key.clone());
+                }
+            }
+        }
+        if count == 0 {
+            return None;
+        }
+        let more = count.saturating_sub(denied.len());
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        Some(format!(
+            "{count} matching cluster(s) do not admit namespace {own}, so they are not selected: {}{more} (add {own} to their spec.allowedNamespaces)",
+            denied.join(", ")
+        ))
     }
 
     /// The rollout state of one Sync.
     pub fn sync_state(&self, key: &str) -> Option<SyncState> {
         self.syncs.get(key).map(|s| s.rollout.state)
+    }
+}
+
+/// The condition type that reports a cross-namespace reference tenancy refuses.
+pub const TENANCY_CONDITION: &str = "CrossNamespaceDenied";
+
+fn tenancy_condition(message: String) -> crate::resources::Condition {
+    crate::resources::Condition {
+        type_: TENANCY_CONDITION.into(),
+        status: "True".into(),
+        reason: "NotAdmitted".into(),
+        message,
+        last_transition_time: None,
+        observed_generation: None,
     }
 }
 

@@ -26,6 +26,10 @@ pub fn api_resource() -> ApiResource {
 /// `starling.dev/hold: "true"` on a Cluster API Cluster holds it (`starling cluster hold`).
 pub const HOLD_ANNOTATION: &str = "starling.dev/hold";
 
+/// `starling.dev/allowed-namespaces: "team-a,team-b"` on a Cluster API Cluster is its
+/// `Cluster.spec.allowedNamespaces`: the other namespaces whose SyncGroups may select it.
+pub const ALLOWED_NAMESPACES_ANNOTATION: &str = "starling.dev/allowed-namespaces";
+
 /// The phase in which a Cluster API Cluster can be synced.
 const PROVISIONED: &str = "Provisioned";
 
@@ -50,6 +54,21 @@ pub fn to_cluster(object: &DynamicObject) -> Cluster {
         .as_ref()
         .and_then(|a| a.get(HOLD_ANNOTATION))
         .is_some_and(|value| value == "true");
+    // Tenancy: the namespaces admitted besides its own, comma-separated (`*` for all).
+    let allowed_namespaces = object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ALLOWED_NAMESPACES_ANNOTATION))
+        .map(|value| {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
     let mut metadata = normalized_meta(&object.metadata);
     // Cluster API's own annotations are not the Starling Cluster's business.
     metadata.annotations = None;
@@ -60,6 +79,7 @@ pub fn to_cluster(object: &DynamicObject) -> Cluster {
             mode: ClusterMode::Push,
             paused: paused_by_capi || provisioning || deleting,
             hold,
+            allowed_namespaces,
         },
         status: None,
     }

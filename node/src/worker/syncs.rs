@@ -707,15 +707,18 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    let cluster_key = fleet::state::key_of(&namespace, &object.spec.cluster_ref.name);
+    // The cluster may live in another namespace that admits this one; its kubeconfig Secret
+    // is in its own namespace.
+    let cluster_key = fleet::state::cluster_key_of(&object);
     let (owner, generation) = state.cluster_owner(&cluster_key)?;
     if owner != node {
         return None;
     }
     let cluster = &state.clusters.get(&cluster_key)?.object;
-    let cluster_target = connection(state, &namespace, cluster).map(|connection| ClusterTarget {
+    let cluster_namespace = object.spec.cluster_ref.namespace_or(&namespace).to_string();
+    let cluster_target = connection(state, &cluster_namespace, cluster).map(|connection| ClusterTarget {
         name: object.spec.cluster_ref.name.clone(),
-        namespace: namespace.clone(),
+        namespace: cluster_namespace.clone(),
         labels: cluster.metadata.labels.clone().unwrap_or_default(),
         connection,
     });
