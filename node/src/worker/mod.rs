@@ -6,6 +6,7 @@
 
 pub mod artifacts;
 pub mod drift;
+pub mod fair;
 pub mod sources;
 pub mod syncs;
 

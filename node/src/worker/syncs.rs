@@ -138,6 +138,8 @@ pub async fn run(replica: Arc<Replica>) {
             .raft
             .reader()
             .read(|state| planner.plan(state, replica.id(), &busy));
+        // Tenants take turns at the free slots (see `fair`).
+        let plan = super::fair::interleave(plan, |work| work.sync.as_str(), &busy);
         for work in plan {
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 break;
