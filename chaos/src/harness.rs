@@ -45,6 +45,9 @@ pub struct Options {
     pub log: Option<String>,
     /// Environment variables for some nodes only (fault switches), by node id.
     pub node_env: BTreeMap<u64, Vec<(String, String)>>,
+    /// The installation's admin token: the nodes require tokens (`--admin-token-file`), and
+    /// the harness's own calls present this one.
+    pub admin_token: Option<String>,
 }
 
 impl Default for Options {
@@ -54,6 +57,7 @@ impl Default for Options {
             extra_args: Vec::new(),
             log: None,
             node_env: BTreeMap::new(),
+            admin_token: None,
         }
     }
 }
@@ -213,7 +217,7 @@ impl Group {
     pub async fn status(&self) -> Option<proto::StatusResponse> {
         for node in self.running() {
             let mut client = FleetClient::new(channel(&node.grpc));
-            if let Ok(reply) = client.status(proto::StatusRequest {}).await
+            if let Ok(reply) = client.status(self.request(proto::StatusRequest {})).await
                 && reply.get_ref().leader_id != 0
             {
                 return Some(reply.into_inner());
@@ -234,7 +238,7 @@ impl Group {
     pub async fn status_of(&self, id: u64) -> Option<proto::StatusResponse> {
         let mut client = self.fleet(id).await;
         client
-            .status(proto::StatusRequest {})
+            .status(self.request(proto::StatusRequest {}))
             .await
             .ok()
             .map(|r| r.into_inner())
@@ -258,11 +262,11 @@ impl Group {
     ) -> Result<proto::ApplyResponse, tonic::Status> {
         let mut client = self.fleet(id).await;
         client
-            .apply(proto::ApplyRequest {
+            .apply(self.request(proto::ApplyRequest {
                 manifests: manifests.as_bytes().to_vec(),
                 origin: "test".into(),
                 dry_run: false,
-            })
+            }))
             .await
             .map(|r| r.into_inner())
     }
@@ -271,11 +275,14 @@ impl Group {
     /// stderr.
     pub fn cli(&self, args: &[&str]) -> String {
         let node = self.running().next().expect("a running node");
-        let output = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .args(["--server", &node.grpc, "--timeout", "30s"])
-            .args(args)
-            .output()
-            .expect("run starling");
+            .args(args);
+        if let Some(token) = &self.options.admin_token {
+            command.env("STARLING_TOKEN", token);
+        }
+        let output = command.output().expect("run starling");
         assert!(
             output.status.success(),
             "starling {args:?} failed: {}",
@@ -284,11 +291,21 @@ impl Group {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// A request carrying the admin token, when the group has one.
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        with_token(message, self.options.admin_token.as_deref())
+    }
+
+    /// Where the admin token file is (written by `prepare` when the group has a token).
+    fn admin_token_file(&self) -> PathBuf {
+        self.dir.path().join("admin-token")
+    }
+
     /// Shards (cluster ownership) as seen by node `id`.
     pub async fn shards(&self, id: u64) -> Option<proto::ShardsResponse> {
         let mut client = self.admin(id).await;
         client
-            .shards(proto::ShardsRequest { node_id: 0 })
+            .shards(self.request(proto::ShardsRequest { node_id: 0 }))
             .await
             .ok()
             .map(|r| r.into_inner())
@@ -325,6 +342,15 @@ fn peers_flag(nodes: &BTreeMap<u64, NodeProcess>) -> String {
         .map(|n| format!("{}={}", n.id, n.grpc))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// A request with `authorization: Bearer <token>` (nothing when `None`).
+pub fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(value) = token.and_then(|t| format!("Bearer {t}").parse().ok()) {
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
 }
 
 pub fn channel(address: &str) -> Channel {
@@ -488,6 +514,9 @@ impl Group {
             nodes.insert(id, node_process(id, &dir));
         }
         let peers = peers_flag(&nodes);
+        if let Some(token) = &options.admin_token {
+            std::fs::write(dir.path().join("admin-token"), token).expect("write the admin token");
+        }
         Group {
             _serial: serial,
             dir,
@@ -542,6 +571,12 @@ impl Group {
                 &format!("{}ms", self.options.down_after.as_millis()),
             ])
             .args(&self.options.extra_args)
+            .args(
+                self.options
+                    .admin_token
+                    .as_ref()
+                    .map(|_| format!("--admin-token-file={}", self.admin_token_file().display())),
+            )
             .env(
                 "STARLING_LOG",
                 std::env::var("STARLING_TEST_NODE_LOG")

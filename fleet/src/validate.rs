@@ -281,7 +281,12 @@ pub fn validate_sync_group(group: &SyncGroup) -> Result<(), ValidationError> {
         "spec.sourceRef.name",
         &group.spec.source_ref.name,
     ));
-    check_source_namespace(&mut problems, "SyncGroup", &group.metadata, &group.spec.source_ref);
+    check_source_namespace(
+        &mut problems,
+        "SyncGroup",
+        &group.metadata,
+        &group.spec.source_ref,
+    );
     if let Some(selector) = &group.spec.cluster_selector {
         problems.check(check_selector("spec.clusterSelector", selector));
     }

@@ -43,6 +43,10 @@ pub struct ServerArgs {
     /// Time limit for connecting and for each request (`10s`, `1m`, `500ms`).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
+    /// The API token, when the installation requires one (`starling token create`, or the
+    /// admin token). Never printed.
+    #[arg(long, global = true, env = "STARLING_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -58,6 +62,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
 pub struct Client {
     server: String,
     timeout: Duration,
+    token: Option<String>,
     fleet: FleetClient<Channel>,
     admin: AdminClient<Channel>,
 }
@@ -91,6 +96,7 @@ impl Client {
         Client {
             server: args.server.clone(),
             timeout: args.timeout,
+            token: args.token.clone(),
             fleet: FleetClient::new(channel.clone())
                 .max_decoding_message_size(MAX_API_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_API_MESSAGE_BYTES),
@@ -162,6 +168,26 @@ impl Client {
     ) -> anyhow::Result<proto::ClusterHoldResponse> {
         let mut fleet = self.fleet.clone();
         self.call(fleet.cluster_hold(self.request(request))).await
+    }
+
+    pub async fn token_create(
+        &self,
+        request: proto::TokenCreateRequest,
+    ) -> anyhow::Result<proto::TokenCreateResponse> {
+        let mut admin = self.admin.clone();
+        self.call(admin.token_create(self.request(request))).await
+    }
+
+    pub async fn token_list(&self) -> anyhow::Result<proto::TokenListResponse> {
+        let mut admin = self.admin.clone();
+        self.call(admin.token_list(self.request(proto::TokenListRequest {})))
+            .await
+    }
+
+    pub async fn token_revoke(&self, id: &str) -> anyhow::Result<proto::TokenRevokeResponse> {
+        let mut admin = self.admin.clone();
+        let request = proto::TokenRevokeRequest { id: id.to_string() };
+        self.call(admin.token_revoke(self.request(request))).await
     }
 
     pub async fn members(&self) -> anyhow::Result<proto::MembersResponse> {
@@ -248,7 +274,8 @@ impl Client {
 
     /// A request carrying the deadline (`grpc-timeout`), so the node gives up when we do.
     fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
+        let mut request =
+            crate::auth::with_bearer(tonic::Request::new(message), self.token.as_deref());
         request.set_timeout(self.timeout);
         request
     }
@@ -528,6 +555,7 @@ mod tests {
         let args = ServerArgs {
             server: address.to_string(),
             timeout: TIMEOUT,
+            token: None,
         };
         let error = Client::connect(&args).await.unwrap_err();
         assert_eq!(

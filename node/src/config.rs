@@ -110,13 +110,18 @@ pub struct NodeArgs {
     /// Operator mode: status writes to the management cluster per second, at most.
     #[arg(long, env = "STARLING_STATUS_WRITES_PER_SECOND", default_value_t = 50)]
     pub status_writes_per_second: u32,
-    /// Check the flags and environment, print the resulting configuration on one line and exit
-    /// without starting anything (non-zero when the configuration is invalid).
     /// Start a new installation in disaster recovery: nothing is rolled out until `starling
     /// recover` has read back what the target clusters hold. No effect on an installation that
     /// has already formed.
     #[arg(long, env = "STARLING_RECOVERY")]
     pub recovery: bool,
+    /// A file holding the installation's admin token (the same on every replica, at least 32
+    /// characters). When set, every call to the Fleet and Admin APIs needs a token: this one,
+    /// or one made with `starling token create`. Unset: the API is open (development).
+    #[arg(long, env = "STARLING_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Check the flags and environment, print the resulting configuration on one line and exit
+    /// without starting anything (non-zero when the configuration is invalid).
     #[arg(long)]
     pub validate_config: bool,
 }
@@ -172,6 +177,8 @@ pub struct NodeConfig {
     pub operator: Option<OperatorConfig>,
     /// A new installation forms in disaster recovery (`--recovery`).
     pub recovery: bool,
+    /// `--admin-token-file`: when set, the API requires tokens.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl NodeConfig {
@@ -203,7 +210,7 @@ impl NodeConfig {
         format!(
             "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
              data-dir {} down-after {} lease {} max-rtt {} max-voters {} \
-             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} mode {}",
+             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} auth {} mode {}",
             self.id,
             self.listen,
             self.advertise,
@@ -217,6 +224,11 @@ impl NodeConfig {
             self.max_concurrent_syncs,
             self.max_waiting_syncs,
             humantime::format_duration(self.drain_timeout),
+            if self.admin_token_file.is_some() {
+                "tokens"
+            } else {
+                "open"
+            },
             mode,
         )
     }
@@ -395,6 +407,7 @@ impl NodeArgs {
             drain_timeout: self.drain_timeout,
             operator,
             recovery: self.recovery,
+            admin_token_file: self.admin_token_file.clone(),
         })
     }
 
@@ -555,7 +568,7 @@ mod tests {
              2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
              data-dir /tmp/x down-after 5s lease 2s 500ms max-rtt 50ms max-voters 5 \
              max-concurrent-syncs 16 \
-             max-waiting-syncs 512 drain-timeout 20s mode standalone"
+             max-waiting-syncs 512 drain-timeout 20s auth open mode standalone"
         );
     }
 

@@ -5,6 +5,7 @@
 
 pub mod allocator;
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -91,6 +92,8 @@ enum Command {
     Import(cli::recovery::ImportArgs),
     /// After losing every replica: read back what the target clusters hold, then resume.
     Recover(cli::recovery::RecoverArgs),
+    /// Create, list or revoke API tokens (per tenant and role).
+    Token(cli::token::TokenArgs),
 }
 
 /// A gRPC channel to `host:port` that connects on first use, with a per-request timeout.
@@ -146,6 +149,7 @@ impl Command {
             | Command::Get(_)
             | Command::Status(_)
             | Command::Members(_)
+            | Command::Token(_)
             | Command::Rollout(_)
             | Command::Source(_) => None,
         }
@@ -211,6 +215,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::Export(args) => cli::recovery::export(args),
         Command::Import(args) => cli::recovery::import(args),
         Command::Recover(args) => cli::recovery::recover(args),
+        Command::Token(args) => cli::token::run(args),
     }
 }
 

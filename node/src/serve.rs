@@ -34,6 +34,10 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         .await
         .with_context(|| format!("cannot listen for http on {}", config.http_listen))?;
     let replica = Arc::new(Replica::open(config).await?);
+    let authenticator = match &replica.admin_token {
+        Some(token) => crate::auth::Authenticator::with_tokens(token, replica.raft.reader()),
+        None => crate::auth::Authenticator::open(),
+    };
 
     let limit = proto::limits::MAX_API_MESSAGE_BYTES;
     let fleet =
@@ -50,6 +54,10 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
     )
     .max_encoding_message_size(limit);
     let (stop_grpc, stopped) = oneshot::channel::<()>();
+    // The client APIs authenticate every call; the replicas' own services (Raft, Node,
+    // Artifacts) are for peers.
+    let fleet = tonic::service::interceptor::InterceptedService::new(fleet, authenticator.clone());
+    let admin = tonic::service::interceptor::InterceptedService::new(admin, authenticator);
     let grpc = tonic::transport::Server::builder()
         .add_service(replica.raft.grpc_service())
         .add_service(fleet)

@@ -87,6 +87,8 @@ impl Touch {
             | Command::SetMemberState { .. }
             | Command::StopMember { .. }
             | Command::RequestPoll { .. }
+            | Command::CreateToken { .. }
+            | Command::RevokeToken { .. }
             | Command::GroupFormed => Touch::Nothing,
         }
     }

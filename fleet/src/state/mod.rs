@@ -29,6 +29,7 @@ mod shared_map;
 mod snapshot;
 mod specs;
 mod syncs;
+mod tokens;
 mod view;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +48,7 @@ pub use rollout::SyncState;
 pub use shard::NodeId;
 pub use shared_map::SharedMap;
 pub use snapshot::{SNAPSHOT_FORMAT, SnapshotError};
+pub use tokens::{MAX_TOKENS, Role, TokenEntry};
 
 /// `namespace/name` of an object; the key of every map in the state.
 pub type Key = String;
@@ -240,6 +242,9 @@ pub struct FleetState {
     /// granted until `starling recover` has read back what the targets hold.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recovering: bool,
+    /// API tokens by id ([`Command::CreateToken`]): digests only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tokens: BTreeMap<String, TokenEntry>,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -386,6 +391,15 @@ pub enum Command {
     /// import`, or `starling recover` itself) or off (`starling recover` finished).
     SetRecovery {
         active: bool,
+    },
+    /// `starling token create`: a new API token (its digest).
+    CreateToken {
+        id: String,
+        entry: TokenEntry,
+    },
+    /// `starling token revoke`.
+    RevokeToken {
+        id: String,
     },
     /// `starling recover`: what one target cluster holds (its fence and each Sync's inventory
     /// mirror). Refused unless recovering.
@@ -612,6 +626,8 @@ impl FleetState {
                 group, revision, ..
             } => self.pin_rollout(&group, revision),
             Command::SetRecovery { active } => self.set_recovery(active),
+            Command::CreateToken { id, entry } => self.create_token(id, entry),
+            Command::RevokeToken { id } => self.revoke_token(&id),
             Command::RecoverCluster {
                 cluster,
                 fence,
@@ -685,7 +701,12 @@ impl FleetState {
                 let Some(sync) = self.syncs.get(key) else {
                     return false;
                 };
-                let own = sync.object.metadata.namespace.as_deref().unwrap_or("default");
+                let own = sync
+                    .object
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .unwrap_or("default");
                 let reference = &sync.object.spec.cluster_ref;
                 write_key(&mut cluster, reference.namespace_or(own), &reference.name);
                 self.clusters

@@ -224,10 +224,20 @@ impl FleetState {
     /// namespace that does not admit the Sync's (`Cluster.spec.allowedNamespaces`).
     pub fn tenancy_denial(&self, key: &str) -> Option<String> {
         let entry = self.syncs.get(key)?;
-        let own = entry.object.metadata.namespace.as_deref().unwrap_or("default");
+        let own = entry
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default");
         let cluster_key = super::cluster_key_of(&entry.object);
         let cluster = self.clusters.get(&cluster_key)?;
-        let theirs = cluster.object.metadata.namespace.as_deref().unwrap_or("default");
+        let theirs = cluster
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default");
         (!cluster.object.spec.admits(theirs, own)).then(|| {
             format!(
                 "cluster {cluster_key} does not admit namespace {own} (add it to the cluster's spec.allowedNamespaces)"

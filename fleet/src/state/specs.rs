@@ -15,8 +15,8 @@ use super::{
 };
 use crate::manifest::{Kind, ObjectKey, Resource};
 use crate::resources::{
-    ArtifactRef, Cluster, Condition, NamespacedObjectReference, RolloutTrigger, Source, Sync, SyncGroup,
-    SyncSpec,
+    ArtifactRef, Cluster, Condition, NamespacedObjectReference, RolloutTrigger, Source, Sync,
+    SyncGroup, SyncSpec,
 };
 use crate::selector::Selector;
 
@@ -618,7 +618,10 @@ impl FleetState {
 
     fn generated_sync_key(&self, group_key: &str, cluster_key: &str) -> Key {
         let (namespace, group) = group_key.split_once('/').unwrap_or(("default", group_key));
-        key_of(namespace, &generated_sync_name(namespace, group, cluster_key))
+        key_of(
+            namespace,
+            &generated_sync_name(namespace, group, cluster_key),
+        )
     }
 
     /// Creates or updates the Sync a group makes for a cluster. Returns its key, or `None` when
@@ -635,8 +638,9 @@ impl FleetState {
             return None;
         }
         let (namespace, name) = sync_key.split_once('/').unwrap_or(("default", &sync_key));
-        let (cluster_namespace, cluster_name) =
-            cluster_key.split_once('/').unwrap_or(("default", cluster_key));
+        let (cluster_namespace, cluster_name) = cluster_key
+            .split_once('/')
+            .unwrap_or(("default", cluster_key));
         let group_name = group.object.metadata.name.clone().unwrap_or_default();
         let spec = SyncSpec {
             source_ref: group.object.spec.source_ref.clone(),
@@ -783,7 +787,12 @@ fn selects(group: &GroupEntry, cluster: &ClusterEntry) -> bool {
     let own = namespace_of(&group.object.metadata);
     let theirs = namespace_of(&cluster.object.metadata);
     let reachable = own == theirs
-        || (group.object.spec.cluster_namespaces.iter().any(|n| n == theirs)
+        || (group
+            .object
+            .spec
+            .cluster_namespaces
+            .iter()
+            .any(|n| n == theirs)
             && cluster.object.spec.admits(theirs, own));
     reachable && matches_labels(group, cluster)
 }
@@ -801,7 +810,9 @@ pub(super) fn matches_labels(group: &GroupEntry, cluster: &ClusterEntry) -> bool
 /// `<group>-<cluster>.<namespace>` for a cluster in another namespace (so that two clusters
 /// of one name in different namespaces never share a Sync).
 pub(super) fn generated_sync_name(group_namespace: &str, group: &str, cluster_key: &str) -> String {
-    let (namespace, cluster) = cluster_key.split_once('/').unwrap_or(("default", cluster_key));
+    let (namespace, cluster) = cluster_key
+        .split_once('/')
+        .unwrap_or(("default", cluster_key));
     if namespace == group_namespace {
         format!("{group}-{cluster}")
     } else {

@@ -636,8 +636,8 @@ mod history;
 mod members;
 mod recovery;
 mod retire;
-mod tickets;
 mod tenancy;
+mod tickets;
 
 /// Found by chaos seed 15: a replica that became the source's owner resolved from the revision
 /// it had applied (v1), while the previous owner had just committed v2; its v1 was committed

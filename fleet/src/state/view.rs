@@ -193,7 +193,12 @@ impl FleetState {
     /// clusters of those namespaces, and only for groups that name any.
     fn group_tenancy_denial(&self, group: &super::GroupEntry) -> Option<String> {
         const NAMED: usize = 5;
-        let own = group.object.metadata.namespace.as_deref().unwrap_or("default");
+        let own = group
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default");
         let mut denied = Vec::new();
         let mut count = 0usize;
         for namespace in &group.object.spec.cluster_namespaces {
@@ -206,8 +211,7 @@ impl FleetState {
                 .range_from(&prefix)
                 .take_while(|(k, _)| k.starts_with(&prefix))
                 .filter(|(_, c)| {
-                    !c.object.spec.admits(namespace, own)
-                        && super::specs::matches_labels(group, c)
+                    !c.object.spec.admits(namespace, own) && super::specs::matches_labels(group, c)
                 });
             for (key, _) in matching {
                 count += 1;
@@ -220,7 +224,11 @@ impl FleetState {
             return None;
         }
         let more = count.saturating_sub(denied.len());
-        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
         Some(format!(
             "{count} matching cluster(s) do not admit namespace {own}, so they are not selected: {}{more} (add {own} to their spec.allowedNamespaces)",
             denied.join(", ")

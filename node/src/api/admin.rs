@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::Command;
-use fleet::state::MemberState;
+use fleet::state::{MemberState, Role};
 use proto::ApiError;
 use tonic::{Request, Response, Status};
 
 use super::{recovery, status, write_status};
+use crate::auth::principal;
 use crate::client_channel;
 use crate::replica::{Replica, voters};
 
@@ -205,7 +206,7 @@ pub async fn members_leader_view(replica: &Replica) -> Vec<proto::Member> {
         && let Ok(channel) = client_channel(&peer.addr, LEADER_VIEW_TIMEOUT)
     {
         let mut client = proto::admin_client::AdminClient::new(channel);
-        let mut request = Request::new(proto::MembersRequest {});
+        let mut request = replica.peer_request(proto::MembersRequest {});
         request.set_timeout(LEADER_VIEW_TIMEOUT);
         if let Ok(Ok(reply)) =
             tokio::time::timeout(LEADER_VIEW_TIMEOUT, client.members(request)).await
@@ -261,8 +262,9 @@ pub fn members_view(replica: &Replica) -> Vec<proto::Member> {
 impl proto::admin_server::Admin for AdminService {
     async fn members(
         &self,
-        _request: Request<proto::MembersRequest>,
+        request: Request<proto::MembersRequest>,
     ) -> Result<Response<proto::MembersResponse>, Status> {
+        principal(&request)?.require(Role::Reader, None, "list the members")?;
         let leader_id = self.replica.raft.current_leader().map_or(0, |(id, _)| id);
         Ok(Response::new(proto::MembersResponse {
             members: if self.replica.raft.is_leader() {
@@ -278,8 +280,11 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::AddNodeRequest>,
     ) -> Result<Response<proto::MembershipResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "add a node")?;
         if let Some(mut leader) = self.leader_client()? {
-            return leader.add_node(request.into_inner()).await;
+            return leader
+                .add_node(self.replica.peer_request(request.into_inner()))
+                .await;
         }
         let request = request.into_inner();
         if request
@@ -321,8 +326,11 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::RemoveNodeRequest>,
     ) -> Result<Response<proto::MembershipResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "remove a node")?;
         if let Some(mut leader) = self.leader_client()? {
-            return leader.remove_node(request.into_inner()).await;
+            return leader
+                .remove_node(self.replica.peer_request(request.into_inner()))
+                .await;
         }
         let id = request.get_ref().id;
         let change = self
@@ -344,6 +352,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::DrainRequest>,
     ) -> Result<Response<proto::DrainResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "drain a node")?;
         let request = request.into_inner();
         let state = if request.undo {
             MemberState::Live
@@ -376,8 +385,11 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::TransferLeadershipRequest>,
     ) -> Result<Response<proto::TransferLeadershipResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "transfer leadership")?;
         if let Some(mut leader) = self.leader_client()? {
-            return leader.transfer_leadership(request.into_inner()).await;
+            return leader
+                .transfer_leadership(self.replica.peer_request(request.into_inner()))
+                .await;
         }
         let target = request.get_ref().target;
         let target = (target != 0).then_some(target);
@@ -398,8 +410,9 @@ impl proto::admin_server::Admin for AdminService {
 
     async fn export(
         &self,
-        _request: Request<proto::ExportRequest>,
+        request: Request<proto::ExportRequest>,
     ) -> Result<Response<Self::ExportStream>, Status> {
+        principal(&request)?.require(Role::Admin, None, "export the state")?;
         let replica = self.replica.clone();
         let bytes = tokio::task::spawn_blocking(move || recovery::export(&replica))
             .await
@@ -412,6 +425,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<tonic::Streaming<proto::ImportChunk>>,
     ) -> Result<Response<proto::ImportResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "import a backup")?;
         if self.replica.operator.is_some() {
             return Err(status(ApiError::failed_precondition(
                 "in operator mode the management cluster holds the specs: start the new installation with --recovery and run `starling recover`",
@@ -448,6 +462,7 @@ impl proto::admin_server::Admin for AdminService {
         &self,
         request: Request<proto::RecoverRequest>,
     ) -> Result<Response<proto::RecoverResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "recover")?;
         self.replica
             .write_quorum(CHANGE_TIMEOUT)
             .await
@@ -457,10 +472,39 @@ impl proto::admin_server::Admin for AdminService {
             .map(Response::new)
     }
 
+    async fn token_create(
+        &self,
+        request: Request<proto::TokenCreateRequest>,
+    ) -> Result<Response<proto::TokenCreateResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "create tokens")?;
+        super::tokens::create(&self.replica, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn token_list(
+        &self,
+        request: Request<proto::TokenListRequest>,
+    ) -> Result<Response<proto::TokenListResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "list tokens")?;
+        Ok(Response::new(super::tokens::list(&self.replica)))
+    }
+
+    async fn token_revoke(
+        &self,
+        request: Request<proto::TokenRevokeRequest>,
+    ) -> Result<Response<proto::TokenRevokeResponse>, Status> {
+        principal(&request)?.require(Role::Admin, None, "revoke tokens")?;
+        super::tokens::revoke(&self.replica, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
     async fn shards(
         &self,
         request: Request<proto::ShardsRequest>,
     ) -> Result<Response<proto::ShardsResponse>, Status> {
+        principal(&request)?.require(Role::Reader, None, "list the shards")?;
         let only = request.get_ref().node_id;
         let (shards, revision) = self.replica.raft.reader().read(|state| {
             let shards = state

@@ -15,7 +15,9 @@ use proto::ApiError;
 use tonic::{Request, Response, Status};
 
 use super::{convert, status, write_status};
+use crate::auth::{Principal, principal};
 use crate::replica::Replica;
+use fleet::state::Role;
 
 /// How long a client's write waits for the group to form before it is refused.
 const WRITE_QUORUM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -58,6 +60,7 @@ impl proto::fleet_server::Fleet for FleetService {
         &self,
         request: Request<proto::ApplyRequest>,
     ) -> Result<Response<proto::ApplyResponse>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
         self.refuse_in_operator_mode(request.dry_run)?;
         let text = String::from_utf8(request.manifests)
@@ -70,6 +73,9 @@ impl proto::fleet_server::Fleet for FleetService {
             )));
         }
         let keys: Vec<ObjectKey> = resources.iter().map(Resource::key).collect();
+        for key in &keys {
+            caller.require(Role::Writer, Some(&key.namespace), "apply")?;
+        }
         let resources: Vec<Resource> = self.replica.raft.reader().read(|state| {
             resources
                 .into_iter()
@@ -134,6 +140,7 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::DeleteRequest>,
     ) -> Result<Response<proto::DeleteResponse>, Status> {
         self.refuse_in_operator_mode(false)?;
+        let caller = principal(&request)?;
         let request = request.into_inner();
         let keys = request
             .objects
@@ -143,6 +150,9 @@ impl proto::fleet_server::Fleet for FleetService {
             .map_err(status)?;
         if keys.is_empty() {
             return Err(status(ApiError::invalid_argument("no objects to delete")));
+        }
+        for key in &keys {
+            caller.require(Role::Writer, Some(&key.namespace), "delete")?;
         }
         let commands = keys
             .iter()
@@ -183,6 +193,7 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
         let key = convert::key(request.get_ref().object.as_ref()).map_err(status)?;
+        principal(&request)?.require(Role::Reader, Some(&key.namespace), "read")?;
         let (resource, revision) = self
             .replica
             .raft
@@ -200,6 +211,7 @@ impl proto::fleet_server::Fleet for FleetService {
         &self,
         request: Request<proto::ListRequest>,
     ) -> Result<Response<proto::ListResponse>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
         let kind = convert::kind(&request.kind).map_err(status)?;
         let selector = Selector::parse_str(&request.label_selector).map_err(|error| {
@@ -208,6 +220,7 @@ impl proto::fleet_server::Fleet for FleetService {
             )))
         })?;
         let namespace = (!request.namespace.is_empty()).then_some(request.namespace.as_str());
+        require_reader(&caller, namespace)?;
         let (resources, revision) = self
             .replica
             .raft
@@ -215,6 +228,7 @@ impl proto::fleet_server::Fleet for FleetService {
             .read(|state| (state.list(kind, namespace), state.revision));
         let objects = resources
             .iter()
+            .filter(|r| caller.serves(r.namespace()))
             .filter(|r| request.name.is_empty() || r.name() == request.name)
             .filter(|r| selector.matches(r.labels()))
             .map(|r| convert::object(r, revision))
@@ -229,20 +243,41 @@ impl proto::fleet_server::Fleet for FleetService {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let stream = super::watch::start(&self.replica, request.into_inner()).map_err(status)?;
+        let caller = principal(&request)?;
+        let mut request = request.into_inner();
+        if request.namespace.is_empty() && !caller.everywhere() {
+            // A tenant watches its own namespace; several need one watch each.
+            match caller.tenants.as_slice() {
+                [only] => request.namespace = only.clone(),
+                _ => {
+                    return Err(Status::permission_denied(format!(
+                        "{} acts in several namespaces ({}): watch one of them (--namespace)",
+                        caller.name,
+                        caller.tenants.join(", ")
+                    )));
+                }
+            }
+        }
+        let namespace = (!request.namespace.is_empty()).then_some(request.namespace.as_str());
+        caller.require(Role::Reader, namespace, "watch")?;
+        let stream = super::watch::start(&self.replica, request).map_err(status)?;
         Ok(Response::new(stream))
     }
 
     async fn status(
         &self,
-        _request: Request<proto::StatusRequest>,
+        request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
+        // The members are the installation's; the rollouts shown are the caller's tenants'.
+        let caller = principal(&request)?;
+        require_reader(&caller, None)?;
         let raft = self.replica.raft.metrics().borrow().clone();
         let members = super::admin::members_leader_view(&self.replica).await;
         let (rollouts, revision, recovering) = self.replica.raft.reader().read(|state| {
             let rollouts = state
                 .groups
                 .keys()
+                .filter(|key| caller.serves(crate::worker::fair::tenant_of(key)))
                 .filter_map(|key| {
                     let status = state.group_status(key)?;
                     let (namespace, name) = key.split_once('/')?;
@@ -279,22 +314,26 @@ impl proto::fleet_server::Fleet for FleetService {
         &self,
         request: Request<proto::RolloutRequest>,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
-        self.rollout(request.into_inner(), true).await
+        let caller = principal(&request)?;
+        self.rollout(&caller, request.into_inner(), true).await
     }
 
     async fn rollout_resume(
         &self,
         request: Request<proto::RolloutRequest>,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
-        self.rollout(request.into_inner(), false).await
+        let caller = principal(&request)?;
+        self.rollout(&caller, request.into_inner(), false).await
     }
 
     async fn rollout_pin(
         &self,
         request: Request<proto::RolloutPinRequest>,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
         let namespace = namespace_or_default(&request.namespace);
+        caller.require(Role::Writer, Some(namespace), "pin or unpin a rollout")?;
         let group = key_of(namespace, &request.name);
         let revision = (!request.revision.is_empty()).then_some(request.revision);
         if let Some(revision) = &revision {
@@ -349,8 +388,10 @@ impl proto::fleet_server::Fleet for FleetService {
         &self,
         request: Request<proto::ClusterHoldRequest>,
     ) -> Result<Response<proto::ClusterHoldResponse>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
         let namespace = namespace_or_default(&request.namespace);
+        caller.require(Role::Writer, Some(namespace), "hold or release a cluster")?;
         let patch = serde_json::json!({"hold": request.hold});
         if self
             .patch_in_operator_mode::<Cluster>(namespace, &request.name, "spec.hold", patch)
@@ -459,10 +500,12 @@ impl FleetService {
 
     async fn rollout(
         &self,
+        caller: &Principal,
         request: proto::RolloutRequest,
         pause: bool,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
         let namespace = namespace_or_default(&request.namespace);
+        caller.require(Role::Writer, Some(namespace), "pause or resume a rollout")?;
         let patch = serde_json::json!({"rollout": {"paused": pause}});
         if self
             .patch_in_operator_mode::<SyncGroup>(
@@ -484,6 +527,18 @@ impl FleetService {
         };
         let revision = self.propose_operation(command).await?;
         Ok(Response::new(proto::RolloutResponse { revision }))
+    }
+}
+
+/// Reading: in `namespace`, or (`None`) in the caller's own namespaces, filtered afterwards.
+fn require_reader(caller: &Principal, namespace: Option<&str>) -> Result<(), Status> {
+    match namespace {
+        Some(namespace) => caller.require(Role::Reader, Some(namespace), "read"),
+        None => caller.require(
+            Role::Reader,
+            caller.tenants.first().map(String::as_str),
+            "read",
+        ),
     }
 }
 

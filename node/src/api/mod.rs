@@ -8,6 +8,7 @@ pub mod convert;
 pub mod fleet;
 pub mod node;
 pub mod recovery;
+pub mod tokens;
 pub mod watch;
 
 use proto::ApiError;

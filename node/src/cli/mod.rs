@@ -15,3 +15,4 @@ pub mod render;
 pub mod rollout;
 pub mod source;
 pub mod status;
+pub mod token;

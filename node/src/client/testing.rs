@@ -36,6 +36,7 @@ pub async fn serve() -> ServerArgs {
     ServerArgs {
         server: address.to_string(),
         timeout: std::time::Duration::from_secs(5),
+        token: None,
     }
 }
 
@@ -412,5 +413,26 @@ impl Admin for CannedNode {
         _request: Request<proto::RecoverRequest>,
     ) -> Result<Response<proto::RecoverResponse>, Status> {
         Err(ApiError::unavailable("1 of 100 targets could not be read").into())
+    }
+
+    async fn token_create(
+        &self,
+        _request: Request<proto::TokenCreateRequest>,
+    ) -> Result<Response<proto::TokenCreateResponse>, Status> {
+        Err(Status::unimplemented("token_create"))
+    }
+
+    async fn token_list(
+        &self,
+        _request: Request<proto::TokenListRequest>,
+    ) -> Result<Response<proto::TokenListResponse>, Status> {
+        Err(Status::unimplemented("token_list"))
+    }
+
+    async fn token_revoke(
+        &self,
+        _request: Request<proto::TokenRevokeRequest>,
+    ) -> Result<Response<proto::TokenRevokeResponse>, Status> {
+        Err(Status::unimplemented("token_revoke"))
     }
 }

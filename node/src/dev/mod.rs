@@ -310,6 +310,7 @@ impl Dev {
                     capi: false,
                 }),
                 recovery: false,
+                admin_token_file: None,
             };
             self.nodes.insert(id, serve::start(config).await?);
         }

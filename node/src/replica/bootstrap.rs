@@ -100,7 +100,10 @@ async fn probe(replica: &Replica) -> Vec<Option<PeerReport>> {
             continue;
         };
         let mut client = proto::admin_client::AdminClient::new(channel);
-        let report = match client.members(proto::MembersRequest {}).await {
+        let report = match client
+            .members(replica.peer_request(proto::MembersRequest {}))
+            .await
+        {
             Ok(reply) => {
                 let reply = reply.into_inner();
                 Some(PeerReport {
@@ -202,7 +205,7 @@ async fn add_self(replica: &Replica) -> u64 {
                 continue;
             };
             let mut client = proto::admin_client::AdminClient::new(channel);
-            match client.add_node(request.clone()).await {
+            match client.add_node(replica.peer_request(request.clone())).await {
                 Ok(reply) => {
                     tracing::info!(node = replica.id(), via = %address, "admitted by the leader");
                     return reply.into_inner().log_index;

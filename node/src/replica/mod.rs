@@ -45,6 +45,9 @@ use lease::Lease;
 /// Shared by every task and service of a replica.
 pub struct Replica {
     pub config: NodeConfig,
+    /// The installation's admin token (`--admin-token-file`), presented on the calls this
+    /// replica makes to its peers' Admin API (joining, forwarding to the leader).
+    pub admin_token: Option<String>,
     pub raft: RaftNode,
     pub lease: Lease,
     pub metrics: Metrics,
@@ -100,6 +103,10 @@ pub struct Report {
 impl Replica {
     /// Opens the Raft stores and builds the replica; nothing runs yet.
     pub async fn open(config: NodeConfig) -> anyhow::Result<Replica> {
+        let admin_token = match &config.admin_token_file {
+            Some(path) => Some(crate::auth::read_admin_token(path)?),
+            None => None,
+        };
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!("cannot create data directory {}", config.data_dir.display())
         })?;
@@ -122,6 +129,7 @@ impl Replica {
             .map_err(|error| anyhow::anyhow!("cannot start the sync engine: {error}"))?;
         let mut replica = Replica::assemble(config, raft, Arc::new(engine), store, mirrors);
         replica.operator = operator;
+        replica.admin_token = admin_token;
         Ok(replica)
     }
 
@@ -161,9 +169,15 @@ impl Replica {
             artifact_fetches: Default::default(),
             webhook_deliveries: Default::default(),
             ui_snapshots: Default::default(),
+            admin_token: None,
             config,
             raft,
         }
+    }
+
+    /// A request to a peer's Admin API, carrying the installation's admin token.
+    pub fn peer_request<T>(&self, message: T) -> tonic::Request<T> {
+        crate::auth::with_bearer(tonic::Request::new(message), self.admin_token.as_deref())
     }
 
     /// Records a node's heartbeat (on the leader).

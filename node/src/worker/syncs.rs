@@ -718,12 +718,13 @@ fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
     }
     let cluster = &state.clusters.get(&cluster_key)?.object;
     let cluster_namespace = object.spec.cluster_ref.namespace_or(&namespace).to_string();
-    let cluster_target = connection(state, &cluster_namespace, cluster).map(|connection| ClusterTarget {
-        name: object.spec.cluster_ref.name.clone(),
-        namespace: cluster_namespace.clone(),
-        labels: cluster.metadata.labels.clone().unwrap_or_default(),
-        connection,
-    });
+    let cluster_target =
+        connection(state, &cluster_namespace, cluster).map(|connection| ClusterTarget {
+            name: object.spec.cluster_ref.name.clone(),
+            namespace: cluster_namespace.clone(),
+            labels: cluster.metadata.labels.clone().unwrap_or_default(),
+            connection,
+        });
     if entry.retiring {
         return Some(Prepared {
             cluster: cluster_key,

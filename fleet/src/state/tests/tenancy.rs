@@ -58,7 +58,12 @@ fn a_group_selects_only_its_own_namespace_unless_the_cluster_admits_it() {
     assert!(state.groups["fleet/app"].members.contains(sync));
     assert_eq!(cluster_key_of(&state.syncs[sync].object), "tenant-b/edge");
     let status = state.group_status("fleet/app").expect("status");
-    assert!(status.conditions.iter().all(|c| c.type_ != TENANCY_CONDITION));
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != TENANCY_CONDITION)
+    );
     resolve(&mut state, "main@sha1:1");
     for _ in 0..3 {
         sync_round(&mut state, "main@sha1:1", false);
@@ -101,7 +106,12 @@ fn a_sync_naming_a_cluster_that_does_not_admit_it_waits_with_a_condition() {
         "{:?}",
         status.rollout_state
     );
-    assert!(status.conditions.iter().any(|c| c.type_ == TENANCY_CONDITION));
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == TENANCY_CONDITION)
+    );
 
     // Once admitted, it syncs.
     upsert(&mut state, &foreign_cluster("fleet"));
@@ -118,7 +128,8 @@ fn a_source_in_another_namespace_is_refused_with_a_clear_error() {
     let error = crate::manifest::parse_manifests(&group).expect_err("refused");
     let text = error.to_string();
     assert!(
-        text.contains("spec.sourceRef.namespace") && text.contains("only use Sources in its own namespace"),
+        text.contains("spec.sourceRef.namespace")
+            && text.contains("only use Sources in its own namespace"),
         "{text}"
     );
 }

@@ -1,0 +1,111 @@
+//! `starling token create|list|revoke`: the API tokens of an installation that requires them
+//! (`starling node --admin-token-file`). A token is printed once, when it is made; the
+//! installation keeps only its digest.
+
+use serde_json::json;
+
+use super::output::{OutputFormat, ReportFormat, emit, to_json};
+use crate::client::{Client, ServerArgs, block_on};
+
+#[derive(clap::Args, Debug)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    pub command: TokenCommand,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
+pub enum TokenCommand {
+    /// Make a token and print it (once).
+    Create {
+        /// A namespace it acts in; repeat for several; `*` for every namespace.
+        #[arg(long = "tenant", required = true, value_name = "NAMESPACE")]
+        tenants: Vec<String>,
+        /// admin, writer, reader or agent.
+        #[arg(long, default_value = "reader")]
+        role: String,
+        /// What it is for (shown by `starling token list`).
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List the tokens (never their secrets).
+    List,
+    /// Revoke a token by id: the next call with it is refused.
+    Revoke { id: String },
+}
+
+pub fn run(args: TokenArgs) -> anyhow::Result<()> {
+    let format = ReportFormat::from_output(args.output, "starling token")?;
+    let text = block_on(async {
+        let client = Client::connect(&args.server).await?;
+        execute(&client, args.command, format).await
+    })?;
+    emit(&text)
+}
+
+pub async fn execute(
+    client: &Client,
+    command: TokenCommand,
+    format: ReportFormat,
+) -> anyhow::Result<String> {
+    let (text, json) = match command {
+        TokenCommand::Create {
+            tenants,
+            role,
+            description,
+        } => {
+            let response = client
+                .token_create(proto::TokenCreateRequest {
+                    role: role.clone(),
+                    tenants: tenants.clone(),
+                    description,
+                })
+                .await?;
+            let text = format!(
+                "token {} created ({role} of {}). It is shown only now:\n{}\n",
+                response.id,
+                tenants.join(", "),
+                response.token
+            );
+            let json = json!({"id": response.id, "token": response.token, "role": role, "tenants": tenants});
+            (text, json)
+        }
+        TokenCommand::List => {
+            let response = client.token_list().await?;
+            let mut text = format!(
+                "{:<14} {:<7} {:<30} {:<21} DESCRIPTION\n",
+                "ID", "ROLE", "TENANTS", "CREATED"
+            );
+            for token in &response.tokens {
+                text.push_str(&format!(
+                    "{:<14} {:<7} {:<30} {:<21} {}\n",
+                    token.id,
+                    token.role,
+                    token.tenants.join(","),
+                    token.created,
+                    token.description
+                ));
+            }
+            let json = json!({"tokens": response.tokens.iter().map(|t| json!({
+                "id": t.id, "role": t.role, "tenants": t.tenants,
+                "description": t.description, "created": t.created,
+            })).collect::<Vec<_>>()});
+            (text, json)
+        }
+        TokenCommand::Revoke { id } => {
+            let response = client.token_revoke(&id).await?;
+            (
+                format!("token {id} revoked\n"),
+                json!({"id": id, "revoked": true, "revision": response.revision}),
+            )
+        }
+    };
+    match format {
+        ReportFormat::Text => Ok(text),
+        ReportFormat::Json => to_json(&json),
+    }
+}

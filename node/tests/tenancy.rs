@@ -1,0 +1,353 @@
+//! Tenants and tokens end to end, with three real `starling node` processes started at once
+//! as a StatefulSet starts them, all requiring tokens (`--admin-token-file`):
+//! - without a token, or with a wrong or revoked one, every call is refused;
+//! - the admin makes per-tenant tokens; a tenant's writer applies in its namespace only, its
+//!   reader only reads it, and an agent token cannot use the Fleet API at all;
+//! - a tenant's SyncGroup selects another tenant's Cluster only when that Cluster admits it
+//!   (`spec.allowedNamespaces`), and says which it could not select;
+//! - a Source in another namespace is refused at apply;
+//! - tokens are replicated: after the leader is killed, the others still know them;
+//! - no token and no Secret value appears in any node log or CLI output.
+
+mod harness;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use harness::{Group, Options, binary, wait_until};
+
+const ADMIN: &str = "admin-token-for-the-tenancy-test-0123456789";
+const SECRET_VALUE: &str = "distinctive-secret-value-4f2a9c";
+
+/// Runs the CLI against node `id` with `token`.
+fn starling(group: &Group, id: u64, token: Option<&str>, args: &[&str]) -> Output {
+    let node = group.running().find(|n| n.id == id).expect("running node");
+    let mut command = Command::new(binary());
+    command
+        .args(["--server", &node.grpc, "--timeout", "30s"])
+        .args(args)
+        .env_remove("STARLING_TOKEN");
+    if let Some(token) = token {
+        command.env("STARLING_TOKEN", token);
+    }
+    command.output().expect("run starling")
+}
+
+/// Stdout of a call that must succeed.
+fn ok(output: Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Stderr of a call that must fail.
+fn refused(output: Output, what: &str) -> String {
+    assert!(!output.status.success(), "{what} was not refused");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Writes manifests to a file and applies them with `token`.
+fn apply(group: &Group, id: u64, token: &str, manifests: &str) -> Output {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), manifests).expect("write manifests");
+    let path = file.path().to_str().expect("utf-8 path").to_string();
+    starling(group, id, Some(token), &["apply", "-f", &path])
+}
+
+/// `starling token create`: the token printed on the last line.
+fn create_token(group: &Group, tenant: &str, role: &str) -> String {
+    let text = ok(
+        starling(
+            group,
+            1,
+            Some(ADMIN),
+            &["token", "create", "--tenant", tenant, "--role", role],
+        ),
+        "token create",
+    );
+    let token = text
+        .lines()
+        .last()
+        .expect("a token line")
+        .trim()
+        .to_string();
+    assert!(token.starts_with("stl_"), "{text}");
+    token
+}
+
+fn cluster(name: &str, namespace: &str, allowed: &[&str]) -> String {
+    let allowed = if allowed.is_empty() {
+        String::new()
+    } else {
+        format!("\n  allowedNamespaces: [{}]", allowed.join(", "))
+    };
+    format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\n  namespace: {namespace}\n  labels:\n    env: prod\nspec:\n  paused: false{allowed}\n---\n"
+    )
+}
+
+const TEAM_A: &str = "apiVersion: starling.dev/v1alpha1
+kind: SyncGroup
+metadata:
+  name: web
+  namespace: team-a
+spec:
+  sourceRef:
+    name: repo
+  clusterNamespaces: [team-b]
+  clusterSelector:
+    matchLabels:
+      env: prod
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
+    let mut group = Group::start_together(
+        3,
+        Options {
+            admin_token: Some(ADMIN.into()),
+            log: Some("info".into()),
+            ..Options::default()
+        },
+    );
+    group.wait_for_members(3).await;
+
+    // No token, a wrong one: refused, saying what to do.
+    let none = refused(
+        starling(&group, 1, None, &["get", "clusters", "-A"]),
+        "no token",
+    );
+    assert!(
+        none.contains("unauthenticated") && none.contains("STARLING_TOKEN"),
+        "{none}"
+    );
+    let wrong = refused(
+        starling(&group, 2, Some("stl_0000_nothing"), &["status"]),
+        "a wrong token",
+    );
+    assert!(wrong.contains("invalid or revoked token"), "{wrong}");
+
+    let writer_a = create_token(&group, "team-a", "writer");
+    let reader_a = create_token(&group, "team-a", "reader");
+    let writer_b = create_token(&group, "team-b", "writer");
+    let agent_a = create_token(&group, "team-a", "agent");
+    let listed = ok(
+        starling(&group, 2, Some(ADMIN), &["token", "list"]),
+        "token list",
+    );
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+    assert!(
+        !listed.contains("stl_"),
+        "a listing shows no token: {listed}"
+    );
+
+    // Each tenant writes its own namespace.
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: team-a\nstringData:\n  password: {SECRET_VALUE}\n---\n"
+    );
+    let team_a = format!(
+        "{}{}{secret}{TEAM_A}",
+        cluster("a1", "team-a", &[]),
+        cluster("a2", "team-a", &[])
+    );
+    ok(apply(&group, 1, &writer_a, &team_a), "team-a applies");
+    let team_b = format!(
+        "{}{}",
+        cluster("b1", "team-b", &[]),
+        cluster("b2", "team-b", &["team-a"])
+    );
+    ok(apply(&group, 2, &writer_b, &team_b), "team-b applies");
+
+    // A tenant cannot write another's namespace, nor a reader write its own.
+    let across = refused(
+        apply(&group, 1, &writer_a, &cluster("x", "team-b", &[])),
+        "team-a writing team-b",
+    );
+    assert!(
+        across.contains("permission denied") && across.contains("namespace team-b"),
+        "{across}"
+    );
+    let reader_writes = refused(
+        apply(&group, 1, &reader_a, &cluster("x", "team-a", &[])),
+        "a reader writing",
+    );
+    assert!(
+        reader_writes.contains("needs the writer role"),
+        "{reader_writes}"
+    );
+    let foreign_source = refused(
+        apply(
+            &group,
+            1,
+            &writer_a,
+            &TEAM_A.replace("    name: repo", "    name: repo\n    namespace: team-b"),
+        ),
+        "a Source in another namespace",
+    );
+    assert!(
+        foreign_source.contains("only use Sources in its own namespace"),
+        "{foreign_source}"
+    );
+
+    // Reading: only the tenant's own objects.
+    let other = refused(
+        starling(
+            &group,
+            3,
+            Some(&reader_a),
+            &["get", "clusters", "-n", "team-b"],
+        ),
+        "team-a reading team-b",
+    );
+    assert!(other.contains("namespace team-b"), "{other}");
+    let all = ok(
+        starling(
+            &group,
+            3,
+            Some(&reader_a),
+            &["get", "clusters", "-A", "-o", "name"],
+        ),
+        "team-a listing everything",
+    );
+    assert!(all.contains("a1") && all.contains("a2"), "{all}");
+    assert!(!all.contains("b1") && !all.contains("b2"), "{all}");
+    let members = refused(
+        starling(&group, 3, Some(&writer_a), &["members"]),
+        "a tenant listing members",
+    );
+    assert!(members.contains("every namespace"), "{members}");
+    let tokens = refused(
+        starling(&group, 3, Some(&writer_a), &["token", "list"]),
+        "a tenant listing tokens",
+    );
+    assert!(tokens.contains("needs the admin role"), "{tokens}");
+    let agent = refused(
+        starling(
+            &group,
+            3,
+            Some(&agent_a),
+            &["get", "clusters", "-n", "team-a"],
+        ),
+        "an agent token on the Fleet API",
+    );
+    assert!(agent.contains("needs the reader role"), "{agent}");
+
+    // Selection across tenants: b2 admits team-a, b1 does not.
+    let syncs = ok(
+        starling(
+            &group,
+            1,
+            Some(&reader_a),
+            &["get", "syncs", "-n", "team-a", "-o", "name"],
+        ),
+        "team-a's syncs",
+    );
+    assert!(
+        syncs.contains("web-a1") && syncs.contains("web-a2"),
+        "{syncs}"
+    );
+    assert!(syncs.contains("web-b2.team-b"), "{syncs}");
+    assert!(!syncs.contains("b1"), "{syncs}");
+    let described = ok(
+        starling(
+            &group,
+            1,
+            Some(&reader_a),
+            &["get", "syncgroup", "web", "-n", "team-a", "-o", "yaml"],
+        ),
+        "the group",
+    );
+    assert!(
+        described.contains("CrossNamespaceDenied") && described.contains("team-b/b1"),
+        "{described}"
+    );
+    let secret_view = ok(
+        starling(
+            &group,
+            1,
+            Some(&reader_a),
+            &["get", "secret", "creds", "-n", "team-a", "-o", "yaml"],
+        ),
+        "the Secret",
+    );
+    assert!(!secret_view.contains(SECRET_VALUE), "{secret_view}");
+
+    // Tokens are replicated: the leader goes, the others still know every token.
+    let leader = group.status().await.expect("status").leader_id;
+    group.kill(leader);
+    let survivor = group.running().next().expect("a survivor").id;
+    wait_until(Duration::from_secs(30), "a new leader", || async {
+        group
+            .status()
+            .await
+            .is_some_and(|s| s.leader_id != 0 && s.leader_id != leader)
+    })
+    .await;
+    ok(
+        starling(
+            &group,
+            survivor,
+            Some(&reader_a),
+            &["get", "clusters", "-n", "team-a"],
+        ),
+        "the reader after the leader is gone",
+    );
+
+    // Revoked: refused at once, on every replica.
+    let id = writer_a
+        .strip_prefix("stl_")
+        .and_then(|rest| rest.split_once('_'))
+        .map(|(id, _)| id.to_string())
+        .expect("token id");
+    ok(
+        starling(&group, survivor, Some(ADMIN), &["token", "revoke", &id]),
+        "revoke",
+    );
+    for node in group.running().map(|n| n.id).collect::<Vec<_>>() {
+        wait_until(
+            Duration::from_secs(10),
+            "the revocation applied",
+            || async {
+                !starling(
+                    &group,
+                    node,
+                    Some(&writer_a),
+                    &["get", "clusters", "-n", "team-a"],
+                )
+                .status
+                .success()
+            },
+        )
+        .await;
+    }
+    let revoked = refused(
+        starling(
+            &group,
+            survivor,
+            Some(&writer_a),
+            &["get", "clusters", "-n", "team-a"],
+        ),
+        "a revoked token",
+    );
+    assert!(revoked.contains("invalid or revoked token"), "{revoked}");
+
+    // No secret in any log.
+    for id in 1..=3 {
+        let log = std::fs::read_to_string(group.log_path(id)).unwrap_or_default();
+        assert!(!log.is_empty(), "node {id} logged nothing");
+        for secret in [
+            ADMIN,
+            SECRET_VALUE,
+            &writer_a,
+            &reader_a,
+            &writer_b,
+            &agent_a,
+        ] {
+            let tail = &secret[secret.len() - 16..];
+            assert!(!log.contains(tail), "node {id}'s log holds a secret");
+        }
+    }
+}
