@@ -618,6 +618,7 @@ async fn admission(
             drain_timeout: Duration::ZERO,
             operator: None,
             recovery: false,
+            admin_token_file: None,
         };
         nodes.push(starling::serve::start(config).await?);
     }

@@ -158,6 +158,7 @@ fn node_config(host: &Host) -> NodeConfig {
         drain_timeout: Duration::from_secs(10),
         operator: None,
         recovery: false,
+        admin_token_file: None,
     }
 }
 
