@@ -18,7 +18,7 @@ pub use source::demo::DemoRepo;
 
 mod http;
 mod waits;
-pub use http::{http_get, http_post, http_status};
+pub use http::{http_get, http_post, http_status, http_status_with};
 
 use proto::admin_client::AdminClient;
 use proto::fleet_client::FleetClient;

@@ -209,6 +209,32 @@ impl Authenticator {
     }
 }
 
+impl Authenticator {
+    /// The authenticator of a replica: tokens required when it has an admin token.
+    pub fn of(replica: &crate::replica::Replica) -> Authenticator {
+        match &replica.admin_token {
+            Some(token) => Authenticator::with_tokens(token, replica.raft.reader()),
+            None => Authenticator::open(),
+        }
+    }
+
+    /// The token in an HTTP `Authorization` header: `Bearer <token>`, or `Basic` with the
+    /// token as the password (what a browser asks for).
+    pub fn http_bearer(header: Option<&str>) -> Option<String> {
+        use base64::Engine as _;
+        let header = header?.trim();
+        if let Some(token) = header.strip_prefix("Bearer ") {
+            return Some(token.trim().to_string());
+        }
+        let encoded = header.strip_prefix("Basic ")?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        text.split_once(':').map(|(_, password)| password.to_string())
+    }
+}
+
 impl tonic::service::Interceptor for Authenticator {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let bearer = request

@@ -24,7 +24,7 @@ pub fn router(replica: Arc<Replica>) -> Router {
             post(crate::webhook::receive)
                 .layer(DefaultBodyLimit::max(crate::webhook::MAX_BODY_BYTES)),
         )
-        .merge(crate::ui::router())
+        .merge(crate::ui::router(replica.clone()))
         .with_state(replica)
 }
 

@@ -34,10 +34,7 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         .await
         .with_context(|| format!("cannot listen for http on {}", config.http_listen))?;
     let replica = Arc::new(Replica::open(config).await?);
-    let authenticator = match &replica.admin_token {
-        Some(token) => crate::auth::Authenticator::with_tokens(token, replica.raft.reader()),
-        None => crate::auth::Authenticator::open(),
-    };
+    let authenticator = crate::auth::Authenticator::of(&replica);
 
     let limit = proto::limits::MAX_API_MESSAGE_BYTES;
     let fleet =

@@ -275,6 +275,20 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
     );
     assert!(!secret_view.contains(SECRET_VALUE), "{secret_view}");
 
+    // The fleet view shows every namespace: it takes a token that reads them all.
+    let http = group.running().next().expect("a node").http.clone();
+    assert_eq!(harness::http_status(&http, "/ui/api/snapshot"), 401);
+    let bearer = |token: &str| [("Authorization", format!("Bearer {token}"))];
+    assert_eq!(
+        harness::http_status_with(&http, "/ui/api/snapshot", &bearer(&reader_a)),
+        401
+    );
+    assert_eq!(
+        harness::http_status_with(&http, "/ui/api/snapshot", &bearer(ADMIN)),
+        200
+    );
+    assert_eq!(harness::http_status(&http, "/healthz"), 200);
+
     // Tokens are replicated: the leader goes, the others still know every token.
     let leader = group.status().await.expect("status").leader_id;
     group.kill(leader);

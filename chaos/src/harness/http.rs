@@ -55,12 +55,21 @@ pub fn http_post(
 
 /// The HTTP status code of `GET path` on a node's HTTP address (0 when it does not answer).
 pub fn http_status(address: &str, path: &str) -> u16 {
+    http_status_with(address, path, &[])
+}
+
+/// [`http_status`] with extra request headers.
+pub fn http_status_with(address: &str, path: &str, headers: &[(&str, String)]) -> u16 {
     use std::io::{Read as _, Write as _};
     let Ok(mut stream) = std::net::TcpStream::connect(address) else {
         return 0;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
     if stream.write_all(request.as_bytes()).is_err() {
         return 0;
     }

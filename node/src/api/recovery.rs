@@ -191,6 +191,11 @@ pub fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, usize, u
     }));
     commands.extend(histories);
     commands.extend(pins);
+    // The API tokens come back too (their digests): tenants keep working after a recovery.
+    commands.extend(backup.tokens.iter().map(|(id, entry)| Command::CreateToken {
+        id: id.clone(),
+        entry: entry.clone(),
+    }));
     (commands, objects, restored)
 }
 
@@ -484,5 +489,24 @@ mod tests {
         let mut bytes = serde_json::to_vec(&other).unwrap();
         bytes.extend(b"\n{}");
         assert!(read_backup(&bytes).unwrap_err().contains("kind"));
+    }
+
+    #[test]
+    fn an_import_brings_the_tokens_back() {
+        let mut backup = FleetState::default();
+        let entry = fleet::state::TokenEntry {
+            role: fleet::state::Role::Writer,
+            tenants: vec!["team-a".into()],
+            digest: "00".repeat(32),
+            description: String::new(),
+            created: "2026-11-26T00:00:00Z".into(),
+        };
+        backup.tokens.insert("abc".into(), entry.clone());
+        let (commands, _, _) = import_commands(&backup, "2026-11-26T00:00:00Z");
+        let mut restored = FleetState::default();
+        for command in commands {
+            restored.apply(command);
+        }
+        assert_eq!(restored.tokens.get("abc"), Some(&entry));
     }
 }

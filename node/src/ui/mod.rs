@@ -37,7 +37,7 @@ const LOOK: Duration = Duration::from_millis(100);
 #[derive(Default)]
 pub struct Snapshots(Mutex<Option<(u64, Arc<String>)>>);
 
-pub fn router() -> Router<Arc<Replica>> {
+pub fn router(replica: Arc<Replica>) -> Router<Arc<Replica>> {
     Router::new()
         .route("/ui", get(|| async { Html(PAGE) }))
         .route(
@@ -52,6 +52,43 @@ pub fn router() -> Router<Arc<Replica>> {
         .route("/ui/api/snapshot", get(snapshot_json))
         .route("/ui/api/sync/{namespace}/{name}", get(sync_json))
         .route("/ui/events", get(events))
+        .route_layer(axum::middleware::from_fn_with_state(
+            replica.clone(),
+            require_viewer,
+        ))
+}
+
+/// The fleet view shows every namespace: when the installation requires tokens, it takes a
+/// token that reads every namespace (the browser asks for it as a password).
+async fn require_viewer(
+    axum::extract::State(replica): axum::extract::State<Arc<Replica>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let authenticator = crate::auth::Authenticator::of(&replica);
+    if !authenticator.enforcing() {
+        return next.run(request).await;
+    }
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let bearer = crate::auth::Authenticator::http_bearer(header);
+    let verdict = authenticator
+        .authenticate(bearer.as_deref())
+        .and_then(|caller| {
+            caller.require(fleet::state::Role::Reader, None, "open the fleet view")
+        });
+    match verdict {
+        Ok(()) => next.run(request).await,
+        Err(status) => (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"starling\"")],
+            format!("{}\n", status.message()),
+        )
+            .into_response(),
+    }
 }
 
 /// A cell's state letter: `U` updated, `P` in progress (admitted, applying, not ready yet),
