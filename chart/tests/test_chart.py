@@ -34,6 +34,7 @@ VARIANTS = [
     ("Cluster API", "starling", NAMESPACE, {"operator": {"capi": True}}),
     ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
     ("disaster recovery", "starling", NAMESPACE, {"node": {"recovery": True}}),
+    ("API tokens", "starling", NAMESPACE, {"auth": {"adminTokenSecret": "starling-admin"}}),
     (
         "a namespace-scoped install",
         "fleet",
@@ -334,6 +335,19 @@ def check_statefulset():
             ("--recovery" in container["args"]) == effective["node"]["recovery"],
             f"{where}: --recovery only when asked for",
         )
+        token_secret = effective["auth"]["adminTokenSecret"]
+        token_flag = "--admin-token-file=/etc/starling/auth/token"
+        expect(
+            (token_flag in container["args"]) == bool(token_secret),
+            f"{where}: --admin-token-file only with auth.adminTokenSecret",
+        )
+        if token_secret:
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            expect(
+                volumes.get("admin-token", {}).get("secret", {}).get("secretName")
+                == token_secret,
+                f"{where}: the admin token Secret is mounted",
+            )
         expect(
             container["resources"]["requests"]["memory"]
             and container["resources"]["limits"]["memory"],
@@ -542,6 +556,8 @@ def check_binary_accepts_rendered_args():
                 f"{description}: {pod_name} advertises its own name: {summary}",
             )
             effective = merged(values)
+            auth = "tokens" if effective["auth"]["adminTokenSecret"] else "open"
+            expect(f" auth {auth} " in summary, f"{description}: auth {auth}: {summary}")
             if effective["mode"] == "operator":
                 rbac = effective["rbac"]
                 watched = ",".join(sorted(rbac["watchNamespaces"])) or (
