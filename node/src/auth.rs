@@ -231,7 +231,8 @@ impl Authenticator {
             .decode(encoded.trim())
             .ok()?;
         let text = String::from_utf8(decoded).ok()?;
-        text.split_once(':').map(|(_, password)| password.to_string())
+        text.split_once(':')
+            .map(|(_, password)| password.to_string())
     }
 }
 

@@ -192,10 +192,15 @@ pub fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, usize, u
     commands.extend(histories);
     commands.extend(pins);
     // The API tokens come back too (their digests): tenants keep working after a recovery.
-    commands.extend(backup.tokens.iter().map(|(id, entry)| Command::CreateToken {
-        id: id.clone(),
-        entry: entry.clone(),
-    }));
+    commands.extend(
+        backup
+            .tokens
+            .iter()
+            .map(|(id, entry)| Command::CreateToken {
+                id: id.clone(),
+                entry: entry.clone(),
+            }),
+    );
     (commands, objects, restored)
 }
 

@@ -77,9 +77,7 @@ async fn require_viewer(
     let bearer = crate::auth::Authenticator::http_bearer(header);
     let verdict = authenticator
         .authenticate(bearer.as_deref())
-        .and_then(|caller| {
-            caller.require(fleet::state::Role::Reader, None, "open the fleet view")
-        });
+        .and_then(|caller| caller.require(fleet::state::Role::Reader, None, "open the fleet view"));
     match verdict {
         Ok(()) => next.run(request).await,
         Err(status) => (
