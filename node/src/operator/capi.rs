@@ -144,4 +144,18 @@ mod tests {
         );
         assert!(!to_cluster(&capi(json!({}), Value::Null)).spec.paused);
     }
+
+    #[test]
+    fn an_annotation_admits_other_namespaces() {
+        let mut object = capi(json!({}), json!({"phase": "Provisioned"}));
+        assert!(to_cluster(&object).spec.allowed_namespaces.is_empty());
+        object.metadata.annotations.get_or_insert_default().insert(
+            ALLOWED_NAMESPACES_ANNOTATION.into(),
+            " team-a, team-b ,".into(),
+        );
+        let cluster = to_cluster(&object);
+        assert_eq!(cluster.spec.allowed_namespaces, ["team-a", "team-b"]);
+        assert!(cluster.spec.admits("fleet", "team-b"));
+        assert!(!cluster.spec.admits("fleet", "team-c"));
+    }
 }
