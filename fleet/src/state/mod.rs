@@ -29,6 +29,7 @@ mod shared_map;
 mod snapshot;
 mod specs;
 mod syncs;
+mod tenancy;
 mod tokens;
 mod view;
 

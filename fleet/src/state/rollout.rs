@@ -19,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::tenancy::admits;
 use super::{FleetState, Key, SyncKind, Target};
 use crate::resources::{ResourceStatus, SyncGroup};
 
@@ -216,33 +217,13 @@ impl FleetState {
             return false;
         }
         let cluster = super::cluster_key_of(&entry.object);
-        matches!(self.clusters.get(&cluster), Some(c) if !c.object.spec.paused)
-            && self.tenancy_denial(key).is_none()
-    }
-
-    /// Why tenancy keeps a Sync from its cluster, if it does: the cluster is in another
-    /// namespace that does not admit the Sync's (`Cluster.spec.allowedNamespaces`).
-    pub fn tenancy_denial(&self, key: &str) -> Option<String> {
-        let entry = self.syncs.get(key)?;
         let own = entry
             .object
             .metadata
             .namespace
             .as_deref()
             .unwrap_or("default");
-        let cluster_key = super::cluster_key_of(&entry.object);
-        let cluster = self.clusters.get(&cluster_key)?;
-        let theirs = cluster
-            .object
-            .metadata
-            .namespace
-            .as_deref()
-            .unwrap_or("default");
-        (!cluster.object.spec.admits(theirs, own)).then(|| {
-            format!(
-                "cluster {cluster_key} does not admit namespace {own} (add it to the cluster's spec.allowedNamespaces)"
-            )
-        })
+        matches!(self.clusters.get(&cluster), Some(c) if !c.object.spec.paused && admits(c, own))
     }
 
     /// Whether the cluster a Sync targets is held (`starling cluster hold`).

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::members::project_cluster_owner;
 use super::rollout::SyncRollout;
+use super::tenancy::{generated_sync_name, selects};
 use super::{
     ApplyResult, ClusterEntry, ExpectedRevision, FleetState, GroupEntry, Key, Outcome, SourceEntry,
     SyncEntry, cluster_key_of, key_of, source_key_of,
@@ -778,44 +779,5 @@ impl GroupEntry {
                 observed_generation: None,
             });
         }
-    }
-}
-
-/// Whether a group selects a cluster: by labels, and, for a cluster in another namespace, only
-/// when the group names that namespace and the cluster admits the group's.
-fn selects(group: &GroupEntry, cluster: &ClusterEntry) -> bool {
-    let own = namespace_of(&group.object.metadata);
-    let theirs = namespace_of(&cluster.object.metadata);
-    let reachable = own == theirs
-        || (group
-            .object
-            .spec
-            .cluster_namespaces
-            .iter()
-            .any(|n| n == theirs)
-            && cluster.object.spec.admits(theirs, own));
-    reachable && matches_labels(group, cluster)
-}
-
-/// Whether a group's selector matches a cluster's labels, tenancy aside.
-pub(super) fn matches_labels(group: &GroupEntry, cluster: &ClusterEntry) -> bool {
-    let Some(selector) = &group.selector else {
-        return false;
-    };
-    let labels = cluster.object.metadata.labels.clone().unwrap_or_default();
-    selector.matches(&labels)
-}
-
-/// The name of the Sync a group makes for a cluster: `<group>-<cluster>`, or
-/// `<group>-<cluster>.<namespace>` for a cluster in another namespace (so that two clusters
-/// of one name in different namespaces never share a Sync).
-pub(super) fn generated_sync_name(group_namespace: &str, group: &str, cluster_key: &str) -> String {
-    let (namespace, cluster) = cluster_key
-        .split_once('/')
-        .unwrap_or(("default", cluster_key));
-    if namespace == group_namespace {
-        format!("{group}-{cluster}")
-    } else {
-        format!("{group}-{cluster}.{namespace}")
     }
 }

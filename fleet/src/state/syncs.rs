@@ -484,7 +484,7 @@ impl FleetState {
         }
         let group = key_of(namespace, name);
         if self.groups.contains_key(&group) {
-            let generated = super::specs::generated_sync_name(namespace, name, &cluster);
+            let generated = super::tenancy::generated_sync_name(namespace, name, &cluster);
             return Some(key_of(namespace, &generated));
         }
         None

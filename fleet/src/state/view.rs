@@ -211,7 +211,8 @@ impl FleetState {
                 .range_from(&prefix)
                 .take_while(|(k, _)| k.starts_with(&prefix))
                 .filter(|(_, c)| {
-                    !c.object.spec.admits(namespace, own) && super::specs::matches_labels(group, c)
+                    !c.object.spec.admits(namespace, own)
+                        && super::tenancy::matches_labels(group, c)
                 });
             for (key, _) in matching {
                 count += 1;

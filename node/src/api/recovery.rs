@@ -402,7 +402,7 @@ fn surveys(state: &FleetState) -> Vec<Survey> {
             let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
             let object = &entry.object;
             let target =
-                crate::worker::syncs::connection(state, namespace, object).map(|connection| {
+                crate::worker::prepare::connection(state, namespace, object).map(|connection| {
                     ClusterTarget {
                         name: object.metadata.name.clone().unwrap_or_default(),
                         namespace: namespace.to_string(),

@@ -7,6 +7,7 @@
 pub mod artifacts;
 pub mod drift;
 pub mod fair;
+pub(crate) mod prepare;
 pub mod sources;
 pub mod syncs;
 

@@ -1,0 +1,124 @@
+//! What a sync needs from the state, read under one lock: the cluster's owner generation and
+//! connection (its kubeconfig Secret, in the cluster's own namespace), the target revision,
+//! the artifact to fetch and the render digest.
+
+use fleet::FleetState;
+use fleet::resources::Sync;
+use starling_sync::{ClusterTarget, Connection};
+
+use super::artifacts::ArtifactNeed;
+use super::secret_data;
+
+/// Everything a sync needs from the state, read under one lock.
+pub(super) struct Prepared {
+    pub(super) cluster: String,
+    pub(super) generation: u64,
+    pub(super) revision: String,
+    pub(super) object: Sync,
+    pub(super) target: Result<ClusterTarget, String>,
+    pub(super) artifact: Result<ArtifactNeed, String>,
+    /// Deleting with prune: nothing to fetch or apply; the inventory is pruned.
+    pub(super) retire: bool,
+    /// What the render depends on ([`FleetState::render_digest`]), recorded on the target.
+    pub(super) digest: Option<String>,
+}
+
+pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
+    let entry = state.syncs.get(sync)?;
+    let object = entry.object.clone();
+    let namespace = object
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    // The cluster may live in another namespace that admits this one; its kubeconfig Secret
+    // is in its own namespace.
+    let cluster_key = fleet::state::cluster_key_of(&object);
+    let (owner, generation) = state.cluster_owner(&cluster_key)?;
+    if owner != node {
+        return None;
+    }
+    let cluster = &state.clusters.get(&cluster_key)?.object;
+    let cluster_namespace = object.spec.cluster_ref.namespace_or(&namespace).to_string();
+    let cluster_target =
+        connection(state, &cluster_namespace, cluster).map(|connection| ClusterTarget {
+            name: object.spec.cluster_ref.name.clone(),
+            namespace: cluster_namespace.clone(),
+            labels: cluster.metadata.labels.clone().unwrap_or_default(),
+            connection,
+        });
+    if entry.retiring {
+        return Some(Prepared {
+            cluster: cluster_key,
+            generation,
+            revision: String::new(),
+            object,
+            target: cluster_target,
+            artifact: Err("a retiring sync needs no artifact".into()),
+            retire: true,
+            digest: None,
+        });
+    }
+    let target = state.target_of(sync)?;
+    let source_key = fleet::state::key_of(&namespace, &object.spec.source_ref.name);
+    let artifact = match state.sources.get(&source_key) {
+        None => Err(format!("source {source_key} not found")),
+        Some(source) => {
+            // The group's pinned artifact, or the source's newest.
+            let digest = state.artifact_of(sync).map(|a| a.digest);
+            match digest.map(|d| d.parse::<source::Digest>()) {
+                Some(Ok(digest)) => Ok(ArtifactNeed {
+                    digest,
+                    url: source.object.spec.git.url.clone(),
+                    revision: target.revision.clone(),
+                    secret: source
+                        .object
+                        .spec
+                        .secret_ref
+                        .as_ref()
+                        .and_then(|r| state.secret(&namespace, &r.name))
+                        .map(secret_data),
+                }),
+                Some(Err(_)) => Err(format!(
+                    "source {source_key} has a malformed artifact digest"
+                )),
+                None => Err(format!(
+                    "source {source_key} has no artifact for {}",
+                    target.revision
+                )),
+            }
+        }
+    };
+    Some(Prepared {
+        cluster: cluster_key,
+        generation,
+        revision: target.revision,
+        object,
+        target: cluster_target,
+        artifact,
+        retire: false,
+        digest: state.render_digest(sync),
+    })
+}
+
+/// The connection of a push cluster: its kubeconfig Secret (`<name>-kubeconfig`, key `value`
+/// unless the Cluster says otherwise).
+pub(crate) fn connection(
+    state: &FleetState,
+    namespace: &str,
+    cluster: &fleet::resources::Cluster,
+) -> Result<Connection, String> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let reference = cluster.spec.kubeconfig_secret_ref.clone();
+    let secret_name = reference
+        .as_ref()
+        .map_or_else(|| format!("{name}-kubeconfig"), |r| r.name.clone());
+    let key = reference.and_then(|r| r.key);
+    let secret = state.secret(namespace, &secret_name).ok_or_else(|| {
+        format!("kubeconfig secret {namespace}/{secret_name} of cluster {name} not found")
+    })?;
+    Ok(Connection::Secret {
+        data: secret_data(secret),
+        key,
+    })
+}
