@@ -490,6 +490,15 @@ impl Group {
                 &format!("{}ms", self.options.down_after.as_millis()),
             ])
             .args(&self.options.extra_args)
+            // Plain text on loopback, unless the test gives the TLS files.
+            .args(
+                (!self
+                    .options
+                    .extra_args
+                    .iter()
+                    .any(|a| a.starts_with("--tls-")))
+                .then_some("--insecure"),
+            )
             .args(
                 self.options
                     .admin_token

@@ -347,6 +347,8 @@ async fn spawn_group(
             dir.join(format!("n{id}")).display().to_string(),
             "--peers".into(),
             peers.clone(),
+            // Loopback only: no TLS.
+            "--insecure".into(),
         ];
         args.extend(extra.iter().cloned());
         procs.insert(
@@ -619,6 +621,7 @@ async fn admission(
             operator: None,
             recovery: false,
             admin_token_file: None,
+            tls: None,
         };
         nodes.push(starling::serve::start(config).await?);
     }

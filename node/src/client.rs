@@ -47,6 +47,10 @@ pub struct ServerArgs {
     /// admin token). Never printed.
     #[arg(long, global = true, env = "STARLING_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// The installation's CA bundle (PEM): connect over TLS and trust the server's certificate
+    /// when it chains to this CA. Unset: plain text (a node started with --insecure).
+    #[arg(long, global = true, env = "STARLING_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -63,6 +67,8 @@ pub struct Client {
     server: String,
     timeout: Duration,
     token: Option<String>,
+    /// Connected over TLS (`--tls-ca`).
+    tls: bool,
     fleet: FleetClient<Channel>,
     admin: AdminClient<Channel>,
 }
@@ -72,13 +78,35 @@ impl Client {
     pub async fn connect(args: &ServerArgs) -> anyhow::Result<Client> {
         let uri = server_uri(&args.server)?;
         let endpoint = Endpoint::from(uri).connect_timeout(args.timeout);
-        let channel = match tokio::time::timeout(args.timeout, endpoint.connect()).await {
+        let connecting = match &args.tls_ca {
+            None => futures::future::Either::Left(endpoint.connect()),
+            Some(ca) => {
+                let tls = crate::tls::Tls::load(crate::tls::TlsFiles {
+                    ca: ca.clone(),
+                    identity: None,
+                })?;
+                let connector = tls.connector();
+                futures::future::Either::Right(endpoint.connect_with_connector(tower::service_fn(
+                    move |uri: Uri| {
+                        let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+                        let opening = connector.open(authority);
+                        async move { opening.await.map(hyper_util::rt::TokioIo::new) }
+                    },
+                )))
+            }
+        };
+        let channel = match tokio::time::timeout(args.timeout, connecting).await {
             Ok(Ok(channel)) => channel,
             Ok(Err(error)) => {
                 return Err(anyhow!(
-                    "cannot reach starling at {}: {}",
+                    "cannot reach starling at {}: {}{}",
                     args.server,
-                    root_cause(&error)
+                    root_cause(&error),
+                    if args.tls_ca.is_none() {
+                        " (an installation with TLS needs --tls-ca)"
+                    } else {
+                        ""
+                    }
                 ));
             }
             Err(_) => {
@@ -97,6 +125,7 @@ impl Client {
             server: args.server.clone(),
             timeout: args.timeout,
             token: args.token.clone(),
+            tls: args.tls_ca.is_some(),
             fleet: FleetClient::new(channel.clone())
                 .max_decoding_message_size(MAX_API_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_API_MESSAGE_BYTES),
@@ -286,11 +315,22 @@ impl Client {
     ) -> anyhow::Result<T> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(anyhow!(describe_status(
-                &self.server,
-                self.timeout,
-                &status
-            ))),
+            Ok(Err(status)) => {
+                let mut line = describe_status(&self.server, self.timeout, &status);
+                // A plain-text client at a TLS port sees the connection break, not an answer.
+                if !self.tls
+                    && !status
+                        .metadata()
+                        .contains_key(proto::status::ERROR_KIND_KEY)
+                    && matches!(
+                        status.code(),
+                        Code::Unknown | Code::Unavailable | Code::Internal
+                    )
+                {
+                    line.push_str(" (an installation with TLS needs --tls-ca)");
+                }
+                Err(anyhow!(line))
+            }
             Err(_) => Err(anyhow!(timed_out(&self.server, self.timeout))),
         }
     }
@@ -311,9 +351,11 @@ fn server_uri(server: &str) -> anyhow::Result<Uri> {
     let text = match server.split_once("://") {
         None => format!("http://{server}"),
         Some(("http", _)) => server.to_owned(),
+        // TLS comes from --tls-ca; the connection itself is made by the TLS connector.
+        Some(("https", rest)) => format!("http://{rest}"),
         Some((scheme, _)) => {
             return Err(anyhow!(
-                "{}: scheme {scheme} is not supported (plain http/2 only)",
+                "{}: scheme {scheme} is not supported (http, or https with --tls-ca)",
                 invalid()
             ));
         }
@@ -556,6 +598,7 @@ mod tests {
             server: address.to_string(),
             timeout: TIMEOUT,
             token: None,
+            tls_ca: None,
         };
         let error = Client::connect(&args).await.unwrap_err();
         assert_eq!(

@@ -120,6 +120,19 @@ pub struct NodeArgs {
     /// or one made with `starling token create`. Unset: the API is open (development).
     #[arg(long, env = "STARLING_ADMIN_TOKEN_FILE", value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// The gRPC server's certificate chain (PEM); also this replica's client certificate
+    /// towards its peers. Reloaded when it changes on disk. With --tls-key and --tls-ca.
+    #[arg(long, env = "STARLING_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "STARLING_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA bundle (PEM) the peers' certificates must chain to (mutual TLS between replicas).
+    #[arg(long, env = "STARLING_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+    /// Serve plain-text gRPC, without TLS: for development on a loopback --listen address only.
+    #[arg(long, env = "STARLING_INSECURE")]
+    pub insecure: bool,
     /// Check the flags and environment, print the resulting configuration on one line and exit
     /// without starting anything (non-zero when the configuration is invalid).
     #[arg(long)]
@@ -179,6 +192,8 @@ pub struct NodeConfig {
     pub recovery: bool,
     /// `--admin-token-file`: when set, the API requires tokens.
     pub admin_token_file: Option<PathBuf>,
+    /// `--tls-cert`, `--tls-key`, `--tls-ca`; `None` with `--insecure` (loopback only).
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 impl NodeConfig {
@@ -210,7 +225,7 @@ impl NodeConfig {
         format!(
             "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
              data-dir {} down-after {} lease {} max-rtt {} max-voters {} \
-             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} auth {} mode {}",
+             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} auth {} tls {} mode {}",
             self.id,
             self.listen,
             self.advertise,
@@ -229,6 +244,7 @@ impl NodeConfig {
             } else {
                 "open"
             },
+            if self.tls.is_some() { "on" } else { "insecure" },
             mode,
         )
     }
@@ -286,6 +302,20 @@ pub enum ConfigError {
         "--watch-namespaces: {0:?} is not a namespace name (lowercase letters, digits and '-')"
     )]
     BadNamespace(String),
+    #[error(
+        "no TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to serve plain text \
+         on a loopback address (development)"
+    )]
+    NoTls,
+    #[error("--tls-cert, --tls-key and --tls-ca go together: {0} is missing")]
+    PartialTls(&'static str),
+    #[error("--insecure and --tls-* exclude each other")]
+    InsecureWithTls,
+    #[error(
+        "--insecure is for development on a loopback address only, and --listen is {0}: \
+         give --tls-cert, --tls-key and --tls-ca"
+    )]
+    InsecureNotLoopback(SocketAddr),
 }
 
 /// Parses a node id: `7`, or a StatefulSet pod name (`starling-7`) or host name
@@ -385,6 +415,7 @@ impl NodeArgs {
         }
         peers.insert(id, advertise.clone());
         let operator = self.operator_config()?;
+        let tls = self.tls_files()?;
         let http_listen = self.http_listen.unwrap_or_else(|| {
             let mut address = self.listen;
             address.set_port(self.listen.port().wrapping_add(1));
@@ -408,7 +439,38 @@ impl NodeArgs {
             operator,
             recovery: self.recovery,
             admin_token_file: self.admin_token_file.clone(),
+            tls,
         })
+    }
+
+    /// The TLS files, all three or none; none needs `--insecure` on a loopback address.
+    fn tls_files(&self) -> Result<Option<crate::tls::TlsFiles>, ConfigError> {
+        let given = [&self.tls_cert, &self.tls_key, &self.tls_ca];
+        if given.iter().all(|file| file.is_none()) {
+            if !self.insecure {
+                return Err(ConfigError::NoTls);
+            }
+            if !self.listen.ip().is_loopback() {
+                return Err(ConfigError::InsecureNotLoopback(self.listen));
+            }
+            return Ok(None);
+        }
+        if self.insecure {
+            return Err(ConfigError::InsecureWithTls);
+        }
+        let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
+        else {
+            let missing = ["--tls-cert", "--tls-key", "--tls-ca"]
+                .into_iter()
+                .zip(given)
+                .find(|(_, file)| file.is_none())
+                .map_or("--tls-ca", |(flag, _)| flag);
+            return Err(ConfigError::PartialTls(missing));
+        };
+        Ok(Some(crate::tls::TlsFiles {
+            ca: ca.clone(),
+            identity: Some((cert.clone(), key.clone())),
+        }))
     }
 
     /// The operator mode settings, checked; `None` in standalone mode, where they are refused.
@@ -470,8 +532,43 @@ mod tests {
 
     fn args(extra: &[&str]) -> NodeArgs {
         let mut argv = vec!["starling", "--id", "1", "--data-dir", "/tmp/x"];
+        if !extra.iter().any(|arg| arg.starts_with("--tls")) {
+            argv.push("--insecure");
+        }
         argv.extend_from_slice(extra);
         Wrapper::parse_from(argv).args
+    }
+
+    #[test]
+    fn tls_is_required_off_loopback_and_comes_as_three_files() {
+        let tls = [
+            "--tls-cert=c.pem",
+            "--tls-key=k.pem",
+            "--tls-ca=ca.pem",
+            "--listen=0.0.0.0:7400",
+        ];
+        let config = args(&tls).validate().unwrap();
+        assert!(config.summary().contains(" tls on "));
+        assert_eq!(
+            config.tls.unwrap().identity,
+            Some(("c.pem".into(), "k.pem".into()))
+        );
+        assert_eq!(
+            args(&tls[1..]).validate().unwrap_err(),
+            ConfigError::PartialTls("--tls-cert")
+        );
+        let plain = Wrapper::parse_from(["starling", "--id", "1", "--data-dir", "d"]).args;
+        assert_eq!(plain.validate().unwrap_err(), ConfigError::NoTls);
+        assert!(
+            args(&[])
+                .validate()
+                .unwrap()
+                .summary()
+                .contains(" tls insecure ")
+        );
+        let open = args(&["--listen=0.0.0.0:7400"]).validate().unwrap_err();
+        assert!(matches!(open, ConfigError::InsecureNotLoopback(_)));
+        assert!(open.to_string().contains("loopback"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod operator;
 pub mod replica;
 pub mod serve;
+pub mod tls;
 pub mod ui;
 pub mod webhook;
 pub mod worker;
@@ -96,17 +97,36 @@ enum Command {
     Token(cli::token::TokenArgs),
 }
 
-/// A gRPC channel to `host:port` that connects on first use, with a per-request timeout.
+/// A plain-text gRPC channel to `host:port` that connects on first use, with a per-request
+/// timeout.
 pub fn client_channel(
     address: &str,
     timeout: Duration,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    Ok(
-        tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(timeout)
-            .connect_lazy(),
-    )
+    channel_via(address, timeout, None)
+}
+
+/// A gRPC channel to `host:port` that connects on first use through `connector` (TLS, see
+/// [`tls::Tls::connector`]), or plain TCP when `None`.
+pub fn channel_via(
+    address: &str,
+    timeout: Duration,
+    connector: Option<&starling_raft::Connector>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(timeout);
+    Ok(match connector {
+        None => endpoint.connect_lazy(),
+        Some(connector) => {
+            let connector = connector.clone();
+            endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: ::http::Uri| {
+                let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+                let opening = connector.open(authority);
+                async move { opening.await.map(hyper_util::rt::TokioIo::new) }
+            }))
+        }
+    })
 }
 
 pub fn init_tracing(format: &str) {

@@ -11,7 +11,6 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::api;
 use crate::config::{NodeArgs, NodeConfig};
@@ -52,18 +51,28 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
     .max_encoding_message_size(limit);
     let (stop_grpc, stopped) = oneshot::channel::<()>();
     // The client APIs authenticate every call; the replicas' own services (Raft, Node,
-    // Artifacts) are for peers.
-    let fleet = tonic::service::interceptor::InterceptedService::new(fleet, authenticator.clone());
-    let admin = tonic::service::interceptor::InterceptedService::new(admin, authenticator);
+    // Artifacts) are for peers, which present a client certificate when TLS is on.
+    use tonic::service::interceptor::InterceptedService;
+    let fleet = InterceptedService::new(fleet, authenticator.clone());
+    let admin = InterceptedService::new(admin, authenticator);
+    let peers_only = crate::tls::PeersOnly {
+        enforce: replica.tls.is_some(),
+    };
     let grpc = tonic::transport::Server::builder()
-        .add_service(replica.raft.grpc_service())
+        .add_service(InterceptedService::new(
+            replica.raft.grpc_service(),
+            peers_only.clone(),
+        ))
         .add_service(fleet)
         .add_service(admin)
-        .add_service(node)
-        .add_service(artifacts)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async {
-            let _ = stopped.await;
-        });
+        .add_service(InterceptedService::new(node, peers_only.clone()))
+        .add_service(InterceptedService::new(artifacts, peers_only))
+        .serve_with_incoming_shutdown(
+            crate::tls::incoming(grpc_listener, replica.tls.clone()),
+            async {
+                let _ = stopped.await;
+            },
+        );
     let grpc = tokio::spawn(async move { grpc.await.context("grpc server failed") });
     let http = {
         let router = crate::http::router(replica.clone());
@@ -73,7 +82,7 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
             }
         })
     };
-    let tasks = vec![
+    let mut tasks = vec![
         http,
         tokio::spawn(replica::bootstrap::run(replica.clone())),
         tokio::spawn(replica::heartbeat::run(replica.clone())),
@@ -84,6 +93,9 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         tokio::spawn(crate::operator::run(replica.clone())),
         tokio::spawn(replica::stopping::rejoin(replica.clone())),
     ];
+    if let Some(tls) = &replica.tls {
+        tasks.push(tokio::spawn(tls.clone().watch()));
+    }
     tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %replica.config.http_listen, "starling node started");
     Ok(RunningNode {
         replica,

@@ -37,7 +37,7 @@ pub use error::{AdminError, OpenError, StoreError, WriteError};
 pub use log_store::LogStore;
 pub use log_writer::WriterMode;
 pub use network::client::lazy_channel;
-pub use network::{Connector, NetworkConfig, NetworkFactory, RaftService};
+pub use network::{Connector, NetworkConfig, NetworkFactory, PeerIo, RaftService};
 pub use node::RaftNode;
 pub use reader::{AppliedEntry, StateEvent, StateReader, WaitError};
 pub use state_machine::StateMachineStore;

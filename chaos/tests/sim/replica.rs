@@ -159,6 +159,7 @@ fn node_config(host: &Host) -> NodeConfig {
         operator: None,
         recovery: false,
         admin_token_file: None,
+        tls: None,
     }
 }
 

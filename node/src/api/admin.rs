@@ -12,7 +12,6 @@ use tonic::{Request, Response, Status};
 
 use super::{recovery, status, write_status};
 use crate::auth::principal;
-use crate::client_channel;
 use crate::replica::{Replica, voters};
 
 /// Time limit of a membership change, and of a new learner catching up.
@@ -50,12 +49,15 @@ impl AdminService {
         match self.replica.raft.current_leader() {
             Some((leader, _)) if leader == self.replica.id() => Ok(None),
             Some((_, peer)) => {
-                let channel = client_channel(&peer.addr, CHANGE_TIMEOUT).map_err(|error| {
-                    status(ApiError::unavailable(format!(
-                        "cannot reach the leader at {}: {error}",
-                        peer.addr
-                    )))
-                })?;
+                let channel = self
+                    .replica
+                    .peer_channel(&peer.addr, CHANGE_TIMEOUT)
+                    .map_err(|error| {
+                        status(ApiError::unavailable(format!(
+                            "cannot reach the leader at {}: {error}",
+                            peer.addr
+                        )))
+                    })?;
                 Ok(Some(proto::admin_client::AdminClient::new(channel)))
             }
             None => Err(status(ApiError::unavailable(
@@ -203,7 +205,7 @@ pub async fn members_leader_view(replica: &Replica) -> Vec<proto::Member> {
     let leader = replica.raft.current_leader();
     if let Some((leader, peer)) = leader
         && leader != replica.id()
-        && let Ok(channel) = client_channel(&peer.addr, LEADER_VIEW_TIMEOUT)
+        && let Ok(channel) = replica.peer_channel(&peer.addr, LEADER_VIEW_TIMEOUT)
     {
         let mut client = proto::admin_client::AdminClient::new(channel);
         let mut request = replica.peer_request(proto::MembersRequest {});

@@ -37,6 +37,7 @@ pub async fn serve() -> ServerArgs {
         server: address.to_string(),
         timeout: std::time::Duration::from_secs(5),
         token: None,
+        tls_ca: None,
     }
 }
 

@@ -311,6 +311,7 @@ impl Dev {
                 }),
                 recovery: false,
                 admin_token_file: None,
+                tls: None,
             };
             self.nodes.insert(id, serve::start(config).await?);
         }

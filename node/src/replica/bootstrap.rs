@@ -33,7 +33,6 @@ use tokio::time::Instant;
 use starling_raft::Peer;
 
 use super::Replica;
-use crate::client_channel;
 
 /// Pause between join attempts.
 const RETRY: Duration = Duration::from_millis(500);
@@ -95,7 +94,7 @@ async fn probe(replica: &Replica) -> Vec<Option<PeerReport>> {
         if *id == replica.id() {
             continue;
         }
-        let Ok(channel) = client_channel(address, REQUEST_TIMEOUT) else {
+        let Ok(channel) = replica.peer_channel(address, REQUEST_TIMEOUT) else {
             reports.push(None);
             continue;
         };
@@ -201,7 +200,7 @@ async fn add_self(replica: &Replica) -> u64 {
             if *id == replica.id() {
                 continue;
             }
-            let Ok(channel) = client_channel(address, JOIN_TIMEOUT) else {
+            let Ok(channel) = replica.peer_channel(address, JOIN_TIMEOUT) else {
                 continue;
             };
             let mut client = proto::admin_client::AdminClient::new(channel);

@@ -48,6 +48,8 @@ pub struct Replica {
     /// The installation's admin token (`--admin-token-file`), presented on the calls this
     /// replica makes to its peers' Admin API (joining, forwarding to the leader).
     pub admin_token: Option<String>,
+    /// `--tls-*`: the gRPC server's and the peer clients' TLS, reloaded from its files.
+    pub tls: Option<Arc<crate::tls::Tls>>,
     pub raft: RaftNode,
     pub lease: Lease,
     pub metrics: Metrics,
@@ -107,11 +109,16 @@ impl Replica {
             Some(path) => Some(crate::auth::read_admin_token(path)?),
             None => None,
         };
+        let tls = match &config.tls {
+            Some(files) => Some(crate::tls::Tls::load(files.clone())?),
+            None => None,
+        };
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!("cannot create data directory {}", config.data_dir.display())
         })?;
-        let raft_config = RaftConfig::new(config.id, &config.data_dir, &config.advertise)
+        let mut raft_config = RaftConfig::new(config.id, &config.data_dir, &config.advertise)
             .with_round_trip(config.max_rtt);
+        raft_config.network.connector = tls.as_ref().map(|tls| tls.connector());
         let raft = RaftNode::open(raft_config)
             .await
             .with_context(|| format!("cannot open raft state in {}", config.data_dir.display()))?;
@@ -130,6 +137,7 @@ impl Replica {
         let mut replica = Replica::assemble(config, raft, Arc::new(engine), store, mirrors);
         replica.operator = operator;
         replica.admin_token = admin_token;
+        replica.tls = tls;
         Ok(replica)
     }
 
@@ -170,6 +178,7 @@ impl Replica {
             webhook_deliveries: Default::default(),
             ui_snapshots: Default::default(),
             admin_token: None,
+            tls: None,
             config,
             raft,
         }
@@ -178,6 +187,19 @@ impl Replica {
     /// A request to a peer's Admin API, carrying the installation's admin token.
     pub fn peer_request<T>(&self, message: T) -> tonic::Request<T> {
         crate::auth::with_bearer(tonic::Request::new(message), self.admin_token.as_deref())
+    }
+
+    /// A channel to a peer (`host:port`), over TLS when the replica has it.
+    pub fn peer_channel(
+        &self,
+        address: &str,
+        timeout: Duration,
+    ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+        crate::channel_via(
+            address,
+            timeout,
+            self.raft.config().network.connector.as_ref(),
+        )
     }
 
     /// Records a node's heartbeat (on the leader).

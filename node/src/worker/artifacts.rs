@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use source::{ArtifactStore, Digest, StoredArtifact};
 
-use crate::client_channel;
 use crate::replica::Replica;
 
 /// Largest artifact accepted from a peer.
@@ -86,7 +85,7 @@ async fn from_peers(replica: &Arc<Replica>, digest: &Digest) -> Result<StoredArt
             .collect()
     });
     for (peer, address) in peers {
-        let Ok(channel) = client_channel(&address, PEER_TIMEOUT) else {
+        let Ok(channel) = replica.peer_channel(&address, PEER_TIMEOUT) else {
             continue;
         };
         let mut client = proto::artifacts_client::ArtifactsClient::new(channel)

@@ -77,6 +77,11 @@ impl Connector {
     pub fn new(connect: impl Fn(String) -> ConnectFuture + Send + Sync + 'static) -> Connector {
         Connector(Arc::new(connect))
     }
+
+    /// Opens a stream to `authority` (`host:port`).
+    pub fn open(&self, authority: String) -> ConnectFuture {
+        (self.0)(authority)
+    }
 }
 
 impl fmt::Debug for Connector {
