@@ -42,6 +42,14 @@ the chart name, or `<release>-<chart>`. Kept to 52 characters so that the pod na
 {{- join "," $peers }}
 {{- end }}
 
+{{/*
+The Secret with the gRPC port's certificate (`tls.crt`, `tls.key`, `ca.crt`), mounted by every
+replica: tls.secretName, or `<fullname>-tls`.
+*/}}
+{{- define "starling.tlsSecretName" -}}
+{{- .Values.tls.secretName | default (printf "%s-tls" (include "starling.fullname" .)) }}
+{{- end }}
+
 {{- define "starling.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}

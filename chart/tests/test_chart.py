@@ -2,9 +2,9 @@
 
 They render the chart with the real Helm engine (helm-python-sdk), lint it strictly, validate
 every rendered manifest against the Kubernetes OpenAPI schemas (kubernetes-validate), check that
-values.schema.json refuses bad values, check the StatefulSet's and the RBAC's essentials, and
-run the rendered container's arguments and environment through the binary
-(`starling node --validate-config`, path in STARLING_BIN).
+values.schema.json refuses bad values, check the StatefulSet's, the RBAC's and the TLS
+certificate's essentials, and run the rendered container's arguments and environment through
+the binary (`starling node --validate-config`, path in STARLING_BIN).
 
 Each check prints what it did; the script exits non-zero when any failed.
 """
@@ -35,6 +35,12 @@ VARIANTS = [
     ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
     ("disaster recovery", "starling", NAMESPACE, {"node": {"recovery": True}}),
     ("API tokens", "starling", NAMESPACE, {"auth": {"adminTokenSecret": "starling-admin"}}),
+    (
+        "a TLS Secret of the user's",
+        "starling",
+        NAMESPACE,
+        {"tls": {"secretName": "starling-grpc-certs", "certManager": {"enabled": False}}},
+    ),
     (
         "a namespace-scoped install",
         "fleet",
@@ -93,6 +99,17 @@ VARIANTS = [
             ],
             "priorityClassName": "system-cluster-critical",
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+            "tls": {
+                "secretName": "fleet-ctl-grpc",
+                "certManager": {
+                    "enabled": True,
+                    "duration": "720h",
+                    "renewBefore": "240h",
+                    "caDuration": "43800h",
+                    "extraDnsNames": ["fleet.example.com"],
+                    "extraIpAddresses": ["203.0.113.10"],
+                },
+            },
         },
     ),
     (
@@ -115,6 +132,16 @@ VARIANTS = [
 
 # Kinds whose schema kubernetes-validate does not hold: checked for shape only.
 THIRD_PARTY_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+# cert-manager's kinds, not in the Kubernetes schemas either: check_tls checks their essentials.
+CERT_MANAGER_API = "cert-manager.io/v1"
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+# Where the StatefulSet mounts the TLS Secret, and the flags that read it.
+TLS_DIRECTORY = "/etc/starling/tls"
+TLS_FLAGS = [
+    f"--tls-cert={TLS_DIRECTORY}/tls.crt",
+    f"--tls-key={TLS_DIRECTORY}/tls.key",
+    f"--tls-ca={TLS_DIRECTORY}/ca.crt",
+]
 
 
 class CheckFailed(Exception):
@@ -158,6 +185,10 @@ def all_of(manifests, kind):
     return [m for _, m in manifests if m["kind"] == kind]
 
 
+def cert_manager_objects(manifests):
+    return [m for _, m in manifests if m["apiVersion"].startswith("cert-manager.io/")]
+
+
 def merged(values):
     """The chart's default values with `values` merged in, as Helm merges them."""
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -195,6 +226,7 @@ def check_lint():
 
 def check_manifests_validate():
     count = 0
+    skipped = 0
     versions = sorted({OLDEST_KUBERNETES, NEWEST_KUBERNETES})
     for description, name, namespace, values in VARIANTS:
         for path, manifest in render(values, name, namespace):
@@ -203,6 +235,15 @@ def check_manifests_validate():
                     manifest["spec"]["endpoints"][0]["port"] == "http",
                     f"{path}: the ServiceMonitor scrapes the http port",
                 )
+                continue
+            if manifest["apiVersion"].startswith("cert-manager.io/"):
+                # Not in the Kubernetes schemas; check_tls checks what matters in them.
+                expect(
+                    manifest["apiVersion"] == CERT_MANAGER_API
+                    and manifest["kind"] in CERT_MANAGER_KINDS,
+                    f"{description}: {path}: unexpected {manifest['apiVersion']} {manifest['kind']}",
+                )
+                skipped += 1
                 continue
             for version in versions:
                 try:
@@ -215,7 +256,7 @@ def check_manifests_validate():
                 count += 1
     return (
         f"{count} manifest validations of {len(VARIANTS)} variants against Kubernetes "
-        f"{' and '.join(versions)} (strict)"
+        f"{' and '.join(versions)} (strict); {skipped} cert-manager objects left to check_tls"
     )
 
 
@@ -233,6 +274,13 @@ def check_schema_rejects_bad_values():
         ("a port out of range", {"ports": {"grpc": 70000}}),
         ("an unknown podAntiAffinity", {"podAntiAffinity": "sometimes"}),
         ("an unknown resources key", {"resources": {"requests": {"gpu": 1}}}),
+        ("an unknown tls key", {"tls": {"issuer": "letsencrypt"}}),
+        ("a certificate duration in days", {"tls": {"certManager": {"duration": "90d"}}}),
+        ("a Secret name with capitals", {"tls": {"secretName": "Starling_TLS"}}),
+        (
+            "an extra IP address that is a name",
+            {"tls": {"certManager": {"extraIpAddresses": ["lb.example.com"]}}},
+        ),
     ]
     for description, values in bad:
         try:
@@ -251,6 +299,12 @@ def check_schema_rejects_bad_values():
         expect("drainTimeoutSeconds" in str(error), f"a grace period shorter than the drain: {error}")
     else:
         raise CheckFailed("the chart accepted a grace period shorter than the drain")
+    try:
+        render({"tls": {"secretName": "starling-ca"}})
+    except helm_python.HelmError as error:
+        expect("tls.secretName" in str(error), f"a TLS Secret named as the CA's: {error}")
+    else:
+        raise CheckFailed("the chart accepted a TLS Secret named as the CA's Secret")
     return f"values.schema.json refuses {len(bad)} bad values ({', '.join(d for d, _ in bad[:4])}, ...)"
 
 
@@ -331,6 +385,12 @@ def check_statefulset():
             f"{where}: the token is mounted in operator mode only (unless asked for)",
         )
         expect(f"--mode={effective['mode']}" in container["args"], f"{where}: --mode")
+        for flag in TLS_FLAGS:
+            expect(container["args"].count(flag) == 1, f"{where}: {flag} (TLS is required off loopback)")
+        expect(
+            not any(a.startswith("--insecure") for a in container["args"]),
+            f"{where}: never --insecure",
+        )
         expect(
             ("--recovery" in container["args"]) == effective["node"]["recovery"],
             f"{where}: --recovery only when asked for",
@@ -383,7 +443,8 @@ def check_statefulset():
         expect(service_ports == effective["ports"], f"{description}: API Service ports")
     return (
         f"StatefulSet essentials hold in {len(VARIANTS)} variants: Parallel, ordinals from 1, "
-        "headless Service, anti-affinity, zone spread, probes, security context, PVC, PDB, Service"
+        "headless Service, anti-affinity, zone spread, probes, security context, PVC, PDB, Service, "
+        "the three TLS flags and never --insecure"
     )
 
 
@@ -485,6 +546,133 @@ def check_rbac():
     )
 
 
+def check_tls():
+    """The StatefulSet mounts the TLS Secret as a directory and reads it; with cert-manager, the
+    chart's Issuers and Certificates issue a certificate into that Secret that every replica can
+    serve and present to its peers, and that the API Service's clients can check."""
+    issued = 0
+    for description, name, namespace, values in VARIANTS:
+        effective = merged(values)
+        tls = effective["tls"]
+        manifests = render(values, name, namespace)
+        statefulset = only(manifests, "StatefulSet")
+        fullname = statefulset["metadata"]["name"]
+        pod = statefulset["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        where = f"{description}: TLS"
+        secret_name = tls["secretName"] or f"{fullname}-tls"
+
+        volumes = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == secret_name]
+        expect(len(volumes) == 1, f"{where}: the StatefulSet mounts the Secret {secret_name}")
+        keys = {item["key"]: item["path"] for item in volumes[0]["secret"].get("items", [])}
+        expect(
+            keys in ({}, {"tls.crt": "tls.crt", "tls.key": "tls.key", "ca.crt": "ca.crt"}),
+            f"{where}: the volume holds tls.crt, tls.key and ca.crt under their own names: {keys}",
+        )
+        mounts = [m for m in container["volumeMounts"] if m["name"] == volumes[0]["name"]]
+        expect(
+            len(mounts) == 1
+            and mounts[0]["mountPath"] == TLS_DIRECTORY
+            and mounts[0].get("readOnly") is True
+            and "subPath" not in mounts[0]
+            and "subPathExpr" not in mounts[0],
+            f"{where}: mounted read-only at {TLS_DIRECTORY} as a directory (a subPath never "
+            f"sees a renewal): {mounts}",
+        )
+        for flag in TLS_FLAGS:
+            expect(flag in container["args"], f"{where}: {flag}")
+
+        objects = cert_manager_objects(manifests)
+        if not tls["certManager"]["enabled"]:
+            expect(not objects, f"{where}: no cert-manager objects when certManager is off")
+            continue
+        for obj in objects:
+            expect(
+                obj["metadata"]["namespace"] == namespace,
+                f"{where}: {obj['kind']} {obj['metadata']['name']} in the release namespace",
+            )
+        issuers = {i["metadata"]["name"]: i for i in all_of(manifests, "Issuer")}
+        certificates = all_of(manifests, "Certificate")
+        expect(len(issuers) == 2 and len(certificates) == 2, f"{where}: two Issuers, two Certificates")
+        serving = [c for c in certificates if not c["spec"].get("isCA")]
+        authority = [c for c in certificates if c["spec"].get("isCA")]
+        expect(len(serving) == 1 and len(authority) == 1, f"{where}: one CA, one serving Certificate")
+        serving, authority = serving[0]["spec"], authority[0]["spec"]
+
+        # The chain: self-signed Issuer -> CA Certificate -> CA Issuer -> serving Certificate.
+        def issuer_of(certificate):
+            reference = certificate["issuerRef"]
+            expect(reference["kind"] == "Issuer", f"{where}: issued by the chart's own Issuer")
+            return issuers.get(reference["name"], {}).get("spec", {})
+
+        expect(
+            issuer_of(serving).get("ca", {}).get("secretName") == authority["secretName"],
+            f"{where}: the serving Certificate is signed by the Issuer of the CA's Secret",
+        )
+        expect(issuer_of(authority).get("selfSigned") == {}, f"{where}: the CA is self-signed")
+        expect(
+            authority["privateKey"].get("rotationPolicy") == "Never",
+            f"{where}: the CA keeps its key on renewal (the clients' ca.crt stays valid)",
+        )
+        expect(authority["duration"] == tls["certManager"]["caDuration"], f"{where}: CA duration")
+        expect(authority["secretName"] != secret_name, f"{where}: the CA has its own Secret")
+
+        expect(
+            serving["secretName"] == secret_name,
+            f"{where}: the Certificate writes the Secret the StatefulSet mounts ({secret_name}), "
+            f"not {serving['secretName']}",
+        )
+        expect(
+            set(serving["usages"])
+            == {"server auth", "client auth", "digital signature", "key encipherment"},
+            f"{where}: usages server and client auth (mutual TLS between replicas): "
+            f"{serving['usages']}",
+        )
+        expect(serving["duration"] == tls["certManager"]["duration"], f"{where}: duration")
+        expect(serving["renewBefore"] == tls["certManager"]["renewBefore"], f"{where}: renewBefore")
+
+        # Every address a replica is reached by is covered: its peers dial `--peers` and
+        # `--advertise`, the clients the API Service's names or a port-forward on loopback.
+        names = serving["dnsNames"]
+        wildcards = {n[2:] for n in names if n.startswith("*.")}
+        arguments = dict(a.split("=", 1) for a in container["args"] if a.startswith("--") and "=" in a)
+        advertise_host = arguments["--advertise"].rsplit(":", 1)[0]
+        peer_hosts = [peer.rsplit(":", 1)[0] for peer in arguments["--peers"].split(",")]
+        for host in [advertise_host, *peer_hosts]:
+            label, _, domain = host.partition(".")
+            expect(
+                host in names or (domain in wildcards and "." not in label),
+                f"{where}: the peer name {host} is covered by {names}",
+            )
+        expect(
+            f"*.{fullname}-headless.{namespace}.svc.{effective['clusterDomain']}" in names,
+            f"{where}: the wildcard over the headless Service: {names}",
+        )
+        api_service = [
+            s["metadata"]["name"]
+            for s in all_of(manifests, "Service")
+            if s["metadata"]["name"] != statefulset["spec"]["serviceName"]
+        ][0]
+        for dns_name in (
+            api_service,
+            f"{api_service}.{namespace}",
+            f"{api_service}.{namespace}.svc",
+            f"{api_service}.{namespace}.svc.{effective['clusterDomain']}",
+            "localhost",
+            *tls["certManager"]["extraDnsNames"],
+        ):
+            expect(dns_name in names, f"{where}: the SAN {dns_name}: {names}")
+        for address in ("127.0.0.1", *tls["certManager"]["extraIpAddresses"]):
+            expect(address in serving["ipAddresses"], f"{where}: the IP SAN {address}")
+        issued += 1
+    return (
+        f"TLS Secret mounted as a directory at {TLS_DIRECTORY} with the three flags in "
+        f"{len(VARIANTS)} variants; in {issued} with cert-manager, the serving Certificate "
+        "writes that Secret, signed by the chart's CA, server and client auth, SANs covering "
+        "the peers (wildcard), the API Service and loopback"
+    )
+
+
 def expand_kubernetes_references(text, environment):
     """Expands `$(VAR)` as the kubelet does in args and env values: a variable defined earlier
     is replaced, an unknown reference stays as written, and `$$(` escapes to a literal `$(`."""
@@ -558,6 +746,7 @@ def check_binary_accepts_rendered_args():
             effective = merged(values)
             auth = "tokens" if effective["auth"]["adminTokenSecret"] else "open"
             expect(f" auth {auth} " in summary, f"{description}: auth {auth}: {summary}")
+            expect(" tls on " in summary, f"{description}: TLS on the gRPC port: {summary}")
             if effective["mode"] == "operator":
                 rbac = effective["rbac"]
                 watched = ",".join(sorted(rbac["watchNamespaces"])) or (
@@ -586,7 +775,8 @@ def check_binary_accepts_rendered_args():
     )
     return (
         f"`starling node --validate-config` accepts the rendered args and env of {runs} pods "
-        f"({len(VARIANTS)} variants, STARLING_ID from the pod name), and refuses starling-0"
+        f"({len(VARIANTS)} variants, STARLING_ID from the pod name, TLS on), and refuses "
+        "starling-0"
     )
 
 
@@ -596,9 +786,37 @@ def check_notes():
         expect(needle in text, f"NOTES.txt tells the user to run {needle!r}")
     standalone = notes({"mode": "standalone"})
     expect("apply -f fleet/" in standalone and "kubectl apply" not in standalone, "standalone NOTES")
+    expect(
+        "get secret starling-tls -o jsonpath='{.data.ca\\.crt}' | base64 -d > ca.crt" in text,
+        "NOTES.txt says how to take ca.crt out of the TLS Secret",
+    )
+    for page in (text, standalone):
+        commands = [line.strip() for line in page.splitlines() if line.strip().startswith("starling ")]
+        expect(
+            commands and all("--tls-ca ca.crt" in c for c in commands),
+            f"every starling command in NOTES.txt passes --tls-ca: {commands}",
+        )
+    expect("ContainerCreating" not in text, "no Secret to create when cert-manager issues it")
+    own = notes(
+        {
+            "auth": {"adminTokenSecret": "starling-admin"},
+            "tls": {"secretName": "grpc-certs", "certManager": {"enabled": False}},
+        }
+    )
+    for needle in (
+        "get secret grpc-certs",
+        "Secret grpc-certs exists",
+        "tls.crt, tls.key and ca.crt",
+        "server auth and client auth",
+        "*.starling-headless.fleet-system.svc.cluster.local",
+        "STARLING_TOKEN",
+        "starling-admin",
+    ):
+        expect(needle in own, f"NOTES.txt with the user's own TLS Secret and a token: {needle!r}")
     return (
-        "NOTES.txt shows rollout status, the port-forward, `starling members list`, and kubectl "
-        "apply (operator mode) or starling apply (standalone)"
+        "NOTES.txt shows rollout status, the port-forward, ca.crt from the TLS Secret and "
+        "--tls-ca, `starling members list`, kubectl apply (operator mode) or starling apply "
+        "(standalone), the Secret to create without cert-manager, and the admin token"
     )
 
 
@@ -608,6 +826,7 @@ CHECKS = [
     check_schema_rejects_bad_values,
     check_statefulset,
     check_rbac,
+    check_tls,
     check_binary_accepts_rendered_args,
     check_notes,
 ]
