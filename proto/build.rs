@@ -4,12 +4,13 @@
 use std::path::Path;
 
 const PROTO_ROOT: &str = "proto";
-const PROTO_FILES: [&str; 5] = [
+const PROTO_FILES: [&str; 6] = [
     "proto/starling/v1/raft.proto",
     "proto/starling/v1/fleet.proto",
     "proto/starling/v1/admin.proto",
     "proto/starling/v1/node.proto",
     "proto/starling/v1/artifacts.proto",
+    "proto/starling/v1/agent.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -18,7 +18,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::resources::{Cluster, Source, Sync, SyncGroup};
+use crate::resources::{Cluster, Source, Sync, SyncGroup, Upstream};
 
 /// The four CRDs, in a stable order: Source, Cluster, Sync, SyncGroup.
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -26,6 +26,12 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         .into_iter()
         .map(structural)
         .collect()
+}
+
+/// The CRD of the downstream side, which `starling agent` reads: Upstream. It is installed in
+/// the downstream clusters (`chart/agent/crds/`), not in the management cluster.
+pub fn agent_crds() -> Vec<CustomResourceDefinition> {
+    vec![structural(Upstream::crd())]
 }
 
 /// One CRD as a YAML document (without the `---` separator).

@@ -638,3 +638,39 @@ pub struct RolloutRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
 }
+
+// ---------------------------------------------------------------------------------------------
+// Upstream (in a downstream cluster, read by `starling agent`)
+// ---------------------------------------------------------------------------------------------
+
+/// Enrolment of a downstream cluster in pull mode: where the Starling replicas are and as whom
+/// to connect. It lives in the downstream cluster, beside the agent; the management side never
+/// reads it.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "starling.dev",
+    version = "v1alpha1",
+    kind = "Upstream",
+    doc = "Where a starling agent connects to, as whom, and the Cluster it registers there.",
+    category = "starling",
+    namespaced,
+    derive = "PartialEq",
+    shortname = "sup",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterName"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamSpec {
+    /// The Secret (in the Upstream's namespace) with the connection capability: `addresses`
+    /// (the replicas' gRPC `host:port`, comma-separated), `token` (an agent token),
+    /// `namespaces` (the tenant namespaces to register in, comma-separated) and `ca.crt` (the
+    /// installation's CA; absent: plain text, for loopback development).
+    pub secret_ref: LocalObjectReference,
+    /// The name of the Cluster the agent registers in each tenant namespace; the Upstream's
+    /// own name when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// The labels of the registered Clusters, which SyncGroups select on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}

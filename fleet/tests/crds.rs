@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use fleet::crd::{crd_file, crd_file_name, crds, crds_yaml};
+use fleet::crd::{agent_crds, crd_file, crd_file_name, crds, crds_yaml};
 use serde_json::Value;
 
 const REGENERATE: &str = "STARLING_UPDATE_CRDS=1 cargo test -p fleet --test crds";
@@ -18,21 +18,33 @@ fn chart_crds_dir() -> PathBuf {
 
 #[test]
 fn committed_crds_match_the_generated_ones() {
-    let dir = chart_crds_dir();
+    check_committed(&chart_crds_dir(), crds());
+}
+
+#[test]
+fn committed_agent_crds_match_the_generated_ones() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../chart/agent/crds");
+    check_committed(&dir, agent_crds());
+}
+
+fn check_committed(
+    dir: &std::path::Path,
+    crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+) {
+    let dir = dir.to_path_buf();
     if std::env::var_os("STARLING_UPDATE_CRDS").is_some() {
         std::fs::create_dir_all(&dir).expect("create chart/crds");
-        for crd in crds() {
-            std::fs::write(dir.join(crd_file_name(&crd)), crd_file(&crd))
-                .expect("write a crd file");
+        for crd in &crds {
+            std::fs::write(dir.join(crd_file_name(crd)), crd_file(crd)).expect("write a crd file");
         }
     }
     let mut expected = BTreeSet::new();
-    for crd in crds() {
-        let name = crd_file_name(&crd);
+    for crd in &crds {
+        let name = crd_file_name(crd);
         let path = dir.join(&name);
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
-            committed == crd_file(&crd),
+            committed == crd_file(crd),
             "{} differs from the crd generated from fleet/src/resources.rs; regenerate it with `{REGENERATE}`",
             path.display()
         );

@@ -130,6 +130,10 @@ pub struct NodeArgs {
     /// The CA bundle (PEM) the peers' certificates must chain to (mutual TLS between replicas).
     #[arg(long, env = "STARLING_TLS_CA", value_name = "PATH")]
     pub tls_ca: Option<PathBuf>,
+    /// How long a sync of a pull cluster waits for the cluster's agent to connect before it
+    /// fails as unreachable (which frees its place in the rollout's budget).
+    #[arg(long, env = "STARLING_AGENT_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub agent_grace: Duration,
     /// Serve plain-text gRPC, without TLS: for development on a loopback --listen address only.
     #[arg(long, env = "STARLING_INSECURE")]
     pub insecure: bool,
@@ -194,6 +198,8 @@ pub struct NodeConfig {
     pub admin_token_file: Option<PathBuf>,
     /// `--tls-cert`, `--tls-key`, `--tls-ca`; `None` with `--insecure` (loopback only).
     pub tls: Option<crate::tls::TlsFiles>,
+    /// How long a pull cluster's sync waits for its agent (`--agent-grace`).
+    pub agent_grace: Duration,
 }
 
 impl NodeConfig {
@@ -440,6 +446,7 @@ impl NodeArgs {
             recovery: self.recovery,
             admin_token_file: self.admin_token_file.clone(),
             tls,
+            agent_grace: self.agent_grace,
         })
     }
 

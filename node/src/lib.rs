@@ -3,6 +3,8 @@
 //! library is that binary's code, so that the benchmarks (`loadtest/`) can drive a replica and
 //! the demo's fleet from their own process.
 
+pub mod agent;
+pub mod agents;
 pub mod allocator;
 pub mod api;
 pub mod auth;
@@ -61,6 +63,9 @@ struct GlobalArgs {
 enum Command {
     /// Run a replica.
     Node(config::NodeArgs),
+    /// Run the agent of a pull cluster, inside it: connects out to the replicas and applies
+    /// the syncs granted to its cluster.
+    Agent(agent::AgentArgs),
     /// Run a whole replicated installation with a simulated fleet and a demo repository.
     Dev(dev::DevArgs),
     /// Print the CustomResourceDefinitions of the starling.dev API as multi-document YAML.
@@ -155,6 +160,7 @@ impl Command {
     fn without_output(&self) -> Option<&'static str> {
         match self {
             Command::Node(_) => Some("starling node"),
+            Command::Agent(_) => Some("starling agent"),
             Command::Crds(_) => Some("starling crds"),
             Command::Apply(_) => Some("starling apply"),
             Command::Delete(_) => Some("starling delete"),
@@ -206,6 +212,10 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::Node(args) => {
             init_tracing(log_format);
             runtime().and_then(|rt| rt.block_on(serve::run(args)))
+        }
+        Command::Agent(args) => {
+            init_tracing(log_format);
+            runtime().and_then(|rt| rt.block_on(agent::run(args)))
         }
         Command::Dev(args) => {
             if std::env::var_os("STARLING_LOG").is_none() {

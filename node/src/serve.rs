@@ -54,6 +54,12 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
     // Artifacts) are for peers, which present a client certificate when TLS is on.
     use tonic::service::interceptor::InterceptedService;
     let fleet = InterceptedService::new(fleet, authenticator.clone());
+    let agent = InterceptedService::new(
+        proto::agent_server::AgentServer::new(api::agent::AgentService::new(replica.clone()))
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit),
+        authenticator.clone(),
+    );
     let admin = InterceptedService::new(admin, authenticator);
     let peers_only = crate::tls::PeersOnly {
         enforce: replica.tls.is_some(),
@@ -65,6 +71,7 @@ pub async fn start(config: NodeConfig) -> anyhow::Result<RunningNode> {
         ))
         .add_service(fleet)
         .add_service(admin)
+        .add_service(agent)
         .add_service(InterceptedService::new(node, peers_only.clone()))
         .add_service(InterceptedService::new(artifacts, peers_only))
         .serve_with_incoming_shutdown(

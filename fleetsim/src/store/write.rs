@@ -70,7 +70,14 @@ impl ClusterState {
         }
     }
 
-    fn commit(&mut self, info: &ResourceInfo, object: Value, dry_run: bool, code: u16) -> Outcome {
+    fn commit(
+        &mut self,
+        info: &ResourceInfo,
+        mut object: Value,
+        dry_run: bool,
+        code: u16,
+    ) -> Outcome {
+        fold_string_data(info, &mut object);
         let stored = if dry_run {
             Arc::new(StoredObject::build(object, self.rv))
         } else {
@@ -401,5 +408,71 @@ impl ClusterState {
             });
         }
         Ok(self.commit(info, new, options.dry_run, 200))
+    }
+}
+
+/// A Secret's `stringData` is write-only, as in Kubernetes: its entries are merged into
+/// `data` (base64), overriding keys of the same name, and the field is not stored.
+fn fold_string_data(info: &ResourceInfo, object: &mut Value) {
+    use base64::Engine as _;
+    if !info.group.is_empty() || info.resource != "secrets" {
+        return;
+    }
+    let Some(fields) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(entries)) = fields.remove("stringData") else {
+        return;
+    };
+    let data = fields
+        .entry("data")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !data.is_object() {
+        *data = Value::Object(Default::default());
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in entries {
+            if let Some(text) = value.as_str() {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(key, Value::String(encoded));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod string_data_tests {
+    use super::*;
+
+    #[test]
+    fn a_secrets_string_data_is_folded_into_data() {
+        let core = |resource: &str, kind: &str| ResourceInfo {
+            group: String::new(),
+            version: "v1".into(),
+            resource: resource.into(),
+            kind: kind.into(),
+            singular: kind.to_lowercase(),
+            list_kind: format!("{kind}List"),
+            namespaced: true,
+            short_names: Vec::new(),
+            categories: Vec::new(),
+            has_status: false,
+            has_generation: false,
+            storage_key: resource.into(),
+        };
+        let secrets = core("secrets", "Secret");
+        let mut secret = serde_json::json!({
+            "data": {"a": "b2xk", "keep": "eA=="},
+            "stringData": {"a": "new", "token": "t"},
+        });
+        fold_string_data(&secrets, &mut secret);
+        assert_eq!(
+            secret,
+            serde_json::json!({"data": {"a": "bmV3", "keep": "eA==", "token": "dA=="}})
+        );
+        let maps = core("configmaps", "ConfigMap");
+        let mut map = serde_json::json!({"stringData": {"a": "b"}});
+        fold_string_data(&maps, &mut map);
+        assert!(map.get("stringData").is_some());
     }
 }

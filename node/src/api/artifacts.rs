@@ -22,7 +22,7 @@ impl ArtifactService {
     }
 }
 
-fn digest(text: &str) -> Result<Digest, Status> {
+pub(crate) fn digest(text: &str) -> Result<Digest, Status> {
     text.parse().map_err(|_| {
         status(ApiError::invalid_argument(format!(
             "{text:?} is not a sha256:<hex> digest"
@@ -30,40 +30,19 @@ fn digest(text: &str) -> Result<Digest, Status> {
     })
 }
 
+/// Chunks of an artifact, as `Fetch` streams them.
+pub type FetchStream = Pin<Box<dyn Stream<Item = Result<proto::ArtifactChunk, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl proto::artifacts_server::Artifacts for ArtifactService {
-    type FetchStream = Pin<Box<dyn Stream<Item = Result<proto::ArtifactChunk, Status>> + Send>>;
+    type FetchStream = FetchStream;
 
     async fn fetch(
         &self,
         request: Request<proto::FetchRequest>,
     ) -> Result<Response<Self::FetchStream>, Status> {
         let digest = digest(&request.get_ref().digest)?;
-        let chunks = self
-            .replica
-            .store
-            .chunk_stream(digest, proto::limits::ARTIFACT_CHUNK_BYTES)
-            .map_err(|_| {
-                status(ApiError::not_found(format!(
-                    "artifact {digest} not found on this node"
-                )))
-            })?;
-        let mut offset = 0u64;
-        let stream = chunks.map(move |chunk| match chunk {
-            Ok(data) => {
-                let item = proto::ArtifactChunk {
-                    offset,
-                    data,
-                    ..Default::default()
-                };
-                offset += item.data.len() as u64;
-                Ok(item)
-            }
-            Err(error) => Err(status(ApiError::internal(format!(
-                "reading artifact {digest}: {error}"
-            )))),
-        });
-        Ok(Response::new(Box::pin(stream)))
+        stream(&self.replica, digest).map(Response::new)
     }
 
     async fn has(
@@ -77,4 +56,32 @@ impl proto::artifacts_server::Artifacts for ArtifactService {
             size: stored.map_or(0, |s| s.size),
         }))
     }
+}
+
+/// Streams artifact `digest` from this replica's store.
+pub(crate) fn stream(replica: &Replica, digest: Digest) -> Result<FetchStream, Status> {
+    let chunks = replica
+        .store
+        .chunk_stream(digest, proto::limits::ARTIFACT_CHUNK_BYTES)
+        .map_err(|_| {
+            status(ApiError::not_found(format!(
+                "artifact {digest} not found on this node"
+            )))
+        })?;
+    let mut offset = 0u64;
+    let stream = chunks.map(move |chunk| match chunk {
+        Ok(data) => {
+            let item = proto::ArtifactChunk {
+                offset,
+                data,
+                ..Default::default()
+            };
+            offset += item.data.len() as u64;
+            Ok(item)
+        }
+        Err(error) => Err(status(ApiError::internal(format!(
+            "reading artifact {digest}: {error}"
+        )))),
+    });
+    Ok(Box::pin(stream))
 }

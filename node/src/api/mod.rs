@@ -3,6 +3,7 @@
 //! place that maps them to gRPC codes.
 
 pub mod admin;
+pub mod agent;
 pub mod artifacts;
 pub mod convert;
 pub mod fleet;

@@ -312,6 +312,7 @@ impl Dev {
                 recovery: false,
                 admin_token_file: None,
                 tls: None,
+                agent_grace: crate::agents::DEFAULT_GRACE,
             };
             self.nodes.insert(id, serve::start(config).await?);
         }

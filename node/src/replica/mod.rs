@@ -92,6 +92,8 @@ pub struct Replica {
     pub ui_snapshots: crate::ui::Snapshots,
     /// The management cluster's client in operator mode ([`crate::operator`]).
     pub operator: Option<Arc<crate::operator::Operator>>,
+    /// The agents of pull clusters connected to this replica ([`crate::agents`]).
+    pub agents: Arc<crate::agents::Agents>,
 }
 
 /// What a node said in its last heartbeat, and when it arrived.
@@ -179,6 +181,7 @@ impl Replica {
             ui_snapshots: Default::default(),
             admin_token: None,
             tls: None,
+            agents: Default::default(),
             config,
             raft,
         }

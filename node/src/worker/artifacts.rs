@@ -76,7 +76,10 @@ pub async fn ensure(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<Store
     }
 }
 
-async fn from_peers(replica: &Arc<Replica>, digest: &Digest) -> Result<StoredArtifact, String> {
+pub(crate) async fn from_peers(
+    replica: &Arc<Replica>,
+    digest: &Digest,
+) -> Result<StoredArtifact, String> {
     let peers: Vec<(u64, String)> = replica.raft.reader().read(|state| {
         state
             .live_members()

@@ -21,6 +21,8 @@ pub(super) struct Prepared {
     pub(super) retire: bool,
     /// What the render depends on ([`FleetState::render_digest`]), recorded on the target.
     pub(super) digest: Option<String>,
+    /// A pull cluster: its agent applies ([`crate::agents`]).
+    pub(super) pull: bool,
 }
 
 pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
@@ -40,13 +42,19 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
     }
     let cluster = &state.clusters.get(&cluster_key)?.object;
     let cluster_namespace = object.spec.cluster_ref.namespace_or(&namespace).to_string();
-    let cluster_target =
-        connection(state, &cluster_namespace, cluster).map(|connection| ClusterTarget {
-            name: object.spec.cluster_ref.name.clone(),
-            namespace: cluster_namespace.clone(),
-            labels: cluster.metadata.labels.clone().unwrap_or_default(),
-            connection,
-        });
+    let pull = cluster.spec.mode == fleet::resources::ClusterMode::Pull;
+    let connection = if pull {
+        // Never dialled: the agent applies with its own credentials.
+        Ok(Connection::Url(format!("agent://{cluster_key}")))
+    } else {
+        connection(state, &cluster_namespace, cluster)
+    };
+    let cluster_target = connection.map(|connection| ClusterTarget {
+        name: object.spec.cluster_ref.name.clone(),
+        namespace: cluster_namespace.clone(),
+        labels: cluster.metadata.labels.clone().unwrap_or_default(),
+        connection,
+    });
     if entry.retiring {
         return Some(Prepared {
             cluster: cluster_key,
@@ -57,6 +65,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
             artifact: Err("a retiring sync needs no artifact".into()),
             retire: true,
             digest: None,
+            pull,
         });
     }
     let target = state.target_of(sync)?;
@@ -98,6 +107,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
         artifact,
         retire: false,
         digest: state.render_digest(sync),
+        pull,
     })
 }
 

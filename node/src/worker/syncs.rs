@@ -615,9 +615,23 @@ async fn apply(
             .in_current_span(),
         )
     };
+    if prepared.pull {
+        let outcome = pull_sync(replica, &prepared, &request).await;
+        cancel.cancel();
+        let _ = watcher.await;
+        return outcome;
+    }
     let result = replica.engine.sync(request).await;
     cancel.cancel();
     let _ = watcher.await;
+    outcome_of(result)
+}
+
+/// What a sync engine's result records: the outcome, and the error class of a failure. The
+/// agents of pull clusters use it too.
+pub(crate) fn outcome_of(
+    result: Result<starling_sync::SyncReport, starling_sync::SyncFailure>,
+) -> (SyncOutcome, Option<ErrorClass>) {
     match result {
         Ok(report) => {
             let drift = report.drift_message();
@@ -655,6 +669,55 @@ async fn apply(
             )
         }
     }
+}
+
+/// Runs a sync of a pull cluster through its agent ([`crate::agents`]); the owner's apply
+/// slot is not needed while the agent works.
+async fn pull_sync(
+    replica: &Arc<Replica>,
+    prepared: &Prepared,
+    request: &SyncRequest,
+) -> (SyncOutcome, Option<ErrorClass>) {
+    request.apply_slot.release();
+    let job = crate::agents::AgentJob {
+        sync: request.sync.clone(),
+        cluster_name: request.cluster.name.clone(),
+        cluster_namespace: request.cluster.namespace.clone(),
+        labels: request.cluster.labels.clone(),
+        writer: request.writer.clone(),
+        generation: request.generation,
+        revision: request.revision.clone(),
+        artifact: prepared
+            .artifact
+            .as_ref()
+            .map(|need| need.digest.to_string())
+            .unwrap_or_default(),
+        template: request.template.clone(),
+        previous_inventory: request.previous_inventory.clone(),
+        wait: request.wait,
+        retire: request.retire,
+        record_digest: request.record.as_ref().map(|r| r.digest.clone()),
+    };
+    let outcome = replica
+        .agents
+        .run(
+            &prepared.cluster,
+            &job,
+            replica.config.agent_grace,
+            &request.cancel,
+        )
+        .await;
+    let class = match &outcome {
+        SyncOutcome::Succeeded { .. } => None,
+        SyncOutcome::Abandoned { .. } => Some(ErrorClass::Cancelled),
+        SyncOutcome::Failed { class, .. } => Some(
+            ErrorClass::ALL
+                .into_iter()
+                .find(|c| c.as_str() == class)
+                .unwrap_or(ErrorClass::Invalid),
+        ),
+    };
+    (outcome, class)
 }
 
 /// The request of a sync to a revision: its artifact fetched (or built) first.

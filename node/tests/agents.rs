@@ -1,0 +1,342 @@
+//! Pull mode end to end, with real processes: three replicas started at once (tokens
+//! required), fleetsim targets, and one `starling agent` process per pull cluster (20), each
+//! enrolled through an `Upstream` object and its Secret in its own fleetsim cluster.
+//! - One SyncGroup with a budget selects 4 push clusters and the 20 pull clusters alike.
+//! - A new commit rolls out while an agent is killed and restarted and the leader is killed.
+//! - An agent gone longer than the grace period leaves its cluster unreachable (the Sync
+//!   says so) without halting the rollout; once it is back, its cluster catches up.
+//! - The invariants hold on fleetsim's audit log: one writer per owner generation, no stale
+//!   generation, no revision going backwards, the budget respected.
+//! - An agent token cannot act for a cluster another agent holds.
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fleetsim::AuditFilter;
+use harness::{Group, Options, binary, config_versions, demo_fixture, demo_manifests, wait_until};
+use kube::api::PostParams;
+
+const ADMIN: &str = "admin-token-of-the-agents-test-5d1e0c7b22";
+const PUSH: usize = 4;
+const PULL: usize = 20;
+const BUDGET: u32 = 5;
+
+/// The agent processes, killed when dropped.
+struct Agents {
+    dir: tempfile::TempDir,
+    children: BTreeMap<String, Child>,
+}
+
+impl Agents {
+    fn kubeconfig(&self, cluster: &str) -> PathBuf {
+        self.dir.path().join(format!("{cluster}.kubeconfig"))
+    }
+
+    fn spawn(&mut self, cluster: &str) {
+        let child = Command::new(binary())
+            .args([
+                "agent",
+                "--namespace",
+                "starling-system",
+                "--upstream",
+                "starling",
+            ])
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig(cluster))
+            .arg("--cache-dir")
+            .arg(self.dir.path().join(format!("{cluster}-cache")))
+            .env("STARLING_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starling agent starts");
+        self.children.insert(cluster.to_string(), child);
+    }
+
+    fn kill(&mut self, cluster: &str) {
+        if let Some(mut child) = self.children.remove(cluster) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        for child in self.children.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn cli(group: &Group, token: &str, args: &[&str]) -> std::process::Output {
+    let node = group.running().next().expect("a running node");
+    Command::new(binary())
+        .args(["--server", &node.grpc, "--timeout", "30s"])
+        .args(args)
+        .env("STARLING_TOKEN", token)
+        .output()
+        .expect("run starling")
+}
+
+/// Installs the Upstream CRD, the namespace, the capability Secret and the Upstream in one
+/// fleetsim cluster, as an installer of the agent would.
+async fn enrol(kubeconfig: &Path, cluster: &str, addresses: &str, token: &str, region: usize) {
+    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig parses"),
+        &Default::default(),
+    )
+    .await
+    .expect("kube config");
+    let client = kube::Client::try_from(config).expect("kube client");
+    let post = PostParams::default();
+    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(client.clone());
+    crds.create(&post, &fleet::crd::agent_crds()[0])
+        .await
+        .expect("Upstream CRD");
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    let namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "starling-system"}
+    }))
+    .expect("namespace");
+    let _ = namespaces.create(&post, &namespace).await;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), "starling-system");
+    let secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "starling-upstream"},
+        "stringData": {"addresses": addresses, "token": token, "namespaces": "default"},
+    }))
+    .expect("secret");
+    secrets
+        .create(&post, &secret)
+        .await
+        .expect("capability Secret");
+    let upstream: fleet::resources::Upstream = serde_json::from_value(serde_json::json!({
+        "apiVersion": "starling.dev/v1alpha1", "kind": "Upstream",
+        "metadata": {"name": "starling", "namespace": "starling-system"},
+        "spec": {
+            "secretRef": {"name": "starling-upstream"},
+            "clusterName": cluster,
+            "labels": {"region": format!("r{}", region % 3), "site": "edge"},
+        },
+    }))
+    .expect("upstream");
+    let upstreams: kube::Api<fleet::resources::Upstream> =
+        kube::Api::namespaced(client, "starling-system");
+    // The CRD may take a moment to be served.
+    let mut attempts = 0;
+    while let Err(error) = upstreams.create(&post, &upstream).await {
+        attempts += 1;
+        assert!(attempts < 100, "Upstream not created in {cluster}: {error}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The rollout's summary of SyncGroup `demo`: (revision, phase, updated, failed).
+async fn summary(group: &Group) -> Option<(String, String, u32, u32)> {
+    let rollout = group.rollout("demo").await?;
+    let summary = rollout.summary?;
+    Some((
+        rollout.target_revision,
+        rollout.phase,
+        summary.updated,
+        summary.failed,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_and_pull_clusters_roll_out_together_through_failures() {
+    let fixture = demo_fixture(fleetsim::Config {
+        clusters: PUSH + PULL,
+        ..fleetsim::Config::default()
+    })
+    .await;
+    let mut group = Group::start_together(
+        3,
+        Options {
+            admin_token: Some(ADMIN.into()),
+            extra_args: vec!["--agent-grace=3s".into()],
+            ..Options::default()
+        },
+    );
+    group.wait_for_members(3).await;
+    let names = fixture.sim.cluster_names();
+    let pull = &names[PUSH..];
+
+    // An agent token for tenant default; every agent presents it.
+    let out = cli(
+        &group,
+        ADMIN,
+        &["token", "create", "--tenant", "default", "--role", "agent"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(token.starts_with("stl_"), "{token}");
+
+    // The specs: the Source, the SyncGroup (budget 5) and the push clusters only.
+    let manifests = demo_manifests(
+        &fixture.sim,
+        &fixture.url,
+        "",
+        &format!("    maxUnavailable: {BUDGET}\n"),
+    );
+    let manifests: Vec<&str> = manifests
+        .split("---\n")
+        .filter(|doc| {
+            !pull.iter().any(|name| {
+                doc.contains(&format!("\"{name}-kubeconfig\""))
+                    || doc.contains(&format!("{{name: {name},"))
+            })
+        })
+        .collect();
+    group
+        .apply(1, &manifests.join("---\n"))
+        .await
+        .expect("specs applied");
+
+    // Each pull cluster gets its Upstream and its agent process.
+    let addresses: Vec<String> = group.running().map(|n| n.grpc.clone()).collect();
+    let addresses = addresses.join(",");
+    let mut agents = Agents {
+        dir: tempfile::tempdir().expect("temp dir"),
+        children: BTreeMap::new(),
+    };
+    for (index, name) in pull.iter().enumerate() {
+        std::fs::write(
+            agents.kubeconfig(name),
+            fixture.sim.kubeconfig(name).expect("kubeconfig"),
+        )
+        .expect("write kubeconfig");
+        enrol(&agents.kubeconfig(name), name, &addresses, &token, index).await;
+        agents.spawn(name);
+    }
+    let first = group
+        .wait_complete("demo", "", (PUSH + PULL) as u32, 0)
+        .await;
+    for (cluster, version) in config_versions(&fixture.sim) {
+        assert_eq!(version, "v1", "{cluster}");
+    }
+    let got = cli(&group, ADMIN, &["get", "clusters", "-o", "json"]);
+    let clusters = String::from_utf8_lossy(&got.stdout);
+    assert_eq!(clusters.matches("\"pull\"").count(), PULL, "{clusters}");
+
+    // A new commit; mid-rollout an agent dies and comes back, and the leader is killed.
+    fixture
+        .repo
+        .commit("v2", "nginx:1.28", "v2")
+        .expect("commit");
+    let restarted = &pull[3];
+    agents.kill(restarted);
+    wait_until(
+        Duration::from_secs(60),
+        "the v2 rollout under way",
+        || async {
+            summary(&group)
+                .await
+                .is_some_and(|(revision, _, updated, _)| revision != first && updated >= 3)
+        },
+    )
+    .await;
+    let leader = group.status().await.expect("status").leader_id;
+    group.kill(leader);
+    agents.spawn(restarted);
+    let second = group
+        .wait_complete("demo", &first, (PUSH + PULL) as u32, 0)
+        .await;
+    for (cluster, version) in config_versions(&fixture.sim) {
+        assert_eq!(version, "v2", "{cluster}");
+    }
+    group.spawn(leader);
+    group.wait_for_members(3).await;
+
+    // An agent gone past the grace period: its cluster fails as unreachable, the others go on.
+    let gone = &pull[7];
+    agents.kill(gone);
+    fixture
+        .repo
+        .commit("v3", "nginx:1.29", "v3")
+        .expect("commit");
+    let syncs = || async {
+        String::from_utf8_lossy(&cli(&group, ADMIN, &["get", "syncs", "-o", "yaml"]).stdout)
+            .into_owned()
+    };
+    wait_until(
+        Duration::from_secs(90),
+        "v3 everywhere but the cluster without agent, which is unreachable",
+        || async {
+            summary(&group)
+                .await
+                .is_some_and(|(revision, phase, updated, _)| {
+                    revision != second && phase != "Halted" && updated == (PUSH + PULL - 1) as u32
+                })
+                && syncs().await.contains("has not been connected")
+        },
+    )
+    .await;
+    let text = syncs().await;
+    assert!(text.contains("unreachable"), "{text}");
+    agents.spawn(gone);
+    group
+        .wait_complete("demo", &second, (PUSH + PULL) as u32, 0)
+        .await;
+    for (cluster, version) in config_versions(&fixture.sim) {
+        assert_eq!(version, "v3", "{cluster}");
+    }
+
+    // The invariants, from fleetsim's audit log.
+    let records = fixture.sim.audit(&AuditFilter::default());
+    for check in fleetsim::checks::writer_checks(&records) {
+        assert!(check.ok, "{}: {}", check.name, check.detail);
+    }
+    for check in [
+        chaos::invariants::revisions_forward(&records),
+        chaos::invariants::within_budget(&records, BUDGET),
+    ] {
+        assert!(check.ok, "{}: {}", check.name, check.detail);
+    }
+
+    // Another tenant-default agent token cannot take over a cluster this one holds.
+    let out = cli(
+        &group,
+        ADMIN,
+        &["token", "create", "--tenant", "default", "--role", "agent"],
+    );
+    let other = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let node = group.running().next().expect("running").grpc.clone();
+    let mut client = proto::agent_client::AgentClient::new(harness::channel(&node));
+    let refused = client
+        .register(harness::with_token(
+            proto::RegisterRequest {
+                cluster: pull[0].clone(),
+                namespaces: vec!["default".into()],
+                labels: Default::default(),
+            },
+            Some(&other),
+        ))
+        .await
+        .expect_err("a second agent took the cluster over");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("holds it"), "{refused:?}");
+}
