@@ -622,6 +622,7 @@ async fn admission(
             recovery: false,
             admin_token_file: None,
             tls: None,
+            agent_grace: starling::agents::DEFAULT_GRACE,
         };
         nodes.push(starling::serve::start(config).await?);
     }

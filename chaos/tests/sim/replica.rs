@@ -160,6 +160,7 @@ fn node_config(host: &Host) -> NodeConfig {
         recovery: false,
         admin_token_file: None,
         tls: None,
+        agent_grace: starling::agents::DEFAULT_GRACE,
     }
 }
 
