@@ -11,68 +11,17 @@
 
 mod harness;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use fleetsim::AuditFilter;
+use harness::pull::{Agents, enrol};
 use harness::{Group, Options, binary, config_versions, demo_fixture, demo_manifests, wait_until};
-use kube::api::PostParams;
 
 const ADMIN: &str = "admin-token-of-the-agents-test-5d1e0c7b22";
 const PUSH: usize = 4;
 const PULL: usize = 20;
 const BUDGET: u32 = 5;
-
-/// The agent processes, killed when dropped.
-struct Agents {
-    dir: tempfile::TempDir,
-    children: BTreeMap<String, Child>,
-}
-
-impl Agents {
-    fn kubeconfig(&self, cluster: &str) -> PathBuf {
-        self.dir.path().join(format!("{cluster}.kubeconfig"))
-    }
-
-    fn spawn(&mut self, cluster: &str) {
-        let child = Command::new(binary())
-            .args([
-                "agent",
-                "--namespace",
-                "starling-system",
-                "--upstream",
-                "starling",
-            ])
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig(cluster))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join(format!("{cluster}-cache")))
-            .env("STARLING_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starling agent starts");
-        self.children.insert(cluster.to_string(), child);
-    }
-
-    fn kill(&mut self, cluster: &str) {
-        if let Some(mut child) = self.children.remove(cluster) {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Agents {
-    fn drop(&mut self) {
-        for child in self.children.values_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 fn cli(group: &Group, token: &str, args: &[&str]) -> std::process::Output {
     let node = group.running().next().expect("a running node");
@@ -82,62 +31,6 @@ fn cli(group: &Group, token: &str, args: &[&str]) -> std::process::Output {
         .env("STARLING_TOKEN", token)
         .output()
         .expect("run starling")
-}
-
-/// Installs the Upstream CRD, the namespace, the capability Secret and the Upstream in one
-/// fleetsim cluster, as an installer of the agent would.
-async fn enrol(kubeconfig: &Path, cluster: &str, addresses: &str, token: &str, region: usize) {
-    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::from_yaml(&text).expect("kubeconfig parses"),
-        &Default::default(),
-    )
-    .await
-    .expect("kube config");
-    let client = kube::Client::try_from(config).expect("kube client");
-    let post = PostParams::default();
-    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        kube::Api::all(client.clone());
-    crds.create(&post, &fleet::crd::agent_crds()[0])
-        .await
-        .expect("Upstream CRD");
-    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-        kube::Api::all(client.clone());
-    let namespace = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "starling-system"}
-    }))
-    .expect("namespace");
-    let _ = namespaces.create(&post, &namespace).await;
-    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        kube::Api::namespaced(client.clone(), "starling-system");
-    let secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "starling-upstream"},
-        "stringData": {"addresses": addresses, "token": token, "namespaces": "default"},
-    }))
-    .expect("secret");
-    secrets
-        .create(&post, &secret)
-        .await
-        .expect("capability Secret");
-    let upstream: fleet::resources::Upstream = serde_json::from_value(serde_json::json!({
-        "apiVersion": "starling.dev/v1alpha1", "kind": "Upstream",
-        "metadata": {"name": "starling", "namespace": "starling-system"},
-        "spec": {
-            "secretRef": {"name": "starling-upstream"},
-            "clusterName": cluster,
-            "labels": {"region": format!("r{}", region % 3), "site": "edge"},
-        },
-    }))
-    .expect("upstream");
-    let upstreams: kube::Api<fleet::resources::Upstream> =
-        kube::Api::namespaced(client, "starling-system");
-    // The CRD may take a moment to be served.
-    let mut attempts = 0;
-    while let Err(error) = upstreams.create(&post, &upstream).await {
-        attempts += 1;
-        assert!(attempts < 100, "Upstream not created in {cluster}: {error}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The rollout's summary of SyncGroup `demo`: (revision, phase, updated, failed).
@@ -214,17 +107,22 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
     // Each pull cluster gets its Upstream and its agent process.
     let addresses: Vec<String> = group.running().map(|n| n.grpc.clone()).collect();
     let addresses = addresses.join(",");
-    let mut agents = Agents {
-        dir: tempfile::tempdir().expect("temp dir"),
-        children: BTreeMap::new(),
-    };
+    let mut agents = Agents::new();
     for (index, name) in pull.iter().enumerate() {
         std::fs::write(
             agents.kubeconfig(name),
             fixture.sim.kubeconfig(name).expect("kubeconfig"),
         )
         .expect("write kubeconfig");
-        enrol(&agents.kubeconfig(name), name, &addresses, &token, index).await;
+        enrol(
+            &agents.kubeconfig(name),
+            name,
+            &addresses,
+            &token,
+            None,
+            index,
+        )
+        .await;
         agents.spawn(name);
     }
     let first = group

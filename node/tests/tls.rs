@@ -84,11 +84,17 @@ async fn status(
     address: &str,
     tls: Option<&Arc<Tls>>,
 ) -> Result<proto::StatusResponse, tonic::Status> {
+    status_as(address, tls, None).await
+}
+
+async fn status_as(
+    address: &str,
+    tls: Option<&Arc<Tls>>,
+    token: Option<&str>,
+) -> Result<proto::StatusResponse, tonic::Status> {
     let mut fleet = proto::fleet_client::FleetClient::new(channel(address, tls));
-    fleet
-        .status(proto::StatusRequest {})
-        .await
-        .map(|r| r.into_inner())
+    let request = starling::auth::with_bearer(tonic::Request::new(proto::StatusRequest {}), token);
+    fleet.status(request).await.map(|r| r.into_inner())
 }
 
 async fn heartbeat(address: &str, tls: &Arc<Tls>) -> Result<(), tonic::Status> {
@@ -235,6 +241,108 @@ async fn replicas_talk_mutual_tls_and_pick_up_rotated_certificates() {
                         .iter()
                         .any(|m| m.id == leader && (1..2_000).contains(&m.last_heartbeat_millis))
             })
+        },
+    )
+    .await;
+}
+
+/// An agent reaches TLS replicas with the CA from its Upstream's Secret, and applies a Sync
+/// of its pull cluster; the CLI works over TLS with a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_connects_over_tls_with_the_ca_of_its_upstream() {
+    const ADMIN: &str = "admin-token-of-the-tls-agent-test-38c0a1f7";
+    let fixture = harness::demo_fixture(fleetsim::Config {
+        clusters: 1,
+        ..fleetsim::Config::default()
+    })
+    .await;
+    let certs = tempfile::tempdir().expect("temp dir");
+    let authority = Authority::new("starling test CA");
+    let [ca, cert, key] = write_identity(certs.path(), &authority.pem, &authority.issue("replica"));
+    let flag = |name: &str, path: &Path| format!("--{name}={}", path.display());
+    let group = Group::start_together(
+        3,
+        Options {
+            admin_token: Some(ADMIN.into()),
+            extra_args: vec![
+                flag("tls-ca", &ca),
+                flag("tls-cert", &cert),
+                flag("tls-key", &key),
+            ],
+            ..Options::default()
+        },
+    );
+    let addresses: Vec<String> = group.running().map(|n| n.grpc.clone()).collect();
+    let ca_arg = ca.display().to_string();
+    let cli = |args: &[&str]| {
+        let out = Command::new(binary())
+            .args([
+                "--server",
+                &addresses[0],
+                "--timeout",
+                "10s",
+                "--tls-ca",
+                &ca_arg,
+            ])
+            .args(args)
+            .env("STARLING_TOKEN", ADMIN)
+            .output()
+            .expect("run starling");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let trusting = client_tls(&ca, None);
+    wait_until(Duration::from_secs(30), "a leader over TLS", || async {
+        status_as(&addresses[0], Some(&trusting), Some(ADMIN))
+            .await
+            .is_ok_and(|s| s.leader_id != 0)
+    })
+    .await;
+    let token = cli(&["token", "create", "--tenant", "default", "--role", "agent"]);
+    let token = token.lines().last().unwrap_or_default().trim().to_string();
+
+    let cluster = fixture.sim.cluster_names()[0].clone();
+    let mut agents = harness::pull::Agents::new();
+    std::fs::write(
+        agents.kubeconfig(&cluster),
+        fixture.sim.kubeconfig(&cluster).expect("kubeconfig"),
+    )
+    .expect("write kubeconfig");
+    harness::pull::enrol(
+        &agents.kubeconfig(&cluster),
+        &cluster,
+        &addresses.join(","),
+        &token,
+        Some(&authority.pem),
+        0,
+    )
+    .await;
+    agents.spawn(&cluster);
+    let manifests = format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 1s\n  git: {{url: \"{}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: Sync\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterRef: {{name: {cluster}}}\n  path: app\n  substitute: {{REGION: edge}}\n",
+        fixture.url
+    );
+    let file = certs.path().join("demo.yaml");
+    std::fs::write(&file, manifests).expect("write manifests");
+    // The agent registers its Cluster over TLS; then the Sync can be applied.
+    wait_until(
+        Duration::from_secs(30),
+        "the pull Cluster registered",
+        || async { cli(&["get", "clusters"]).contains(&cluster) },
+    )
+    .await;
+    cli(&["apply", "-f", file.to_str().expect("utf-8 path")]);
+    wait_until(
+        Duration::from_secs(60),
+        "the pull cluster synced over TLS",
+        || async {
+            harness::config_versions(&fixture.sim)
+                .iter()
+                .all(|(_, version)| version == "v1")
         },
     )
     .await;

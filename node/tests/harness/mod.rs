@@ -4,3 +4,5 @@
 #![allow(unused_imports)]
 
 pub use chaos::harness::*;
+
+pub mod pull;
