@@ -102,11 +102,7 @@ impl Client {
                     "cannot reach starling at {}: {}{}",
                     args.server,
                     root_cause(&error),
-                    if args.tls_ca.is_none() {
-                        " (an installation with TLS needs --tls-ca)"
-                    } else {
-                        ""
-                    }
+                    tls_hint(args.tls_ca.is_some(), &root_cause(&error))
                 ));
             }
             Err(_) => {
@@ -327,7 +323,7 @@ impl Client {
                         Code::Unknown | Code::Unavailable | Code::Internal
                     )
                 {
-                    line.push_str(" (an installation with TLS needs --tls-ca)");
+                    line.push_str(tls_hint(false, &line));
                 }
                 Err(anyhow!(line))
             }
@@ -371,6 +367,16 @@ fn server_uri(server: &str) -> anyhow::Result<Uri> {
         return Err(anyhow!(invalid()));
     }
     Ok(uri)
+}
+
+/// A hint for a plain-text client whose connection broke without an answer: the server may
+/// speak TLS. Nothing when it used TLS or nothing listens (connection refused).
+fn tls_hint(tls: bool, error: &str) -> &'static str {
+    if tls || error.contains("refused") {
+        ""
+    } else {
+        " (an installation with TLS needs --tls-ca)"
+    }
 }
 
 fn timed_out(server: &str, timeout: Duration) -> String {
@@ -571,7 +577,12 @@ mod tests {
             Some(7400)
         );
         assert!(server_uri("[::1]:7400").is_ok());
-        for bad in ["localhost", "", "a b:1", "https://x:1", "x:1/path", ":7400"] {
+        assert_eq!(
+            server_uri("https://node-0.starling:7400").unwrap().to_string(),
+            "http://node-0.starling:7400/",
+            "TLS comes from --tls-ca, not the scheme"
+        );
+        for bad in ["localhost", "", "a b:1", "ftp://x:1", "x:1/path", ":7400"] {
             let error = server_uri(bad).unwrap_err().to_string();
             assert!(
                 error.starts_with("invalid server address"),

@@ -660,6 +660,9 @@ mod tests {
              starling-2.starling-headless.ops.svc.cluster.local:7400",
             "--down-after",
             "5s",
+            "--tls-cert=/etc/starling/tls/tls.crt",
+            "--tls-key=/etc/starling/tls/tls.key",
+            "--tls-ca=/etc/starling/tls/ca.crt",
             "--validate-config",
         ]);
         assert!(config.validate_config);
@@ -672,7 +675,7 @@ mod tests {
              2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
              data-dir /tmp/x down-after 5s lease 2s 500ms max-rtt 50ms max-voters 5 \
              max-concurrent-syncs 16 \
-             max-waiting-syncs 512 drain-timeout 20s auth open mode standalone"
+             max-waiting-syncs 512 drain-timeout 20s auth open tls on mode standalone"
         );
     }
 
