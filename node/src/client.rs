@@ -85,14 +85,9 @@ impl Client {
                     ca: ca.clone(),
                     identity: None,
                 })?;
-                let connector = tls.connector();
-                futures::future::Either::Right(endpoint.connect_with_connector(tower::service_fn(
-                    move |uri: Uri| {
-                        let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-                        let opening = connector.open(authority);
-                        async move { opening.await.map(hyper_util::rt::TokioIo::new) }
-                    },
-                )))
+                futures::future::Either::Right(
+                    endpoint.connect_with_connector(crate::dial(&tls.connector())),
+                )
             }
         };
         let channel = match tokio::time::timeout(args.timeout, connecting).await {
@@ -578,7 +573,9 @@ mod tests {
         );
         assert!(server_uri("[::1]:7400").is_ok());
         assert_eq!(
-            server_uri("https://node-0.starling:7400").unwrap().to_string(),
+            server_uri("https://node-0.starling:7400")
+                .unwrap()
+                .to_string(),
             "http://node-0.starling:7400/",
             "TLS comes from --tls-ca, not the scheme"
         );

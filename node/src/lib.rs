@@ -123,14 +123,28 @@ pub fn channel_via(
         .timeout(timeout);
     Ok(match connector {
         None => endpoint.connect_lazy(),
-        Some(connector) => {
-            let connector = connector.clone();
-            endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: ::http::Uri| {
-                let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-                let opening = connector.open(authority);
-                async move { opening.await.map(hyper_util::rt::TokioIo::new) }
-            }))
-        }
+        Some(connector) => endpoint.connect_with_connector_lazy(dial(connector)),
+    })
+}
+
+/// The tower service tonic dials through: `connector` opens the stream to the URI's authority.
+pub fn dial(
+    connector: &starling_raft::Connector,
+) -> impl tower::Service<
+    ::http::Uri,
+    Response = hyper_util::rt::TokioIo<Box<dyn starling_raft::PeerIo>>,
+    Error = std::io::Error,
+    Future = impl Future<
+        Output = std::io::Result<hyper_util::rt::TokioIo<Box<dyn starling_raft::PeerIo>>>,
+    > + Send,
+> + Clone
++ Send
++ 'static {
+    let connector = connector.clone();
+    tower::service_fn(move |uri: ::http::Uri| {
+        let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+        let opening = connector.open(authority);
+        async move { opening.await.map(hyper_util::rt::TokioIo::new) }
     })
 }
 

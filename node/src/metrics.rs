@@ -63,6 +63,8 @@ pub struct Metrics {
     pub artifacts_from_git: Counter,
     pub lease_lapses: Counter,
     in_flight: Gauge,
+    /// Agents of pull clusters whose stream this replica serves (as their clusters' owner).
+    agents_connected: Gauge,
     in_flight_count: AtomicI64,
     sync_micros_total: AtomicU64,
     sync_count: AtomicU64,
@@ -96,6 +98,7 @@ impl Metrics {
             artifacts_from_git: Counter::default(),
             lease_lapses: Counter::default(),
             in_flight: Gauge::default(),
+            agents_connected: Gauge::default(),
             in_flight_count: AtomicI64::new(0),
             sync_micros_total: AtomicU64::new(0),
             sync_count: AtomicU64::new(0),
@@ -118,6 +121,11 @@ impl Metrics {
             metrics.raft_applied_index.clone(),
         );
         registry.register("members", "Members by state", metrics.members.clone());
+        registry.register(
+            "agents_connected",
+            "Agents of pull clusters this replica serves as their owner",
+            metrics.agents_connected.clone(),
+        );
         registry.register(
             "clusters_owned",
             "Clusters owned per node",
@@ -226,6 +234,7 @@ impl Metrics {
     /// Refreshes the gauges from Raft and the fleet state, then encodes everything.
     pub fn render(&self, replica: &Replica) -> String {
         let raft = replica.raft.metrics().borrow().clone();
+        self.agents_connected.set(replica.agents.count() as i64);
         self.raft_term.set(raft.current_term as i64);
         self.raft_leader
             .set(raft.current_leader.map_or(-1, |id| id as i64));

@@ -142,15 +142,16 @@ impl Tls {
                 let chain = certificates(&cert, cert_path)?;
                 let key = PrivateKeyDer::from_pem_slice(&key)
                     .with_context(|| format!("{} is not a PEM private key", key_path.display()))?;
+                let mismatch = || {
+                    format!(
+                        "{} does not match {}",
+                        key_path.display(),
+                        cert_path.display()
+                    )
+                };
                 let client = client
                     .with_client_auth_cert(chain.clone(), key.clone_key())
-                    .with_context(|| {
-                        format!(
-                            "{} does not match {}",
-                            key_path.display(),
-                            cert_path.display()
-                        )
-                    })?;
+                    .with_context(mismatch)?;
                 let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider())
                     .allow_unauthenticated()
                     .build()
@@ -159,13 +160,7 @@ impl Tls {
                     .with_safe_default_protocol_versions()?
                     .with_client_cert_verifier(verifier)
                     .with_single_cert(chain, key)
-                    .with_context(|| {
-                        format!(
-                            "{} does not match {}",
-                            key_path.display(),
-                            cert_path.display()
-                        )
-                    })?;
+                    .with_context(mismatch)?;
                 server.alpn_protocols = vec![b"h2".to_vec()];
                 (client, Some(Arc::new(server)))
             }

@@ -134,6 +134,17 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
     let got = cli(&group, ADMIN, &["get", "clusters", "-o", "json"]);
     let clusters = String::from_utf8_lossy(&got.stdout);
     assert_eq!(clusters.matches("\"pull\"").count(), PULL, "{clusters}");
+    wait_until(
+        Duration::from_secs(10),
+        "every agent attached to its cluster's owner",
+        || async {
+            let connected: f64 = (1..=3)
+                .filter_map(|id| group.metric(id, "starling_agents_connected"))
+                .sum();
+            connected == PULL as f64
+        },
+    )
+    .await;
 
     // A new commit; mid-rollout an agent dies and comes back, and the leader is killed.
     fixture
@@ -190,6 +201,19 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
     .await;
     let text = syncs().await;
     assert!(text.contains("unreachable"), "{text}");
+    // The Cluster says it too (`kubectl get clusters` shows Reachable false).
+    let got = cli(&group, ADMIN, &["get", "clusters", "-o", "json"]);
+    let clusters: serde_json::Value = serde_json::from_slice(&got.stdout).expect("json");
+    let reachable = |name: &str| {
+        clusters["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["metadata"]["name"] == name)
+            .map(|c| c["status"]["reachable"].clone())
+    };
+    assert_eq!(reachable(gone), Some(serde_json::Value::Bool(false)));
+    assert_eq!(reachable(&pull[0]), Some(serde_json::Value::Bool(true)));
     agents.spawn(gone);
     group
         .wait_complete("demo", &second, (PUSH + PULL) as u32, 0)

@@ -67,6 +67,26 @@ fn write_identity(dir: &Path, ca: &str, (cert, key): &(String, String)) -> [Path
     paths
 }
 
+/// Three replicas started at once with TLS (and tokens when `admin` is set), and their
+/// addresses.
+fn start_tls_group([ca, cert, key]: [&Path; 3], admin: Option<&str>) -> (Group, Vec<String>) {
+    let flag = |name: &str, path: &Path| format!("--{name}={}", path.display());
+    let group = Group::start_together(
+        3,
+        Options {
+            admin_token: admin.map(str::to_string),
+            extra_args: vec![
+                flag("tls-ca", ca),
+                flag("tls-cert", cert),
+                flag("tls-key", key),
+            ],
+            ..Options::default()
+        },
+    );
+    let addresses = group.running().map(|n| n.grpc.clone()).collect();
+    (group, addresses)
+}
+
 fn client_tls(ca: &Path, identity: Option<(&Path, &Path)>) -> Arc<Tls> {
     Tls::load(TlsFiles {
         ca: ca.to_path_buf(),
@@ -109,19 +129,7 @@ async fn replicas_talk_mutual_tls_and_pick_up_rotated_certificates() {
     let certs = tempfile::tempdir().expect("temp dir");
     let old_ca = Authority::new("starling test CA 1");
     let [ca, cert, key] = write_identity(certs.path(), &old_ca.pem, &old_ca.issue("replica"));
-    let flag = |name: &str, path: &Path| format!("--{name}={}", path.display());
-    let mut group = Group::start_together(
-        3,
-        Options {
-            extra_args: vec![
-                flag("tls-ca", &ca),
-                flag("tls-cert", &cert),
-                flag("tls-key", &key),
-            ],
-            ..Options::default()
-        },
-    );
-    let addresses: Vec<String> = group.running().map(|n| n.grpc.clone()).collect();
+    let (mut group, addresses) = start_tls_group([&ca, &cert, &key], None);
     let first = addresses[0].clone();
 
     // The replicas form a group over mutual TLS; a client trusting the CA sees it.
@@ -259,20 +267,7 @@ async fn an_agent_connects_over_tls_with_the_ca_of_its_upstream() {
     let certs = tempfile::tempdir().expect("temp dir");
     let authority = Authority::new("starling test CA");
     let [ca, cert, key] = write_identity(certs.path(), &authority.pem, &authority.issue("replica"));
-    let flag = |name: &str, path: &Path| format!("--{name}={}", path.display());
-    let group = Group::start_together(
-        3,
-        Options {
-            admin_token: Some(ADMIN.into()),
-            extra_args: vec![
-                flag("tls-ca", &ca),
-                flag("tls-cert", &cert),
-                flag("tls-key", &key),
-            ],
-            ..Options::default()
-        },
-    );
-    let addresses: Vec<String> = group.running().map(|n| n.grpc.clone()).collect();
+    let (_group, addresses) = start_tls_group([&ca, &cert, &key], Some(ADMIN));
     let ca_arg = ca.display().to_string();
     let cli = |args: &[&str]| {
         let out = Command::new(binary())

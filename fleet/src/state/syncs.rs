@@ -157,6 +157,17 @@ impl FleetState {
                 .unwrap_or(1),
             rendered => rendered,
         };
+        let cluster_key = self
+            .syncs
+            .get(&ticket.sync)
+            .map(|s| cluster_key_of(&s.object));
+        let pull = cluster_key
+            .as_ref()
+            .and_then(|key| self.clusters.get(key))
+            .is_some_and(|c| c.object.spec.mode == crate::resources::ClusterMode::Pull);
+        if let Some(key) = &cluster_key {
+            self.note_reachability(key, &outcome, at);
+        }
         let Some(entry) = self.syncs.get_mut(&ticket.sync) else {
             return Outcome::Finished { sync: ticket.sync };
         };
@@ -221,8 +232,12 @@ impl FleetState {
                 entry.rollout.failed = Some(mark);
                 // A failure keeps its slot: the cluster may be half applied, so it stays
                 // unavailable until a retry (at the newest mark) succeeds. A drift re-apply
-                // that failed at a superseded mark queues again like any outdated Sync.
-                entry.rollout.admitted = desired == Some(mark) || ticket.kind == SyncKind::Rollout;
+                // that failed at a superseded mark queues again like any outdated Sync. A
+                // pull cluster whose agent was away was not touched: it frees its slot, and
+                // the rollout goes on without it.
+                let untouched = pull && class == "unreachable" && inventory.is_none();
+                entry.rollout.admitted =
+                    !untouched && (desired == Some(mark) || ticket.kind == SyncKind::Rollout);
                 status.result = Some(SyncResult::Failed);
                 status.message = Some(format!("{class}: {message}"));
                 failure = entry.group.clone().map(|group| {
@@ -242,6 +257,27 @@ impl FleetState {
         }
         self.settle_and_admit(&ticket.sync);
         Outcome::Finished { sync: ticket.sync }
+    }
+
+    /// The Cluster's `status.reachable` (and `lastContact`) from a sync's outcome: a target
+    /// that answered is reachable, one that failed as `unreachable` is not. Written only on a
+    /// change of `reachable`, so steady syncs do not touch the Cluster.
+    fn note_reachability(&mut self, cluster: &str, outcome: &SyncOutcome, at: &str) {
+        let reachable = match outcome {
+            SyncOutcome::Succeeded { .. } => true,
+            SyncOutcome::Failed { class, .. } => class != "unreachable",
+            SyncOutcome::Abandoned { .. } => return,
+        };
+        let Some(entry) = self.clusters.get_mut(cluster) else {
+            return;
+        };
+        let status = entry.object.status.get_or_insert_with(Default::default);
+        if status.reachable != Some(reachable) {
+            status.reachable = Some(reachable);
+            if reachable {
+                status.last_contact = Some(at.to_string());
+            }
+        }
     }
 
     pub(super) fn report_health(
