@@ -17,7 +17,6 @@ import os
 import re
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import helm_python
@@ -31,6 +30,7 @@ from test_chart import (
     STARLING_BIN,
     CheckFailed,
     expect,
+    run_checks,
 )
 
 CHART = Path(__file__).resolve().parent.parent / "agent"
@@ -617,22 +617,7 @@ CHECKS = [
 
 def main():
     print(f"agent chart tests: {CHART} (helm {helm_python.helm_sdk_version()}, binary {STARLING_BIN})")
-    failures = 0
-    for check in CHECKS:
-        try:
-            print(f"ok   {check.__name__}: {check()}")
-        except CheckFailed as error:
-            failures += 1
-            print(f"FAIL {check.__name__}: {error}")
-        except Exception:  # an unexpected error is a failure too, with its trace
-            failures += 1
-            print(f"FAIL {check.__name__}: unexpected error")
-            traceback.print_exc()
-    if failures:
-        print(f"agent chart tests: {failures} of {len(CHECKS)} checks failed")
-        return 1
-    print(f"agent chart tests: all {len(CHECKS)} checks passed")
-    return 0
+    return run_checks("agent chart tests", CHECKS)
 
 
 if __name__ == "__main__":

@@ -832,10 +832,10 @@ CHECKS = [
 ]
 
 
-def main():
-    print(f"chart tests: {CHART} (helm {helm_python.helm_sdk_version()}, binary {STARLING_BIN})")
+def run_checks(label, checks):
+    """Runs every check, printing one line each; the exit code (1 when any failed)."""
     failures = 0
-    for check in CHECKS:
+    for check in checks:
         try:
             print(f"ok   {check.__name__}: {check()}")
         except CheckFailed as error:
@@ -846,10 +846,15 @@ def main():
             print(f"FAIL {check.__name__}: unexpected error")
             traceback.print_exc()
     if failures:
-        print(f"chart tests: {failures} of {len(CHECKS)} checks failed")
+        print(f"{label}: {failures} of {len(checks)} checks failed")
         return 1
-    print(f"chart tests: all {len(CHECKS)} checks passed")
+    print(f"{label}: all {len(checks)} checks passed")
     return 0
+
+
+def main():
+    print(f"chart tests: {CHART} (helm {helm_python.helm_sdk_version()}, binary {STARLING_BIN})")
+    return run_checks("chart tests", CHECKS)
 
 
 if __name__ == "__main__":
