@@ -21,6 +21,7 @@ COPY loadtest loadtest
 COPY node node
 COPY proto proto
 COPY raft raft
+COPY secret secret
 COPY shard shard
 COPY source source
 COPY sync sync

@@ -22,7 +22,7 @@ mod waits;
 pub use demo::{
     DemoFixture, GitDaemon, config_versions, demo_fixture, demo_manifests, start_demo_group,
 };
-pub use http::{http_get, http_post, http_status, http_status_with};
+pub use http::{http_get, http_get_with, http_post, http_status, http_status_with};
 
 use proto::admin_client::AdminClient;
 use proto::fleet_client::FleetClient;

@@ -57,7 +57,7 @@ pub struct AgentArgs {
 #[derive(Debug, Clone)]
 struct Enrolment {
     addresses: Vec<String>,
-    token: String,
+    token: starling_sync::SecretString,
     namespaces: Vec<String>,
     cluster: String,
     labels: BTreeMap<String, String>,
@@ -158,10 +158,17 @@ async fn downstream(args: &AgentArgs) -> anyhow::Result<(kube::Client, Connectio
             .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?,
         None => in_cluster_kubeconfig()?,
     };
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).context("invalid kubeconfig")?;
+    // Parsed the way a cluster's kubeconfig Secret is: errors name the line, never the text.
+    let text = starling_sync::SecretString::new(text);
+    let origin = match &args.kubeconfig {
+        Some(path) => format!("kubeconfig {}", path.display()),
+        None => "the in-cluster kubeconfig".to_owned(),
+    };
+    let kubeconfig = starling_sync::client::parse_kubeconfig("this cluster", &origin, &text)
+        .map_err(|error| anyhow!("{error}"))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
-        .context("unusable kubeconfig")?;
+        .map_err(|_| anyhow!("{origin} cannot be used: check its cluster, user and context"))?;
     let client = kube::Client::try_from(config).context("cannot build the cluster client")?;
     Ok((client, Connection::Kubeconfig(text)))
 }
@@ -234,7 +241,7 @@ async fn enrol(client: &kube::Client, args: &AgentArgs) -> anyhow::Result<Enrolm
     }
     Ok(Enrolment {
         addresses,
-        token: text("token")?,
+        token: text("token")?.into(),
         namespaces,
         cluster: upstream
             .spec
@@ -257,7 +264,10 @@ impl Agent {
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
-        crate::auth::with_bearer(tonic::Request::new(message), Some(&self.enrolment.token))
+        crate::auth::with_bearer(
+            tonic::Request::new(message),
+            Some(self.enrolment.token.expose()),
+        )
     }
 
     /// Registers the clusters, trying the replicas in turn with back-off, until one accepts.

@@ -234,7 +234,7 @@ async fn handle(
     body: &[u8],
 ) -> Result<String, Refusal> {
     let key = key_of(namespace, name);
-    let (spec, secret): (Option<WebhookSpec>, Option<Vec<u8>>) =
+    let (spec, secret): (Option<WebhookSpec>, Option<starling_sync::SecretBytes>) =
         replica.raft.reader().read(|state| {
             let spec = state
                 .sources
@@ -264,7 +264,7 @@ async fn handle(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (delivery, verdict) = verify(spec.provider, &secret, headers, body, now)?;
+    let (delivery, verdict) = verify(spec.provider, secret.expose(), headers, body, now)?;
     if let Some(delivery) = delivery
         && !replica
             .webhook_deliveries

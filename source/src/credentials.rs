@@ -23,26 +23,7 @@ use crate::known_hosts::KnownHosts;
 /// The user name sent with a bare token, as GitHub and Gitea expect.
 pub const TOKEN_USERNAME: &str = "x-access-token";
 
-/// A secret value. `Debug` prints `***`; there is no `Display`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretString(String);
-
-impl SecretString {
-    pub fn new(value: impl Into<String>) -> Self {
-        SecretString(value.into())
-    }
-
-    /// The secret itself: hand it to libgit2, never to a formatter.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for SecretString {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("***")
-    }
-}
+pub use starling_secret::{Redactor, SecretBytes, SecretString};
 
 /// How to authenticate to a git host.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -77,11 +58,11 @@ impl Auth {
     }
 
     /// Reads the data of a Secret (see the module documentation for the keys).
-    pub fn from_secret_data(data: &BTreeMap<String, Vec<u8>>) -> Result<Auth> {
+    pub fn from_secret_data(data: &BTreeMap<String, SecretBytes>) -> Result<Auth> {
         let text = |key: &str| -> Result<Option<String>> {
             match data.get(key) {
                 None => Ok(None),
-                Some(bytes) => String::from_utf8(bytes.clone())
+                Some(bytes) => String::from_utf8(bytes.expose().to_vec())
                     .map(|value| Some(value.trim_end_matches(['\r', '\n']).to_string()))
                     .map_err(|_| {
                         SourceError::InvalidPolicy(format!("secret key {key:?} is not valid utf-8"))
@@ -146,59 +127,26 @@ impl Auth {
 
     /// A redactor that hides every secret of these credentials and of `url`.
     pub(crate) fn redactor(&self, url: &crate::url::RepoUrl) -> Redactor {
-        let mut secrets: Vec<String> = url.password().map(str::to_string).into_iter().collect();
+        let mut redactor = Redactor::new();
+        redactor.add_replacement(url.for_git(), url.redacted());
+        if let Some(password) = url.password() {
+            redactor.add_exact(password);
+        }
         match &self.credentials {
             Credentials::Anonymous => {}
-            Credentials::Basic { password, .. } => secrets.push(password.expose().to_string()),
+            Credentials::Basic { password, .. } => redactor.add_exact(password.expose()),
             Credentials::SshKey {
                 private_key,
                 passphrase,
                 ..
             } => {
-                secrets.push(private_key.expose().trim().to_string());
-                secrets.extend(passphrase.iter().map(|p| p.expose().to_string()));
+                redactor.add_value(private_key.expose().as_bytes());
+                if let Some(passphrase) = passphrase {
+                    redactor.add_exact(passphrase.expose());
+                }
             }
         }
-        Redactor::new(url.for_git(), url.redacted(), secrets)
-    }
-}
-
-/// Replaces every secret value (and the raw URL) in a message before it is shown.
-#[derive(Clone)]
-pub struct Redactor {
-    raw_url: String,
-    shown_url: String,
-    secrets: Vec<String>,
-}
-
-impl std::fmt::Debug for Redactor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Redactor")
-            .field("url", &self.shown_url)
-            .field("secrets", &self.secrets.len())
-            .finish()
-    }
-}
-
-impl Redactor {
-    pub(crate) fn new(raw_url: &str, shown_url: String, secrets: Vec<String>) -> Self {
-        // Very short values would blank out ordinary words; a secret of 1–3 characters is
-        // still removed where it stands alone in the URL, which the URL swap covers.
-        let secrets = secrets.into_iter().filter(|s| s.len() >= 4).collect();
-        Redactor {
-            raw_url: raw_url.to_string(),
-            shown_url,
-            secrets,
-        }
-    }
-
-    /// The message with secrets replaced by `***`.
-    pub fn scrub(&self, message: &str) -> String {
-        let mut text = message.replace(&self.raw_url, &self.shown_url);
-        for secret in &self.secrets {
-            text = text.replace(secret.as_str(), "***");
-        }
-        text
+        redactor
     }
 }
 
@@ -206,10 +154,10 @@ impl Redactor {
 mod tests {
     use super::*;
 
-    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, SecretBytes> {
         pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .map(|(k, v)| (k.to_string(), SecretBytes::from(*v)))
             .collect()
     }
 

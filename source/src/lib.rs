@@ -36,7 +36,7 @@ pub mod url;
 pub mod watcher;
 
 pub use archive::{ARTIFACT_FORMAT_VERSION, ArchiveSummary};
-pub use credentials::{Auth, Credentials, SecretString};
+pub use credentials::{Auth, Credentials, Redactor, SecretBytes, SecretString};
 pub use error::{ErrorKind, ErrorStatus, SourceError};
 pub use fetch::{TransferStats, set_network_timeouts};
 pub use known_hosts::KnownHosts;

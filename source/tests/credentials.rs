@@ -14,9 +14,9 @@ const TOKEN: &str = "tok_correct_horse_battery";
 const WRONG_TOKEN: &str = "tok_wrong_staple_value";
 
 fn secret(pairs: &[(&str, &str)]) -> Auth {
-    let data: BTreeMap<String, Vec<u8>> = pairs
+    let data: BTreeMap<String, source::SecretBytes> = pairs
         .iter()
-        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .map(|(k, v)| (k.to_string(), source::SecretBytes::from(*v)))
         .collect();
     Auth::from_secret_data(&data).expect("secret parses")
 }

@@ -253,7 +253,7 @@ async fn main() {
     for index in 0..client_count {
         let name = format!("tls-{index}");
         let target = ClusterTarget {
-            connection: Connection::Kubeconfig(kubeconfig(&name)),
+            connection: Connection::Kubeconfig(kubeconfig(&name).into()),
             ..ClusterTarget::at_url(name.clone(), String::new())
         };
         engine

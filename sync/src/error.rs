@@ -134,6 +134,10 @@ pub enum SyncError {
     },
     #[error("cancelled before {operation}")]
     Cancelled { operation: String },
+    /// Another error whose message quoted a secret value, with the value replaced by `***`
+    /// ([`SyncError::redacted`]).
+    #[error("{message}")]
+    Redacted { class: ErrorClass, message: String },
 }
 
 fn conflict_message(object: &str, managers: &[String], message: &str) -> String {
@@ -166,6 +170,25 @@ impl SyncError {
             SyncError::Timeout { .. } => ErrorClass::Timeout,
             SyncError::NotReady { .. } => ErrorClass::NotReady,
             SyncError::Cancelled { .. } => ErrorClass::Cancelled,
+            SyncError::Redacted { class, .. } => *class,
+        }
+    }
+
+    /// This error with every value `redactor` knows replaced by `***`: the one step every
+    /// error about a target passes before it reaches a status, an event or a log line. The
+    /// error is kept as it is when its message quotes nothing secret.
+    pub fn redacted(self, redactor: &starling_secret::Redactor) -> SyncError {
+        if redactor.is_empty() {
+            return self;
+        }
+        let message = self.to_string();
+        let scrubbed = redactor.scrub(&message);
+        if scrubbed == message {
+            return self;
+        }
+        SyncError::Redacted {
+            class: self.class(),
+            message: scrubbed,
         }
     }
 

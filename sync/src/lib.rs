@@ -38,4 +38,5 @@ pub use error::{ErrorClass, SyncError};
 pub use readiness::ObjectHealth;
 pub use render::{ArtifactSource, RenderError, RenderOptions, RenderedObject};
 pub use retry::RetryPolicy;
+pub use starling_secret::{Redactor, SecretBytes, SecretString};
 pub use tokio_util::sync::CancellationToken;

@@ -319,7 +319,12 @@ const KUBECONFIG_HEAD: &str = "apiVersion: v1\nkind: Config\ncurrent-context: ed
 async fn kubeconfig_error(text: &str) -> starling_sync::SyncError {
     let text = text.to_owned();
     tokio::time::timeout(GENEROUS, async move {
-        config_from_kubeconfig("edge", &text).await
+        config_from_kubeconfig(
+            "edge",
+            "secret default/edge-kubeconfig key \"value\"",
+            &text.into(),
+        )
+        .await
     })
     .await
     .expect("finishes within the limit")
@@ -335,7 +340,7 @@ async fn a_kubeconfig_with_an_auth_provider_plugin_is_refused() {
     assert_eq!(error.class(), ErrorClass::Invalid);
     assert_eq!(
         error.to_string(),
-        "invalid kubeconfig for cluster edge: user \"admin\" uses auth-provider plugins, which are not allowed: use inline data"
+        "invalid kubeconfig for cluster edge: secret default/edge-kubeconfig key \"value\" uses auth-provider plugins (users[0]), which are not allowed: use inline data"
     );
 }
 
@@ -350,7 +355,7 @@ async fn a_kubeconfig_with_an_exec_plugin_is_refused_before_anything_runs() {
     assert!(
         error
             .to_string()
-            .contains("uses exec plugins, which are not allowed"),
+            .contains("uses exec plugins (users[0]), which are not allowed"),
         "{error}"
     );
     assert!(!marker.exists(), "the plugin must not have run");
@@ -362,7 +367,7 @@ async fn a_kubeconfig_that_is_not_yaml_is_refused() {
     assert!(
         error
             .to_string()
-            .starts_with("invalid kubeconfig for cluster edge: cannot parse:"),
+            .starts_with("invalid kubeconfig for cluster edge: secret default/edge-kubeconfig key \"value\" is not a valid kubeconfig: a yaml error"),
         "{error}"
     );
 }
@@ -379,7 +384,7 @@ async fn a_kubeconfig_alias_bomb_is_refused_quickly() {
     assert!(
         error
             .to_string()
-            .starts_with("invalid kubeconfig for cluster edge: cannot parse:"),
+            .starts_with("invalid kubeconfig for cluster edge: secret default/edge-kubeconfig key \"value\" is not a valid kubeconfig: a yaml error"),
         "{error}"
     );
 }
@@ -393,7 +398,11 @@ async fn a_kubeconfig_whose_current_context_does_not_exist_is_refused() {
         error
             .to_string()
             .starts_with("invalid kubeconfig for cluster edge:")
-            && error.to_string().contains("elsewhere"),
+            && error
+                .to_string()
+                .contains("names a current-context that none of its contexts defines")
+            // The name comes from the secret, so it is not quoted.
+            && !error.to_string().contains("elsewhere"),
         "{error}"
     );
 }
@@ -413,10 +422,13 @@ async fn a_kubeconfig_without_contexts_or_current_context_is_refused() {
 
 #[test]
 fn a_kubeconfig_secret_value_that_is_not_utf8_is_refused() {
-    let data = BTreeMap::from([("value".to_owned(), vec![0xff, 0xfe, 0x00, 0x41])]);
-    let error = kubeconfig_from_secret("edge", &data, None).unwrap_err();
+    let data = BTreeMap::from([(
+        "value".to_owned(),
+        starling_sync::SecretBytes::from(vec![0xff, 0xfe, 0x00, 0x41]),
+    )]);
+    let error = kubeconfig_from_secret("edge", "default/edge-kubeconfig", &data, None).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "invalid kubeconfig for cluster edge: key \"value\" of the secret is not utf-8 text"
+        "invalid kubeconfig for cluster edge: key \"value\" of secret default/edge-kubeconfig is not utf-8 text"
     );
 }

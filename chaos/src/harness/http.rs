@@ -5,15 +5,21 @@ use std::time::Duration;
 
 /// A plain HTTP/1.1 GET on loopback with a short time limit; the body, or `None`.
 pub fn http_get(address: &str, path: &str) -> Option<String> {
+    http_get_with(address, path, &[])
+}
+
+/// [`http_get`] with extra request headers (`Authorization`).
+pub fn http_get_with(address: &str, path: &str, headers: &[(&str, String)]) -> Option<String> {
     use std::io::{Read, Write};
     let address: std::net::SocketAddr = address.parse().ok()?;
     let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;

@@ -106,7 +106,13 @@ fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
     )
     .map_err(one_line)?;
     let auth = match &args.secret_dir {
-        Some(dir) => ::source::Auth::from_secret_data(&read_secret_dir(dir)?).map_err(one_line)?,
+        Some(dir) => {
+            let data = read_secret_dir(dir)?
+                .into_iter()
+                .map(|(key, value)| (key, ::source::SecretBytes::from(value)))
+                .collect();
+            ::source::Auth::from_secret_data(&data).map_err(one_line)?
+        }
         None => ::source::Auth::anonymous(),
     };
     let mut limits = ::source::Limits {

@@ -22,7 +22,7 @@ pub struct ArtifactNeed {
     pub digest: Digest,
     pub url: String,
     pub revision: String,
-    pub secret: Option<std::collections::BTreeMap<String, Vec<u8>>>,
+    pub secret: Option<std::collections::BTreeMap<String, starling_sync::SecretBytes>>,
 }
 
 /// One fetch per artifact at a time on a replica: the syncs that need an artifact the store

@@ -56,16 +56,18 @@ impl Applier for SyncEngine {
     }
 }
 
-/// A Secret's data as bytes (`data`, overlaid with `stringData`).
-pub fn secret_data(secret: &k8s_openapi::api::core::v1::Secret) -> BTreeMap<String, Vec<u8>> {
-    let mut data: BTreeMap<String, Vec<u8>> = secret
+/// A Secret's data as secret bytes (`data`, overlaid with `stringData`): they print as `***`.
+pub fn secret_data(
+    secret: &k8s_openapi::api::core::v1::Secret,
+) -> BTreeMap<String, starling_sync::SecretBytes> {
+    let mut data: BTreeMap<String, starling_sync::SecretBytes> = secret
         .data
         .iter()
         .flatten()
-        .map(|(key, value)| (key.clone(), value.0.clone()))
+        .map(|(key, value)| (key.clone(), value.0.clone().into()))
         .collect();
     for (key, value) in secret.string_data.iter().flatten() {
-        data.insert(key.clone(), value.clone().into_bytes());
+        data.insert(key.clone(), value.as_str().into());
     }
     data
 }

@@ -25,6 +25,26 @@ pub(super) struct Prepared {
     pub(super) pull: bool,
 }
 
+impl Prepared {
+    /// A redactor that knows every Secret value this sync uses: the cluster's kubeconfig and
+    /// the source's credentials.
+    pub(super) fn redactor(&self) -> starling_sync::Redactor {
+        let mut redactor = match &self.target {
+            Ok(target) => target.redactor(),
+            Err(_) => starling_sync::Redactor::new(),
+        };
+        if let Ok(ArtifactNeed {
+            secret: Some(data), ..
+        }) = &self.artifact
+        {
+            for value in data.values() {
+                redactor.add_value(value.expose());
+            }
+        }
+        redactor
+    }
+}
+
 pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepared> {
     let entry = state.syncs.get(sync)?;
     let object = entry.object.clone();
@@ -128,6 +148,7 @@ pub(crate) fn connection(
         format!("kubeconfig secret {namespace}/{secret_name} of cluster {name} not found")
     })?;
     Ok(Connection::Secret {
+        name: format!("{namespace}/{secret_name}"),
         data: secret_data(secret),
         key,
     })

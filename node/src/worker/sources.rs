@@ -23,7 +23,12 @@ const MAX_CONCURRENT_POLLS: usize = 4;
 const TICK: Duration = Duration::from_millis(250);
 
 /// An owned Source, with its credentials' Secret data and its count of webhook requests.
-type OwnedSource = (Key, Source, Option<BTreeMap<String, Vec<u8>>>, u64);
+type OwnedSource = (
+    Key,
+    Source,
+    Option<BTreeMap<String, starling_sync::SecretBytes>>,
+    u64,
+);
 
 struct Watched {
     generation: i64,
@@ -278,7 +283,7 @@ fn xxhash(text: &str) -> u64 {
 fn watcher_for(
     replica: &Replica,
     object: &Source,
-    secret: Option<&BTreeMap<String, Vec<u8>>>,
+    secret: Option<&BTreeMap<String, starling_sync::SecretBytes>>,
 ) -> Result<SourceWatcher, String> {
     let spec = &object.spec;
     let reference = &spec.git.reference;
@@ -292,7 +297,10 @@ fn watcher_for(
         )
         .map_err(|e| e.to_string())?,
         auth: match secret {
-            Some(data) => source::Auth::from_secret_data(data).map_err(|e| e.to_string())?,
+            Some(data) => source::Auth::from_secret_data(data).map_err(|error| {
+                let name = spec.secret_ref.as_ref().map_or("", |r| r.name.as_str());
+                format!("secret {name} of source: {error}")
+            })?,
             None => source::Auth::anonymous(),
         },
         interval: fleet::validate::source_interval(spec),

@@ -480,7 +480,11 @@ async fn run_granted(
     let started = Instant::now();
     let drift_interval = fleet::validate::sync_interval(&prepared.object.spec.template);
     let revision = prepared.revision.clone();
+    let redactor = prepared.redactor();
     let (outcome, failure) = apply(replica, &work.sync, prepared, ticket, applying).await;
+    // The one redaction step before the result reaches the state (status, events, the fleet
+    // view): every value of the Secrets this sync used.
+    let outcome = redact_outcome(outcome, &redactor);
     let result = if failure.is_some() {
         "failed"
     } else {
@@ -625,6 +629,40 @@ async fn apply(
     cancel.cancel();
     let _ = watcher.await;
     outcome_of(result)
+}
+
+/// The outcome with every value `redactor` knows replaced by `***` in its messages.
+pub(crate) fn redact_outcome(
+    outcome: SyncOutcome,
+    redactor: &starling_sync::Redactor,
+) -> SyncOutcome {
+    if redactor.is_empty() {
+        return outcome;
+    }
+    match outcome {
+        SyncOutcome::Failed {
+            class,
+            message,
+            inventory,
+        } => SyncOutcome::Failed {
+            class,
+            message: redactor.scrub(&message),
+            inventory,
+        },
+        SyncOutcome::Abandoned { reason, inventory } => SyncOutcome::Abandoned {
+            reason: redactor.scrub(&reason),
+            inventory,
+        },
+        SyncOutcome::Succeeded {
+            inventory,
+            health,
+            drift,
+        } => SyncOutcome::Succeeded {
+            inventory,
+            health,
+            drift: drift.map(|drift| redactor.scrub(&drift)),
+        },
+    }
 }
 
 /// What a sync engine's result records: the outcome, and the error class of a failure. The

@@ -99,14 +99,15 @@ fn fingerprint(target: &ClusterTarget, writer: &str, generation: u64) -> u64 {
         }
         Connection::Kubeconfig(text) => {
             field(b"kubeconfig");
-            field(text.as_bytes());
+            field(text.expose().as_bytes());
         }
-        Connection::Secret { data, key } => {
+        Connection::Secret { name, data, key } => {
             field(b"secret");
+            field(name.as_bytes());
             field(key.as_deref().unwrap_or_default().as_bytes());
             for (name, value) in data {
                 field(name.as_bytes());
-                field(value);
+                field(value.expose());
             }
         }
     }

@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use starling_secret::{SecretBytes, SecretString};
 
 use crate::error::SyncError;
 
@@ -20,36 +21,95 @@ pub fn secret_name(cluster: &str) -> String {
     format!("{cluster}-kubeconfig")
 }
 
-/// The kubeconfig text held in a Secret's data under `key` (`value` when `None`).
+/// The kubeconfig text held in a Secret's data under `key` (`value` when `None`). `secret`
+/// names the Secret (`namespace/name`) in messages.
 pub fn kubeconfig_from_secret(
     cluster: &str,
-    data: &BTreeMap<String, Vec<u8>>,
+    secret: &str,
+    data: &BTreeMap<String, SecretBytes>,
     key: Option<&str>,
-) -> Result<String, SyncError> {
+) -> Result<SecretString, SyncError> {
     let key = key.unwrap_or(DEFAULT_SECRET_KEY);
     let invalid = |message: String| SyncError::Kubeconfig {
         cluster: cluster.to_owned(),
         message,
     };
-    let bytes = data.get(key).ok_or_else(|| {
-        invalid(format!(
-            "secret {} has no key {key:?}",
-            secret_name(cluster)
-        ))
-    })?;
-    String::from_utf8(bytes.clone())
-        .map_err(|_| invalid(format!("key {key:?} of the secret is not utf-8 text")))
+    let bytes = data
+        .get(key)
+        .ok_or_else(|| invalid(format!("secret {secret} has no key {key:?}")))?;
+    String::from_utf8(bytes.expose().to_vec())
+        .map(SecretString::new)
+        .map_err(|_| invalid(format!("key {key:?} of secret {secret} is not utf-8 text")))
+}
+
+/// Parses a kubeconfig. A parse error names `origin` (`secret team-b/edge-1-kubeconfig key
+/// "value"`) and the line and column only: the parser's own message may quote the text, which
+/// holds credentials (or, when a Cluster names the wrong Secret, anything at all).
+pub fn parse_kubeconfig(
+    cluster: &str,
+    origin: &str,
+    text: &SecretString,
+) -> Result<Kubeconfig, SyncError> {
+    Kubeconfig::from_yaml(text.expose()).map_err(|error| SyncError::Kubeconfig {
+        cluster: cluster.to_owned(),
+        message: format!("{origin} {}", describe_kubeconfig_error(&error)),
+    })
+}
+
+/// What went wrong with a kubeconfig, without any of its content.
+fn describe_kubeconfig_error(error: &KubeconfigError) -> String {
+    match error {
+        KubeconfigError::Parse(parse) => match parse.location() {
+            Some(at) => format!(
+                "is not a valid kubeconfig: a yaml error at line {}, column {}",
+                at.line(),
+                at.column()
+            ),
+            None => "is not a valid kubeconfig: a yaml error".to_owned(),
+        },
+        KubeconfigError::CurrentContextNotSet => {
+            "sets no current-context and has no context to use".to_owned()
+        }
+        KubeconfigError::KindMismatch | KubeconfigError::ApiVersionMismatch => {
+            "holds documents of different kinds or api versions".to_owned()
+        }
+        KubeconfigError::LoadContext(_) => {
+            "names a current-context that none of its contexts defines".to_owned()
+        }
+        KubeconfigError::LoadClusterOfContext(_) => {
+            "has a context whose cluster is not defined".to_owned()
+        }
+        KubeconfigError::MissingClusterUrl => "has a cluster without a server url".to_owned(),
+        KubeconfigError::ParseClusterUrl(_) => "has a server url that does not parse".to_owned(),
+        KubeconfigError::ParseProxyUrl(_) => "has a proxy-url that does not parse".to_owned(),
+        KubeconfigError::LoadCertificateAuthority(_) => {
+            "has certificate-authority-data that cannot be decoded (base64 expected)".to_owned()
+        }
+        KubeconfigError::LoadClientCertificate(_) => {
+            "has client-certificate-data that cannot be decoded (base64 expected)".to_owned()
+        }
+        KubeconfigError::LoadClientKey(_) => {
+            "has client-key-data that cannot be decoded (base64 expected)".to_owned()
+        }
+        KubeconfigError::ParseCertificates(_) => {
+            "has certificate-authority-data that is not PEM certificates".to_owned()
+        }
+        _ => "cannot be used as a kubeconfig".to_owned(),
+    }
 }
 
 /// Parses and checks a kubeconfig, then turns it into a client configuration (its current
-/// context, or its only context).
-pub async fn config_from_kubeconfig(cluster: &str, text: &str) -> Result<kube::Config, SyncError> {
+/// context, or its only context). `origin` names where the text came from in messages.
+pub async fn config_from_kubeconfig(
+    cluster: &str,
+    origin: &str,
+    text: &SecretString,
+) -> Result<kube::Config, SyncError> {
     let invalid = |message: String| SyncError::Kubeconfig {
         cluster: cluster.to_owned(),
-        message,
+        message: format!("{origin} {message}"),
     };
-    let kubeconfig =
-        Kubeconfig::from_yaml(text).map_err(|error| invalid(format!("cannot parse: {error}")))?;
+    let kubeconfig = parse_kubeconfig(cluster, origin, text)?;
     check_inline_only(&kubeconfig).map_err(invalid)?;
     let options = KubeConfigOptions {
         context: kubeconfig
@@ -66,12 +126,13 @@ pub async fn config_from_kubeconfig(cluster: &str, text: &str) -> Result<kube::C
     };
     kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .map_err(|error| invalid(error.to_string()))
+        .map_err(|error| invalid(describe_kubeconfig_error(&error)))
 }
 
-/// Refuses everything that would run a program or read a local file.
+/// Refuses everything that would run a program or read a local file. Entries are named by
+/// their position: their names come from the secret.
 fn check_inline_only(kubeconfig: &Kubeconfig) -> Result<(), String> {
-    for named in &kubeconfig.auth_infos {
+    for (index, named) in kubeconfig.auth_infos.iter().enumerate() {
         let Some(user) = &named.auth_info else {
             continue;
         };
@@ -87,20 +148,18 @@ fn check_inline_only(kubeconfig: &Kubeconfig) -> Result<(), String> {
         ];
         if let Some((_, what)) = refused.iter().find(|(present, _)| *present) {
             return Err(format!(
-                "user {:?} uses {what}, which are not allowed: use inline data",
-                named.name
+                "uses {what} (users[{index}]), which are not allowed: use inline data"
             ));
         }
     }
-    for named in &kubeconfig.clusters {
+    for (index, named) in kubeconfig.clusters.iter().enumerate() {
         if named
             .cluster
             .as_ref()
             .is_some_and(|cluster| cluster.certificate_authority.is_some())
         {
             return Err(format!(
-                "cluster {:?} uses a certificate-authority file path, which is not allowed: use certificate-authority-data",
-                named.name
+                "uses a certificate-authority file path (clusters[{index}]), which is not allowed: use certificate-authority-data"
             ));
         }
     }
@@ -153,7 +212,10 @@ mod tests {
     #[tokio::test]
     async fn token_and_ca_are_read_inline() {
         let text = kubeconfig("    token: secret-token\n", true);
-        let config = config_from_kubeconfig("edge", &text).await.expect("config");
+        let config =
+            config_from_kubeconfig("edge", "the test kubeconfig", &SecretString::new(text))
+                .await
+                .expect("config");
         assert_eq!(config.cluster_url.to_string(), "https://10.0.0.1:6443/");
         assert_eq!(config.default_namespace, "apps");
         assert_eq!(config.root_cert.as_ref().map(Vec::len), Some(1));
@@ -168,9 +230,13 @@ mod tests {
             base64(CLIENT_CERT),
             base64(CLIENT_KEY)
         );
-        let config = config_from_kubeconfig("edge", &kubeconfig(&user, false))
-            .await
-            .expect("config");
+        let config = config_from_kubeconfig(
+            "edge",
+            "the test kubeconfig",
+            &SecretString::new(kubeconfig(&user, false)),
+        )
+        .await
+        .expect("config");
         assert!(config.auth_info.client_certificate_data.is_some());
         kube::Client::try_from(config).expect("a client with the identity");
     }
@@ -182,13 +248,20 @@ mod tests {
             "    tokenFile: /var/run/secrets/token\n",
             "    client-certificate: /etc/cert.pem\n",
         ] {
-            let error = config_from_kubeconfig("edge", &kubeconfig(user, true))
-                .await
-                .unwrap_err();
+            let error = config_from_kubeconfig(
+                "edge",
+                "the test kubeconfig",
+                &SecretString::new(kubeconfig(user, true)),
+            )
+            .await
+            .unwrap_err();
             assert!(error.to_string().contains("not allowed"), "{error}");
             assert_eq!(error.class(), crate::error::ErrorClass::Invalid);
         }
-        let garbage = config_from_kubeconfig("edge", "{").await.unwrap_err();
+        let garbage =
+            config_from_kubeconfig("edge", "the test kubeconfig", &SecretString::new("{"))
+                .await
+                .unwrap_err();
         assert!(
             garbage
                 .to_string()
@@ -197,20 +270,69 @@ mod tests {
         );
     }
 
+    /// Regression: a kubeconfig Secret that does not parse had its lines quoted in the Sync's
+    /// status and the logs, so a tenant could read another's password through `describe`.
+    #[tokio::test]
+    async fn errors_never_quote_the_secret() {
+        const MARK: &str = "pw-marker-3c9d1e";
+        let shapes = [
+            MARK.to_string(),
+            format!("password={MARK}\n"),
+            format!("apiVersion: v1\nkind: Config\nusers: {MARK}\n"),
+            format!("apiVersion: v1\nusers:\n- name: a\n  user: {{token: [{MARK}\n"),
+            format!("clusters:\n- name: {MARK}\n  cluster: {{server: {MARK}}}\n"),
+            format!(
+                "clusters:\n- name: c\n  cluster: {{server: 'https://{MARK}', certificate-authority-data: {MARK}}}\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\nusers: [{{name: u, user: {{token: t}}}}]\n"
+            ),
+            format!("current-context: {MARK}\ncontexts: []\n"),
+            format!(
+                "contexts: [{{name: x, context: {{cluster: {MARK}, user: {MARK}}}}}]\ncurrent-context: x\n"
+            ),
+            format!("users: [{{name: {MARK}, user: {{exec: {{command: {MARK}}}}}}}]\n"),
+            format!("\t{MARK}: : :\n  - [\n"),
+        ];
+        for shape in shapes {
+            let error = config_from_kubeconfig(
+                "edge",
+                "secret team-b/db key \"password\"",
+                &SecretString::new(shape.clone()),
+            )
+            .await
+            .expect_err(&format!("shape {shape:?} is refused"));
+            let message = error.to_string();
+            assert!(!message.contains(MARK), "{message}");
+            assert!(
+                message.contains("secret team-b/db key \"password\""),
+                "{message}"
+            );
+        }
+        let error = config_from_kubeconfig(
+            "edge",
+            "secret s key \"value\"",
+            &SecretString::new(format!("a: b\nc: [{MARK}\n")),
+        )
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains("at line "), "{error}");
+    }
+
     #[test]
     fn secrets_follow_the_cluster_api_convention() {
         assert_eq!(secret_name("edge-1"), "edge-1-kubeconfig");
-        let data: BTreeMap<String, Vec<u8>> =
-            [("value".to_owned(), b"kind: Config".to_vec())].into();
+        let data: BTreeMap<String, SecretBytes> =
+            [("value".to_owned(), SecretBytes::from("kind: Config"))].into();
         assert_eq!(
-            kubeconfig_from_secret("edge-1", &data, None).expect("value"),
+            kubeconfig_from_secret("edge-1", "ns/edge-1-kubeconfig", &data, None)
+                .expect("value")
+                .expose(),
             "kind: Config"
         );
-        let error = kubeconfig_from_secret("edge-1", &data, Some("other")).unwrap_err();
+        let error = kubeconfig_from_secret("edge-1", "ns/edge-1-kubeconfig", &data, Some("other"))
+            .unwrap_err();
         assert!(
             error
                 .to_string()
-                .contains("secret edge-1-kubeconfig has no key \"other\""),
+                .contains("secret ns/edge-1-kubeconfig has no key \"other\""),
             "{error}"
         );
     }

@@ -28,26 +28,48 @@ use crate::error::SyncError;
 pub use cache::{CacheStats, ClientCache, ClusterClient};
 pub use discovery::{DiscoveryCache, Resolved};
 pub use kubeconfig::{
-    DEFAULT_SECRET_KEY, config_from_kubeconfig, kubeconfig_from_secret, secret_name,
+    DEFAULT_SECRET_KEY, config_from_kubeconfig, kubeconfig_from_secret, parse_kubeconfig,
+    secret_name,
 };
+use starling_secret::{Redactor, SecretBytes, SecretString};
 
 /// The header naming the node that writes.
 pub const WRITER_HEADER: &str = "x-starling-writer";
 /// The header carrying the writer's owner generation for the cluster.
 pub const GENERATION_HEADER: &str = "x-starling-generation";
 
-/// How to reach a cluster's API server.
+/// How to reach a cluster's API server. Credentials are secret types: printing a connection
+/// shows `***` for them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Connection {
     /// A plain URL without credentials (fleetsim, `kubectl proxy`).
     Url(String),
     /// Kubeconfig text.
-    Kubeconfig(String),
+    Kubeconfig(SecretString),
     /// The data of a kubeconfig Secret and the key holding it (`value` when `None`).
     Secret {
-        data: BTreeMap<String, Vec<u8>>,
+        /// `namespace/name` of the Secret, for messages.
+        name: String,
+        data: BTreeMap<String, SecretBytes>,
         key: Option<String>,
     },
+}
+
+impl Connection {
+    /// A redactor that knows every secret value of this connection.
+    pub fn redactor(&self) -> Redactor {
+        let mut redactor = Redactor::new();
+        match self {
+            Connection::Url(_) => {}
+            Connection::Kubeconfig(text) => redactor.add_value(text.expose().as_bytes()),
+            Connection::Secret { data, .. } => {
+                for value in data.values() {
+                    redactor.add_value(value.expose());
+                }
+            }
+        }
+        redactor
+    }
 }
 
 /// A target cluster: its identity (for `${cluster.*}` variables and errors) and connection.
@@ -71,6 +93,16 @@ impl ClusterTarget {
             labels: BTreeMap::new(),
             connection: Connection::Url(url.into()),
         }
+    }
+
+    /// A redactor for messages about this target: every secret value of its connection,
+    /// with the cluster's own names kept readable.
+    pub fn redactor(&self) -> Redactor {
+        let public = [self.name.clone(), self.namespace.clone()];
+        let mut redactor =
+            Redactor::new().keep(public.into_iter().chain(self.labels.values().cloned()));
+        redactor.extend(&self.connection.redactor());
+        redactor
     }
 
     /// What `${cluster.name}`, `${cluster.namespace}` and `${cluster.labels.KEY}` see.
@@ -134,10 +166,16 @@ pub async fn client_config(
                 .map_err(|error| invalid(format!("invalid url {url:?}: {error}")))?;
             kube::Config::new(uri)
         }
-        Connection::Kubeconfig(text) => config_from_kubeconfig(&target.name, text).await?,
-        Connection::Secret { data, key } => {
-            let text = kubeconfig_from_secret(&target.name, data, key.as_deref())?;
-            config_from_kubeconfig(&target.name, &text).await?
+        Connection::Kubeconfig(text) => {
+            config_from_kubeconfig(&target.name, "the kubeconfig", text).await?
+        }
+        Connection::Secret { name, data, key } => {
+            let text = kubeconfig_from_secret(&target.name, name, data, key.as_deref())?;
+            let origin = format!(
+                "secret {name} key {:?}",
+                key.as_deref().unwrap_or(DEFAULT_SECRET_KEY)
+            );
+            config_from_kubeconfig(&target.name, &origin, &text).await?
         }
     };
     config.connect_timeout = Some(settings.connect_timeout);

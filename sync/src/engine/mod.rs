@@ -137,6 +137,9 @@ impl SyncEngine {
                 Ok(report)
             }
             Err(error) => {
+                // The one redaction step: the secrets of this target leave no trace in the
+                // message that status, events and logs are built from.
+                let error = error.redacted(&request.cluster.redactor());
                 span.in_scope(|| {
                     tracing::warn!(class = %error.class(), error = %error, duration_ms = duration.as_millis() as u64, "sync failed");
                 });
@@ -319,6 +322,16 @@ impl SyncEngine {
 
     /// Re-reads the readiness of a Sync's objects (drift and readiness re-checks). Reads only.
     pub async fn check_health(&self, request: HealthRequest) -> Result<HealthReport, SyncError> {
+        let redactor = request.cluster.redactor();
+        self.check_health_unredacted(request)
+            .await
+            .map_err(|error| error.redacted(&redactor))
+    }
+
+    async fn check_health_unredacted(
+        &self,
+        request: HealthRequest,
+    ) -> Result<HealthReport, SyncError> {
         let deadline = Instant::now() + self.config.default_timeout;
         let session = self
             .session(
@@ -344,6 +357,16 @@ impl SyncEngine {
     /// What a target holds for `starling recover`, with reads only: its fence and, for each
     /// named Sync, its inventory mirror and the least status of the mirrored objects.
     pub async fn survey(
+        &self,
+        cluster: &ClusterTarget,
+        syncs: &[String],
+    ) -> Result<TargetSurvey, SyncError> {
+        self.survey_unredacted(cluster, syncs)
+            .await
+            .map_err(|error| error.redacted(&cluster.redactor()))
+    }
+
+    async fn survey_unredacted(
         &self,
         cluster: &ClusterTarget,
         syncs: &[String],

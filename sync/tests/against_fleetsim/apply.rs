@@ -228,7 +228,8 @@ async fn clusters_are_reached_through_kubeconfig_secrets() {
     let kubeconfig = sim.kubeconfig("c0").expect("kubeconfig");
     let mut sync = request(&sim, "c0", "node-a", 1, &[("app/ns.yaml", NAMESPACE)]);
     sync.cluster.connection = Connection::Secret {
-        data: BTreeMap::from([("value".to_owned(), kubeconfig.into_bytes())]),
+        name: "default/c0-kubeconfig".to_owned(),
+        data: BTreeMap::from([("value".to_owned(), kubeconfig.into_bytes().into())]),
         key: None,
     };
     engine()
