@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use source::demo::DemoRepo;
+pub use starling_dev::demo::DemoRepo;
 
 mod demo;
 mod http;

@@ -22,7 +22,7 @@ const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_VOTERS: usize = 5;
 
 /// The workers log at debug, so that a stall can be explained from the logs.
-const NODE_LOG: &str = "info,starling::worker=debug,starling_sync=debug,openraft=warn";
+const NODE_LOG: &str = "info,starling_replica::worker=debug,starling_sync=debug,openraft=warn";
 
 /// Every change the schedule made that a replica acknowledged.
 #[derive(Clone, Debug)]

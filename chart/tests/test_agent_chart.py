@@ -68,7 +68,7 @@ VARIANTS = [
             "rbac": {"namespaced": True, "namespaces": ["apps", "web"]},
             "concurrency": 8,
             "logFormat": "text",
-            "logFilter": "info,starling=debug",
+            "logFilter": "info,starling_agent=debug",
         },
     ),
     (

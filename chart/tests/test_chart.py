@@ -69,7 +69,7 @@ VARIANTS = [
                 "maxVoters": 5,
                 "maxConcurrentSyncs": 64,
                 "logFormat": "text",
-                "logFilter": "info,starling=debug",
+                "logFilter": "info,starling_replica=debug",
             },
             "persistence": {"size": "50Gi", "storageClass": "fast-ssd"},
             "resources": {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use fleetsim::{AuditFilter, Fault, FleetSim};
-use source::demo::DemoRepo;
+use starling_dev::demo::DemoRepo;
 
 use super::{Testbed, resident};
 
@@ -107,7 +107,7 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
         &[],
     )
     .await?;
-    let documents = starling::dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
+    let documents = starling_dev::demo_manifests(&sim, &repo.url(), &args.max_unavailable)?;
     super::apply_documents(&mut fleet, &documents).await?;
     // The bad clusters are spread over the fleet (and so over the owners and the admission
     // order), the good ones are the rest.

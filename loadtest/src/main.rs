@@ -168,7 +168,7 @@ struct Testbed {
     // Dropped last: the nodes and the repository live in it.
     _dir: tempfile::TempDir,
     sim: fleetsim::FleetSim,
-    repo: source::demo::DemoRepo,
+    repo: starling_dev::demo::DemoRepo,
     procs: BTreeMap<u64, Proc>,
     fleet: proto::fleet_client::FleetClient<tonic::transport::Channel>,
 }
@@ -193,9 +193,9 @@ impl Testbed {
         })
         .await
         .context("cannot start fleetsim")?;
-        let repo = source::demo::DemoRepo::create(&dir.path().join("repo"))?;
+        let repo = starling_dev::demo::DemoRepo::create(&dir.path().join("repo"))?;
         let procs = spawn_group(dir.path(), nodes, node_args).await?;
-        let channel = starling::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
+        let channel = starling_transport::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
         let fleet = proto::fleet_client::FleetClient::new(channel)
             .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
             .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
@@ -373,7 +373,7 @@ async fn spawn_group(
 }
 
 async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, String>)> {
-    let channel = starling::client_channel(address, Duration::from_secs(5)).ok()?;
+    let channel = starling_transport::client_channel(address, Duration::from_secs(5)).ok()?;
     let mut admin = proto::admin_client::AdminClient::new(channel.clone());
     let mut fleet = proto::fleet_client::FleetClient::new(channel);
     let shards = admin
@@ -414,7 +414,7 @@ async fn failover(
     let dir = tempfile::tempdir()?;
     let mut procs = spawn_group(dir.path(), 3, &[]).await?;
     let first = procs[&1].grpc.clone();
-    let channel = starling::client_channel(&first, Duration::from_secs(120))?;
+    let channel = starling_transport::client_channel(&first, Duration::from_secs(120))?;
     let mut fleet =
         proto::fleet_client::FleetClient::new(channel).max_encoding_message_size(64 << 20);
     for start in (0..clusters).step_by(1000) {
@@ -440,7 +440,7 @@ async fn failover(
             .map(|p| p.grpc.clone())
             .context("a node")?;
         wait_for(Duration::from_secs(60), || async {
-            let Ok(channel) = starling::client_channel(&first_alive, Duration::from_secs(2)) else {
+            let Ok(channel) = starling_transport::client_channel(&first_alive, Duration::from_secs(2)) else {
                 return false;
             };
             proto::fleet_client::FleetClient::new(channel)
@@ -456,7 +456,7 @@ async fn failover(
         .await?;
         let mut leader = 0;
         for proc in procs.values() {
-            let Ok(channel) = starling::client_channel(&proc.grpc, Duration::from_secs(5)) else {
+            let Ok(channel) = starling_transport::client_channel(&proc.grpc, Duration::from_secs(5)) else {
                 continue;
             };
             if let Ok(status) = proto::fleet_client::FleetClient::new(channel)
@@ -498,7 +498,7 @@ async fn failover(
         proc.child.kill()?;
         let _ = proc.child.wait();
         wait_for(Duration::from_secs(60), || async {
-            let led = match starling::client_channel(&observer, Duration::from_secs(2)) {
+            let led = match starling_transport::client_channel(&observer, Duration::from_secs(2)) {
                 Ok(channel) => proto::fleet_client::FleetClient::new(channel)
                     .status(proto::StatusRequest {})
                     .await
@@ -602,7 +602,7 @@ async fn admission(
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
         let i = (id as usize - 1) * 2;
-        let config = starling::config::NodeConfig {
+        let config = starling_replica::config::NodeConfig {
             id,
             listen: format!("127.0.0.1:{}", ports[i]).parse()?,
             advertise: peers[&id].clone(),
@@ -611,8 +611,8 @@ async fn admission(
             peers: peers.clone(),
             max_voters: 5,
             down_after: Duration::from_secs(3),
-            lease: starling::config::default_lease(Duration::from_secs(3)),
-            heartbeat_interval: starling::config::heartbeat_interval(Duration::from_secs(3)),
+            lease: starling_replica::config::default_lease(Duration::from_secs(3)),
+            heartbeat_interval: starling_replica::config::heartbeat_interval(Duration::from_secs(3)),
             max_rtt: std::time::Duration::from_millis(50),
             // No sync workers compete with the benchmark's own grants.
             max_concurrent_syncs: 1,
@@ -622,9 +622,9 @@ async fn admission(
             recovery: false,
             admin_token_file: None,
             tls: None,
-            agent_grace: starling::agents::DEFAULT_GRACE,
+            agent_grace: starling_replica::agents::DEFAULT_GRACE,
         };
-        nodes.push(starling::serve::start(config).await?);
+        nodes.push(starling_replica::serve::start(config, None).await?);
     }
     let raft = nodes[0].replica.raft.clone();
     let reader = raft.reader();
@@ -639,7 +639,7 @@ async fn admission(
     })
     .await?;
     let group = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec:\n  git: {url: \"git://127.0.0.1:9/r.git\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: all}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  rollout: {maxUnavailable: \"100%\"}\n";
-    let at = starling::replica::Replica::now_rfc3339();
+    let at = starling_replica::Replica::now_rfc3339();
     let mut resources = fleet::manifest::parse_manifests(group)?;
     for start in (0..clusters).step_by(1000) {
         resources.extend(fleet::manifest::parse_manifests(&cluster_manifests(

@@ -28,7 +28,7 @@ fn admin(
     address: &str,
     timeout: Duration,
 ) -> anyhow::Result<proto::admin_client::AdminClient<tonic::transport::Channel>> {
-    let channel = starling::client_channel(address, timeout)?;
+    let channel = starling_transport::client_channel(address, timeout)?;
     Ok(proto::admin_client::AdminClient::new(channel)
         .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
         .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES))

@@ -20,7 +20,7 @@ use anyhow::Context as _;
 
 use super::{Proc, Testbed, peak_rss_mib, resident, rss_mib, shards, wait_for};
 use crate::report::{self, Series};
-use starling::dev::report::physical_bound;
+use starling_dev::report::physical_bound;
 
 /// A `clap::Parser` too, so that `scale` can start from its defaults.
 #[derive(clap::Parser, Debug)]
@@ -138,7 +138,7 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
     .await?;
     let address = bed.procs[&1].grpc.clone();
     let documents =
-        starling::dev::demo_manifests(&bed.sim, &bed.repo.url(), &args.max_unavailable)?;
+        starling_dev::demo_manifests(&bed.sim, &bed.repo.url(), &args.max_unavailable)?;
     // The clusters and their Secrets first, the Source and SyncGroup (document 0) last, so
     // that the memory of the specs alone is seen before any rollout starts.
     let (group, clusters) = documents
@@ -193,7 +193,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     let mean = mean_sync_duration(&procs).await;
     // Each node has up to --max-waiting-syncs syncs under way (its default): a sync waiting
     // for readiness holds no apply slot.
-    let under_way = starling::config::DEFAULT_MAX_WAITING_SYNCS.max(args.max_concurrent_syncs);
+    let under_way = starling_replica::config::DEFAULT_MAX_WAITING_SYNCS.max(args.max_concurrent_syncs);
     let bound =
         physical_bound(args.clusters, args.nodes as usize, under_way, budget, mean).as_secs_f64();
     // The writes one sync makes in sequence, and the watch event that tells it is ready.
@@ -457,7 +457,7 @@ pub(crate) async fn wait_rollout(
     args: &RolloutArgs,
 ) -> anyhow::Result<(String, f64, Vec<(f64, u32, u32)>)> {
     let status = || async {
-        let channel = starling::client_channel(address, Duration::from_secs(10)).ok()?;
+        let channel = starling_transport::client_channel(address, Duration::from_secs(10)).ok()?;
         proto::fleet_client::FleetClient::new(channel)
             .status(proto::StatusRequest {})
             .await

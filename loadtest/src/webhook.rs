@@ -94,7 +94,7 @@ pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let url = format!("git://127.0.0.1:{port}/repo");
-    let mut documents = starling::dev::demo_manifests(&sim, &url, "100%")?;
+    let mut documents = starling_dev::demo_manifests(&sim, &url, "100%")?;
     documents[0] = documents[0].replacen(
         "  interval: 2s\n",
         "  interval: 1h\n  webhook: {provider: github, secretRef: {name: demo-hook}}\n",

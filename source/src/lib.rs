@@ -22,7 +22,6 @@
 
 pub mod archive;
 pub mod credentials;
-pub mod demo;
 pub mod error;
 pub mod fetch;
 pub mod known_hosts;

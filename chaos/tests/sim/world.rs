@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use starling::replica::Replica;
+use starling_replica::Replica;
 use starling_raft::NodeId;
 
 /// One write to a simulated cluster.

@@ -15,10 +15,6 @@
 //! After any transport failure the channel is dropped and rebuilt on the next call, so a peer
 //! that restarted (perhaps on a new address after a membership change) is reconnected.
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -60,35 +56,7 @@ pub struct NetworkConfig {
     pub connector: Option<Connector>,
 }
 
-/// A byte stream to a peer, as a [`Connector`] opens it.
-pub trait PeerIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
-
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> PeerIo for T {}
-
-/// What a [`Connector`] returns: the opened stream.
-pub type ConnectFuture =
-    Pin<Box<dyn Future<Output = std::io::Result<Box<dyn PeerIo>>> + Send + 'static>>;
-
-/// Opens connections to peers by `host:port` (see [`NetworkConfig::connector`]).
-#[derive(Clone)]
-pub struct Connector(Arc<dyn Fn(String) -> ConnectFuture + Send + Sync>);
-
-impl Connector {
-    pub fn new(connect: impl Fn(String) -> ConnectFuture + Send + Sync + 'static) -> Connector {
-        Connector(Arc::new(connect))
-    }
-
-    /// Opens a stream to `authority` (`host:port`).
-    pub fn open(&self, authority: String) -> ConnectFuture {
-        (self.0)(authority)
-    }
-}
-
-impl fmt::Debug for Connector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Connector(..)")
-    }
-}
+pub use starling_transport::{ConnectFuture, Connector, PeerIo};
 
 impl Default for NetworkConfig {
     fn default() -> NetworkConfig {
@@ -118,14 +86,7 @@ pub fn lazy_channel(
         .keep_alive_while_idle(true);
     Ok(match &config.connector {
         None => endpoint.connect_lazy(),
-        Some(Connector(connect)) => {
-            let connect = connect.clone();
-            endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: http::Uri| {
-                let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-                let opening = connect(authority);
-                async move { opening.await.map(hyper_util::rt::TokioIo::new) }
-            }))
-        }
+        Some(connector) => endpoint.connect_with_connector_lazy(starling_transport::dial(connector)),
     })
 }
 

@@ -47,6 +47,18 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// The settings for a writer holding a lease of `lease` (a replica's node lease, an
+    /// agent's lease from its owner): every request to a target is bounded by a time-out of at
+    /// most ¾ of it, so that no request outlives the ticket it was sent under by more than
+    /// that (see the handover in `docs/architecture.md`).
+    pub fn for_lease(lease: std::time::Duration) -> EngineConfig {
+        let mut config = EngineConfig::default();
+        let bound = lease * 3 / 4;
+        config.clients.request_timeout = config.clients.request_timeout.min(bound);
+        config.clients.connect_timeout = config.clients.connect_timeout.min(bound);
+        config
+    }
+
     /// Rejects settings that cannot work.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [

@@ -1,0 +1,559 @@
+//! `starling agent`: pull mode. It runs in a downstream cluster, connects out to the replicas
+//! only, and applies the syncs granted to its cluster with the same sync engine the replicas
+//! use for push clusters.
+//!
+//! ```text
+//! Upstream (downstream cluster) ─► Secret: addresses, token, namespaces, ca.crt
+//!   └─► Register (a pull Cluster per tenant namespace, with the Upstream's labels)
+//!   └─► per Cluster: Attach stream to any replica (forwarded to the owner)
+//!          Job ─► FetchArtifact by digest (cached, verified) ─► SyncEngine::sync (fenced by
+//!          the owner generation) ─► JobResult (SyncOutcome: inventory, health)
+//!          Cancel ─► the job stops; silence for AGENT_LEASE ─► every job stops
+//!          stream ends ─► jobs stop, back-off, next replica
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fleet::resources::Upstream;
+use fleet::state::SyncOutcome;
+use futures::StreamExt;
+use starling_sync::{ArtifactSource, ClusterTarget, Connection, SyncEngine, SyncRequest};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+mod error;
+
+pub use error::AgentError;
+use error::io;
+use proto::limits::AGENT_LEASE;
+use starling_sync::AgentJob;
+
+/// `starling agent`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// The downstream cluster's kubeconfig (inline credentials); the in-cluster service account
+    /// when unset.
+    #[arg(long, env = "STARLING_AGENT_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The Upstream object to enrol with.
+    #[arg(long, env = "STARLING_UPSTREAM", default_value = "starling")]
+    pub upstream: String,
+    /// The namespace of the Upstream and its Secret.
+    #[arg(
+        long,
+        env = "STARLING_AGENT_NAMESPACE",
+        default_value = "starling-system"
+    )]
+    pub namespace: String,
+    /// Where fetched artifacts are kept, verified by digest; a temporary directory when unset.
+    #[arg(long, env = "STARLING_AGENT_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Syncs applied at once.
+    #[arg(long, env = "STARLING_AGENT_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: usize,
+}
+
+/// What the Upstream and its Secret say.
+#[derive(Debug, Clone)]
+struct Enrolment {
+    addresses: Vec<String>,
+    token: starling_sync::SecretString,
+    namespaces: Vec<String>,
+    cluster: String,
+    labels: BTreeMap<String, String>,
+    ca: Option<Vec<u8>>,
+}
+
+/// First and longest pause between attempts to reach the replicas.
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Artifacts kept in the cache; older ones are removed.
+const CACHED_ARTIFACTS: usize = 8;
+/// Time limit of a unary call to a replica.
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The agent's shared parts.
+struct Agent {
+    enrolment: Enrolment,
+    connection: Connection,
+    engine: SyncEngine,
+    store: Arc<source::ArtifactStore>,
+    cached: Mutex<Vec<source::Digest>>,
+    connector: Option<starling_transport::Connector>,
+    slots: Arc<Semaphore>,
+    _cache: Option<tempfile::TempDir>,
+}
+
+/// Runs the agent until `shutdown` resolves (the binary passes SIGINT or SIGTERM).
+pub async fn run(
+    args: AgentArgs,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), AgentError> {
+    let (client, connection) = downstream(&args).await?;
+    // The Upstream may come after the agent (applied by the same tool, in any order).
+    let mut backoff = MIN_BACKOFF;
+    let enrolment = loop {
+        match enrol(&client, &args).await {
+            Ok(enrolment) => break enrolment,
+            Err(error) => {
+                tracing::warn!(class = error.class(), %error, "not enrolled yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    };
+    let (cache_dir, temp) = match &args.cache_dir {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let temp = tempfile::tempdir().map_err(io("create the artifact cache"))?;
+            (temp.path().to_path_buf(), Some(temp))
+        }
+    };
+    let connector = match &enrolment.ca {
+        None => None,
+        Some(ca) => {
+            let path = cache_dir.join("ca.crt");
+            std::fs::create_dir_all(&cache_dir)
+                .and_then(|()| std::fs::write(&path, ca))
+                .map_err(io(format!("write {}", path.display())))?;
+            let tls = starling_transport::tls::Tls::load(starling_transport::tls::TlsFiles {
+                ca: path,
+                identity: None,
+            })?;
+            Some(tls.connector())
+        }
+    };
+    let store =
+        source::ArtifactStore::open(cache_dir.join("artifacts")).map_err(AgentError::Store)?;
+    let engine = SyncEngine::new(starling_sync::EngineConfig::for_lease(AGENT_LEASE))
+        .map_err(AgentError::Engine)?;
+    let agent = Arc::new(Agent {
+        enrolment,
+        connection,
+        engine,
+        store: Arc::new(store),
+        cached: Mutex::new(Vec::new()),
+        connector,
+        slots: Arc::new(Semaphore::new(args.concurrency.max(1))),
+        _cache: temp,
+    });
+    let clusters = agent.register_until_done().await;
+    println!(
+        "{}",
+        serde_json::json!({"event": "registered", "clusters": clusters})
+    );
+    let sessions: Vec<_> = clusters
+        .into_iter()
+        .enumerate()
+        .map(|(index, cluster)| tokio::spawn(agent.clone().serve(cluster, index)))
+        .collect();
+    shutdown.await;
+    for session in sessions {
+        session.abort();
+    }
+    Ok(())
+}
+
+/// The downstream cluster's client (to read the Upstream) and the sync engine's connection.
+async fn downstream(args: &AgentArgs) -> Result<(kube::Client, Connection), AgentError> {
+    let text = match &args.kubeconfig {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(io(format!("read the kubeconfig {}", path.display())))?,
+        None => in_cluster_kubeconfig()?,
+    };
+    // Parsed the way a cluster's kubeconfig Secret is: errors name the line, never the text.
+    let text = starling_sync::SecretString::new(text);
+    let origin = match &args.kubeconfig {
+        Some(path) => format!("kubeconfig {}", path.display()),
+        None => "the in-cluster kubeconfig".to_owned(),
+    };
+    let kubeconfig = starling_sync::client::parse_kubeconfig("this cluster", &origin, &text)
+        .map_err(|error| AgentError::Kubeconfig(error.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|_| {
+            AgentError::Kubeconfig(format!(
+                "{origin} cannot be used: check its cluster, user and context"
+            ))
+        })?;
+    let client = kube::Client::try_from(config).map_err(|source| AgentError::Kube {
+        what: "build the cluster client".into(),
+        source,
+    })?;
+    Ok((client, Connection::Kubeconfig(text)))
+}
+
+/// A kubeconfig with inline credentials from the pod's service account.
+fn in_cluster_kubeconfig() -> Result<String, AgentError> {
+    const ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let host = std::env::var("KUBERNETES_SERVICE_HOST")
+        .map_err(|_| {
+            AgentError::Kubeconfig(
+                "not in a cluster (KUBERNETES_SERVICE_HOST unset): give --kubeconfig".into(),
+            )
+        })?;
+    let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
+    let token = std::fs::read_to_string(format!("{ACCOUNT}/token"))
+        .map_err(io("read the service account token"))?;
+    let ca =
+        std::fs::read(format!("{ACCOUNT}/ca.crt")).map_err(io("read the service account CA"))?;
+    use base64::Engine as _;
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    Ok(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "in-cluster", "cluster": {
+            "server": format!("https://{host}:{port}"),
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca),
+        }}],
+        "users": [{"name": "agent", "user": {"token": token.trim()}}],
+        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "agent"}}],
+        "current-context": "in-cluster",
+    })
+    .to_string())
+}
+
+/// Reads the Upstream and its Secret.
+async fn enrol(client: &kube::Client, args: &AgentArgs) -> Result<Enrolment, AgentError> {
+    let upstreams: kube::Api<Upstream> = kube::Api::namespaced(client.clone(), &args.namespace);
+    let upstream = upstreams
+        .get(&args.upstream)
+        .await
+        .map_err(|source| AgentError::Kube {
+            what: format!("read Upstream {}/{}", args.namespace, args.upstream),
+            source,
+        })?;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), &args.namespace);
+    let secret_name = &upstream.spec.secret_ref.name;
+    let secret = secrets
+        .get(secret_name)
+        .await
+        .map_err(|source| AgentError::Kube {
+            what: format!("read Secret {}/{secret_name}", args.namespace),
+            source,
+        })?;
+    let data = secret.data.unwrap_or_default();
+    let text = |key: &str| -> Result<String, AgentError> {
+        let value = data.get(key).ok_or_else(|| {
+            AgentError::Enrolment(format!(
+                "Secret {}/{secret_name} has no key {key:?}",
+                args.namespace
+            ))
+        })?;
+        Ok(String::from_utf8_lossy(&value.0).trim().to_string())
+    };
+    let list = |text: String| -> Vec<String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let addresses = list(text("addresses")?);
+    let namespaces = list(text("namespaces")?);
+    if addresses.is_empty() || namespaces.is_empty() {
+        return Err(AgentError::Enrolment(format!(
+            "Secret {}/{secret_name}: addresses and namespaces must not be empty",
+            args.namespace
+        )));
+    }
+    Ok(Enrolment {
+        addresses,
+        token: text("token")?.into(),
+        namespaces,
+        cluster: upstream
+            .spec
+            .cluster_name
+            .clone()
+            .unwrap_or_else(|| args.upstream.clone()),
+        labels: upstream.spec.labels.clone(),
+        ca: data.get("ca.crt").map(|v| v.0.clone()),
+    })
+}
+
+impl Agent {
+    fn channel(
+        &self,
+        address: &str,
+        timeout: Duration,
+    ) -> Result<tonic::transport::Channel, AgentError> {
+        starling_transport::channel_via(address, timeout, self.connector.as_ref()).map_err(
+            |source| AgentError::Address {
+                address: address.to_owned(),
+                source,
+            },
+        )
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        starling_transport::with_bearer(
+            tonic::Request::new(message),
+            Some(self.enrolment.token.expose()),
+        )
+    }
+
+    /// Registers the clusters, trying the replicas in turn with back-off, until one accepts.
+    async fn register_until_done(&self) -> Vec<String> {
+        let mut backoff = MIN_BACKOFF;
+        let mut attempt = 0usize;
+        loop {
+            let address = &self.enrolment.addresses[attempt % self.enrolment.addresses.len()];
+            attempt += 1;
+            match self.register(address).await {
+                Ok(clusters) => return clusters,
+                Err(error) => {
+                    tracing::warn!(%address, class = error.class(), %error, "registration failed; retrying");
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn register(&self, address: &str) -> Result<Vec<String>, AgentError> {
+        let mut client =
+            proto::agent_client::AgentClient::new(self.channel(address, CALL_TIMEOUT)?);
+        let reply = client
+            .register(self.request(proto::RegisterRequest {
+                cluster: self.enrolment.cluster.clone(),
+                namespaces: self.enrolment.namespaces.clone(),
+                labels: self.enrolment.labels.clone().into_iter().collect(),
+            }))
+            .await
+            .map_err(|status| AgentError::Refused(status.message().to_owned()))?;
+        Ok(reply.into_inner().clusters)
+    }
+
+    /// Keeps the stream of `cluster` attached, to the replicas in turn, for ever.
+    async fn serve(self: Arc<Self>, cluster: String, first: usize) {
+        let mut backoff = MIN_BACKOFF;
+        let mut attempt = first;
+        loop {
+            let address =
+                self.enrolment.addresses[attempt % self.enrolment.addresses.len()].clone();
+            attempt += 1;
+            let started = tokio::time::Instant::now();
+            match self.attach(&cluster, &address).await {
+                Ok(()) => tracing::info!(%cluster, %address, "stream ended; reconnecting"),
+                Err(error) => {
+                    let error = error.to_string();
+                    // A cluster changing owner is routine; anything else is worth a warning.
+                    if error.contains("moved to another replica") {
+                        tracing::info!(%cluster, %address, %error, "reconnecting");
+                    } else {
+                        tracing::warn!(%cluster, %address, %error, "stream failed; reconnecting");
+                    }
+                    if error.contains("not found") {
+                        let _ = self.register(&address).await;
+                    }
+                }
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                backoff = MIN_BACKOFF;
+            }
+            // Jitter spreads thousands of agents reconnecting after a replica went.
+            let jitter = rand::random::<f64>() * backoff.as_secs_f64() / 2.0;
+            tokio::time::sleep(backoff + Duration::from_secs_f64(jitter)).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One stream: runs the jobs it brings until it ends; every job of it stops with it.
+    async fn attach(self: &Arc<Self>, cluster: &str, address: &str) -> Result<(), AgentError> {
+        let channel = self.channel(address, CALL_TIMEOUT)?;
+        let (outbound, receiver) =
+            mpsc::channel::<proto::AgentMessage>(proto::limits::SESSION_QUEUE);
+        outbound
+            .send(proto::AgentMessage {
+                message: Some(proto::agent_message::Message::Hello(cluster.to_string())),
+            })
+            .await
+            .map_err(|_| AgentError::Stream("stream closed".into()))?;
+        let mut client = proto::agent_client::AgentClient::new(channel.clone())
+            .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
+            .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
+        let mut dispatches = client
+            .attach(self.request(tokio_stream::wrappers::ReceiverStream::new(receiver)))
+            .await
+            .map_err(|status| AgentError::Refused(status.message().to_owned()))?
+            .into_inner();
+        tracing::info!(%cluster, %address, "attached");
+        let heard = Arc::new(Mutex::new(tokio::time::Instant::now()));
+        let session = CancellationToken::new();
+        let jobs: Arc<Mutex<HashMap<u64, CancellationToken>>> = Default::default();
+        let mut running = tokio::task::JoinSet::new();
+        let result = loop {
+            let next = tokio::time::timeout(AGENT_LEASE, dispatches.next()).await;
+            let dispatch = match next {
+                Err(_) => {
+                    break Err(AgentError::Stream(format!(
+                        "nothing heard from the replica for {AGENT_LEASE:?}"
+                    )));
+                }
+                Ok(None) => break Ok(()),
+                Ok(Some(Err(status))) => {
+                    break Err(AgentError::Refused(status.message().to_owned()));
+                }
+                Ok(Some(Ok(dispatch))) => dispatch,
+            };
+            *lock(&heard) = tokio::time::Instant::now();
+            match dispatch.message {
+                Some(proto::dispatch::Message::Job(job)) => {
+                    let cancel = session.child_token();
+                    lock(&jobs).insert(job.job, cancel.clone());
+                    let agent = self.clone();
+                    let outbound = outbound.clone();
+                    let heard = heard.clone();
+                    let jobs = jobs.clone();
+                    let channel = channel.clone();
+                    running.spawn(async move {
+                        let outcome = agent.run_job(&job.job_json, channel, cancel, heard).await;
+                        lock(&jobs).remove(&job.job);
+                        let outcome_json = serde_json::to_vec(&outcome).unwrap_or_default();
+                        let _ = outbound
+                            .send(proto::AgentMessage {
+                                message: Some(proto::agent_message::Message::Result(
+                                    proto::JobResult {
+                                        job: job.job,
+                                        outcome_json,
+                                    },
+                                )),
+                            })
+                            .await;
+                    });
+                }
+                Some(proto::dispatch::Message::Cancel(job)) => {
+                    if let Some(cancel) = lock(&jobs).get(&job) {
+                        cancel.cancel();
+                    }
+                }
+                Some(proto::dispatch::Message::Ping(_)) | None => {}
+            }
+            while running.try_join_next().is_some() {}
+        };
+        // The owner is gone or moved: nothing of this stream may go on writing.
+        session.cancel();
+        while running.join_next().await.is_some() {}
+        result
+    }
+
+    /// Runs one job; every error becomes the outcome the owner records.
+    async fn run_job(
+        &self,
+        json: &[u8],
+        channel: tonic::transport::Channel,
+        cancel: CancellationToken,
+        heard: Arc<Mutex<tokio::time::Instant>>,
+    ) -> SyncOutcome {
+        let failed = |class: &str, message: String| SyncOutcome::Failed {
+            class: class.into(),
+            message,
+            inventory: None,
+        };
+        let job: AgentJob = match serde_json::from_slice(json) {
+            Ok(job) => job,
+            Err(error) => return failed("invalid", format!("unreadable job: {error}")),
+        };
+        let Ok(_slot) = self.slots.clone().acquire_owned().await else {
+            return failed("unreachable", "the agent is stopping".into());
+        };
+        let artifact = if job.retire {
+            ArtifactSource::Directory(PathBuf::new())
+        } else {
+            match self.artifact(&job.artifact, channel).await {
+                Ok(path) => ArtifactSource::Archive(path),
+                Err(error) => return failed("unreachable", format!("{error:#}")),
+            }
+        };
+        let target = ClusterTarget {
+            name: job.cluster_name.clone(),
+            namespace: job.cluster_namespace.clone(),
+            labels: job.labels.clone(),
+            connection: self.connection.clone(),
+        };
+        let mut request = SyncRequest::new(
+            &job.sync,
+            target,
+            job.writer.clone(),
+            job.generation,
+            artifact,
+            job.template.clone(),
+        );
+        request.revision = job.revision.clone();
+        request.previous_inventory = job.previous_inventory.clone();
+        request.wait = job.wait;
+        request.retire = job.retire;
+        request.cancel = cancel;
+        request.record = match (&job.revision, &job.record_digest) {
+            (Some(revision), Some(digest)) => Some(starling_sync::inventory::MirrorRecord {
+                revision: revision.clone(),
+                digest: digest.clone(),
+            }),
+            _ => None,
+        };
+        // The agent's lease: as long as the owner keeps talking, and AGENT_LEASE after.
+        request.lease = Some(starling_sync::LeaseEnd::new(move || {
+            Some(*lock(&heard) + AGENT_LEASE)
+        }));
+        tracing::info!(sync = %job.sync, revision = ?job.revision, generation = job.generation, "applying");
+        starling_sync::outcome_of(self.engine.sync(request).await).0
+    }
+
+    /// The artifact `digest`, from the cache or fetched from the replica (digest verified).
+    async fn artifact(
+        &self,
+        digest: &str,
+        channel: tonic::transport::Channel,
+    ) -> Result<PathBuf, AgentError> {
+        let digest: source::Digest = digest
+            .parse()
+            .map_err(|_| AgentError::Artifact("the job names no valid artifact digest".into()))?;
+        if !self.store.contains(&digest) {
+            let mut client = proto::agent_client::AgentClient::new(channel)
+                .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
+            let chunks = client
+                .fetch_artifact(self.request(proto::FetchRequest {
+                    digest: digest.to_string(),
+                }))
+                .await
+                .map_err(|status| {
+                    AgentError::Artifact(format!(
+                        "cannot fetch artifact {digest}: {}",
+                        status.message()
+                    ))
+                })?
+                .into_inner()
+                .map(|chunk| chunk.map(|c| c.data));
+            self.store
+                .import_stream(digest, proto::limits::MAX_ARTIFACT_BYTES, chunks)
+                .await
+                .map_err(|error| AgentError::Artifact(format!("cannot fetch artifact {digest}: {error}")))?;
+            let evicted = {
+                let mut cached = lock(&self.cached);
+                cached.retain(|d| *d != digest);
+                cached.push(digest);
+                let excess = cached.len().saturating_sub(CACHED_ARTIFACTS);
+                cached.drain(..excess).collect::<Vec<_>>()
+            };
+            for old in evicted {
+                let _ = std::fs::remove_file(self.store.path_of(&old));
+            }
+        }
+        Ok(self.store.path_of(&digest))
+    }
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

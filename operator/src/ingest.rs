@@ -1,0 +1,608 @@
+//! The leader's ingest: kube-runtime watches of the four starling.dev kinds and of Secrets
+//! (metadata only) feed the [`Mirror`]; what differs between the mirror and the replicated
+//! state is proposed through Raft in batches.
+//!
+//! ```text
+//! watcher(Source|Cluster|Sync|SyncGroup) ─┐                    ┌─► UpsertSpec / DeleteSpec
+//! metadata_watcher(Secret) ───────────────┴─► Mirror ─► diff ──┤   (client_write_many, 128
+//!          (per namespace, or all)         (dirty keys)  vs    │    per entry, retried)
+//!                                                       state  └─► GET Secret (referenced, changed)
+//! ```
+//!
+//! Nothing is lost: keys stay dirty until their commands are committed, failures are retried
+//! with a growing back-off, and a (re)list compares its whole scope with the state, so a
+//! change made while no leader watched (a failover, the management API down) is found on the
+//! next list. Deletions wait until every watch has listed once. Only the leader's own Raft
+//! instance commits (no forwarding): a deposed leader cannot commit an older view after its
+//! successor's.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use fleet::manifest::{Kind, ObjectKey, Resource};
+use fleet::resources::{Sync, SyncGroup};
+use fleet::state::key_of;
+use fleet::{Command, FleetState, Outcome};
+use futures::stream::{self, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::watcher::Event;
+use tokio::time::Instant;
+
+use super::Operator;
+use super::mirror::{
+    DELETION_POLICY_ANNOTATION, Dirty, FINALIZER, Item, Mirror, Observed, Rejection,
+    SECRET_VERSION_ANNOTATION, Scope, normalized_meta,
+};
+use super::watches::{not_served, scopes, watches};
+use starling_replica::Replica;
+use starling_replica::node::lock;
+
+/// Events gathered into one reconcile at most, and how long the ingest waits for more.
+const MAX_EVENTS: usize = 2_000;
+const BATCH_WINDOW: Duration = Duration::from_millis(50);
+/// How often deletions in progress are looked at again.
+const RECHECK: Duration = Duration::from_secs(2);
+/// Commands per Raft entry.
+const PROPOSAL_CHUNK: usize = 128;
+/// Secrets fetched at once.
+const FETCH_CONCURRENCY: usize = 8;
+/// Back-off after a failed reconcile: from the first to the last value, doubling.
+const RETRY: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(10));
+
+/// Watches the management cluster and proposes its changes until the future is dropped (when
+/// this replica stops leading).
+pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
+    let scopes = scopes(operator);
+    let mut events = watches(operator, &scopes);
+    let mut dirty = Dirty::default();
+    let mut retry = RETRY.0;
+    let mut retry_at: Option<Instant> = None;
+    let mut capi_missing_told = false;
+    let mut recheck = tokio::time::interval(RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let waiting = !dirty.is_empty() && lock(mirror).synced();
+        let first = tokio::select! {
+            event = events.next() => event,
+            _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if waiting => None,
+            _ = recheck.tick() => {
+                // Deletions in progress are looked at again: the prune may have finished, or
+                // the deletion timed out.
+                let mirror = lock(mirror);
+                dirty.keys.extend(
+                    mirror
+                        .objects
+                        .iter()
+                        .filter(|(_, o)| o.deleting.is_some() && o.finalized())
+                        .map(|(key, _)| key.clone()),
+                );
+                None
+            }
+        };
+        let mut batch = Vec::from_iter(first);
+        let window = Instant::now() + BATCH_WINDOW;
+        while !batch.is_empty() && batch.len() < MAX_EVENTS {
+            match tokio::time::timeout_at(window, events.next()).await {
+                Ok(Some(event)) => batch.push(event),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        {
+            let mut mirror = lock(mirror);
+            for (index, event) in batch {
+                match event {
+                    Ok(event) => record(&mut mirror, index, event, &mut dirty),
+                    // Cluster API is not installed: nothing to watch there (yet). The watch
+                    // keeps trying, and lists once the CRD appears.
+                    Err(error) if scopes[index].capi && not_served(&error) => {
+                        if !capi_missing_told {
+                            capi_missing_told = true;
+                            tracing::info!(
+                                "--capi: the cluster.x-k8s.io Cluster CRD is not installed; watching for it"
+                            );
+                        }
+                        mirror.list_started(index);
+                        mirror.list_done(index, &mut dirty);
+                    }
+                    Err(error) => tracing::warn!(
+                        %error,
+                        kind = ?scopes[index].kind,
+                        namespace = scopes[index].namespace.as_deref().unwrap_or("(all)"),
+                        "watch of the management cluster failed; retrying with back-off"
+                    ),
+                }
+            }
+        }
+        let synced = lock(mirror).synced();
+        if !synced || dirty.is_empty() || retry_at.is_some_and(|at| at > Instant::now()) {
+            continue;
+        }
+        // Nothing is committed from the management cluster before the group has formed
+        // (see `Replica::write_quorum`): it would live on this replica's disk only.
+        if !replica.write_quorum_formed() {
+            retry_at = Some(Instant::now() + RETRY.0);
+            continue;
+        }
+        match reconcile(replica, operator, mirror, &mut dirty).await {
+            Ok(()) => {
+                retry = RETRY.0;
+                retry_at = None;
+            }
+            Err(error) => {
+                tracing::warn!(error = %format!("{error:#}"), retry_in = ?retry, "cannot bring the management cluster's specs into the state");
+                retry_at = Some(Instant::now() + retry);
+                retry = (retry * 2).min(RETRY.1);
+            }
+        }
+    }
+}
+
+fn record(
+    mirror: &mut Mirror,
+    index: usize,
+    event: Event<(ObjectKey, Observed)>,
+    dirty: &mut Dirty,
+) {
+    match event {
+        Event::Apply((key, observed)) => mirror.upsert(key, observed, dirty),
+        Event::Delete((key, observed)) => mirror.remove(&key, observed.capi, dirty),
+        Event::Init => mirror.list_started(index),
+        Event::InitApply((key, observed)) => mirror.listed(index, key, observed),
+        Event::InitDone => mirror.list_done(index, dirty),
+    }
+}
+
+/// What one dirty key needs.
+enum Action {
+    Upsert(Resource),
+    Delete,
+    /// Deleted in the management cluster, with Starling's finalizer: prune, then delete.
+    Retire,
+    FetchSecret,
+    Reject(Rejection),
+    /// Gone from the state after its deletion: let Kubernetes delete the object.
+    RemoveFinalizer,
+}
+
+/// A command for one key.
+enum Proposal {
+    Upsert(Box<Resource>),
+    Delete,
+    Retire,
+}
+
+/// A finalizer list to write: the object's key, the resourceVersion it was read at, the list.
+type FinalizerPatch = (ObjectKey, String, Vec<String>);
+
+/// Compares the dirty keys with the state and commits the differences. Keys whose commands
+/// were not committed go back into `dirty`.
+async fn reconcile(
+    replica: &Replica,
+    operator: &Operator,
+    mirror: &Mutex<Mirror>,
+    dirty: &mut Dirty,
+) -> anyhow::Result<()> {
+    let taken = std::mem::take(dirty);
+    let reader = replica.raft.reader();
+    let (actions, mut finalizers): (Vec<(ObjectKey, Action)>, Vec<FinalizerPatch>) = {
+        let mut mirror = lock(mirror);
+        reader.read(|state| {
+            let mut keys = taken.keys;
+            for scope in &taken.scopes {
+                keys.extend(mirror.keys_in(scope));
+                keys.extend(state_keys(state, scope));
+            }
+            let finalizers = keys
+                .iter()
+                .filter_map(|key| finalizer_to_add(&mirror, key))
+                .collect();
+            let actions = keys
+                .into_iter()
+                .filter_map(|key| {
+                    let action = action(state, &mut mirror, &key, operator.deletion_timeout)?;
+                    Some((key, action))
+                })
+                .collect();
+            (actions, finalizers)
+        })
+    };
+    let mut proposals: Vec<(ObjectKey, Proposal)> = Vec::new();
+    let mut fetches = Vec::new();
+    for (key, action) in actions {
+        match action {
+            Action::Upsert(resource) => proposals.push((key, Proposal::Upsert(Box::new(resource)))),
+            Action::Delete => proposals.push((key, Proposal::Delete)),
+            Action::Retire => proposals.push((key, Proposal::Retire)),
+            Action::FetchSecret => fetches.push(key),
+            Action::Reject(rejection) => {
+                tracing::warn!(object = %key, message = %rejection.message, "invalid object in the management cluster");
+                lock(mirror).rejected.insert(key, rejection);
+            }
+            Action::RemoveFinalizer => {
+                if let Some(observed) = lock(mirror).objects.get(&key) {
+                    let rest = observed
+                        .finalizers
+                        .iter()
+                        .filter(|f| *f != FINALIZER)
+                        .cloned()
+                        .collect();
+                    finalizers.push((key, observed.resource_version.clone(), rest));
+                }
+            }
+        }
+    }
+    let mut failed: BTreeSet<ObjectKey> = BTreeSet::new();
+    let mut first_error = None;
+    let fetched: Vec<(ObjectKey, Result<Option<Secret>, kube::Error>)> = stream::iter(fetches)
+        .map(|key| async move {
+            let api: Api<Secret> = Api::namespaced(operator.client.clone(), &key.namespace);
+            let secret = api.get_opt(&key.name).await;
+            (key, secret)
+        })
+        .buffer_unordered(FETCH_CONCURRENCY)
+        .collect()
+        .await;
+    for (key, secret) in fetched {
+        match secret {
+            Ok(Some(secret)) => proposals.push((
+                key,
+                Proposal::Upsert(Box::new(Resource::Secret(replicated_secret(secret)))),
+            )),
+            // Deleted since its metadata arrived: the watch brings the deletion.
+            Ok(None) => {}
+            Err(error) => {
+                first_error.get_or_insert_with(|| anyhow!("cannot read secret {key}: {error}"));
+                failed.insert(key);
+            }
+        }
+    }
+    if let Err(error) = commit(replica, mirror, &proposals, &mut failed).await {
+        first_error.get_or_insert(error);
+    }
+    let patched: Vec<(ObjectKey, Result<(), kube::Error>)> = stream::iter(finalizers)
+        .map(|(key, version, list)| async move {
+            let result = patch_finalizers(operator, &key, &version, &list).await;
+            (key, result)
+        })
+        .buffer_unordered(FETCH_CONCURRENCY)
+        .collect()
+        .await;
+    for (key, result) in patched {
+        match result {
+            Ok(()) => {}
+            // Gone, or changed since it was read: the watch brings the newer object, which
+            // is compared again.
+            Err(kube::Error::Api(response)) if matches!(response.code, 404 | 409) => {}
+            Err(error) => {
+                first_error.get_or_insert_with(|| {
+                    anyhow!("cannot write the finalizers of {key}: {error}")
+                });
+                failed.insert(key);
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        dirty.keys.extend(failed);
+        return Err(error).context("the changes are retried");
+    }
+    Ok(())
+}
+
+/// Commits proposals in chunks through this replica's own Raft instance. Keys of chunks that
+/// did not commit go into `failed`.
+async fn commit(
+    replica: &Replica,
+    mirror: &Mutex<Mirror>,
+    proposals: &[(ObjectKey, Proposal)],
+    failed: &mut BTreeSet<ObjectKey>,
+) -> anyhow::Result<()> {
+    let mut chunks = proposals.chunks(PROPOSAL_CHUNK);
+    while let Some(chunk) = chunks.next() {
+        let at = Replica::now_rfc3339();
+        let commands: Vec<Command> = chunk
+            .iter()
+            .map(|(key, proposal)| match proposal {
+                Proposal::Upsert(resource) => Command::UpsertSpec {
+                    resource: resource.clone(),
+                    at: at.clone(),
+                },
+                Proposal::Delete => Command::DeleteSpec { key: key.clone() },
+                Proposal::Retire => Command::RetireSpec { key: key.clone() },
+            })
+            .collect();
+        match replica.raft.client_write_many(commands).await {
+            Ok(committed) => {
+                let mut mirror = lock(mirror);
+                for ((key, proposal), outcome) in chunk.iter().zip(&committed.outcomes) {
+                    match (proposal, outcome) {
+                        (Proposal::Upsert(resource), Outcome::Rejected { message }) => {
+                            tracing::warn!(object = %key, %message, "the state refused an object of the management cluster");
+                            mirror.rejected.insert(
+                                key.clone(),
+                                Rejection {
+                                    resource: (**resource).clone(),
+                                    message: message.clone(),
+                                },
+                            );
+                        }
+                        (Proposal::Upsert(_), _) => {
+                            mirror.rejected.remove(key);
+                        }
+                        (_, Outcome::Rejected { message }) => {
+                            tracing::warn!(object = %key, %message, "the state refused a deletion");
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Err(error) => {
+                failed.extend(chunk.iter().map(|(key, _)| key.clone()));
+                failed.extend(chunks.flatten().map(|(key, _)| key.clone()));
+                return Err(anyhow!("cannot commit the specs: {error}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A Sync or SyncGroup that is not being deleted gets Starling's finalizer, so its deletion
+/// waits for the prune.
+fn finalizer_to_add(mirror: &Mirror, key: &ObjectKey) -> Option<FinalizerPatch> {
+    if !matches!(key.kind, Kind::Sync | Kind::SyncGroup) {
+        return None;
+    }
+    let observed = mirror.objects.get(key)?;
+    if observed.deleting.is_some() || observed.finalized() {
+        return None;
+    }
+    let mut list = observed.finalizers.clone();
+    list.push(FINALIZER.to_string());
+    Some((key.clone(), observed.resource_version.clone(), list))
+}
+
+/// Writes an object's finalizers, at the resourceVersion they were read at (a conflict means
+/// someone else changed them meanwhile: the watch brings the newer object).
+async fn patch_finalizers(
+    operator: &Operator,
+    key: &ObjectKey,
+    resource_version: &str,
+    finalizers: &[String],
+) -> Result<(), kube::Error> {
+    let resource = match key.kind {
+        Kind::Sync => ApiResource::erase::<Sync>(&()),
+        Kind::SyncGroup => ApiResource::erase::<SyncGroup>(&()),
+        _ => return Ok(()),
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(operator.client.clone(), &key.namespace, &resource);
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": resource_version}
+    });
+    api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+}
+
+/// The keys of the replicated state inside a scope (Syncs a SyncGroup generated excluded:
+/// they are not objects of the management cluster).
+fn state_keys(state: &FleetState, scope: &Scope) -> Vec<ObjectKey> {
+    let in_scope = |key: &String| {
+        scope
+            .namespace
+            .as_ref()
+            .is_none_or(|ns| key.split_once('/').is_some_and(|(n, _)| n == ns))
+    };
+    let object_key = |key: &String| {
+        let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+        ObjectKey::new(scope.kind, namespace, name)
+    };
+    match scope.kind {
+        Kind::Source => state
+            .sources
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+        Kind::Cluster => state
+            .clusters
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+        Kind::Sync => state
+            .syncs
+            .iter()
+            .filter(|(k, entry)| entry.group.is_none() && in_scope(k))
+            .map(|(k, _)| object_key(k))
+            .collect(),
+        Kind::SyncGroup => state
+            .groups
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+        Kind::Secret => state
+            .secrets
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+    }
+}
+
+fn labels_and_annotations_differ(stored: &ObjectMeta, incoming: &ObjectMeta) -> bool {
+    let labels = |meta: &ObjectMeta| meta.labels.clone().filter(|m| !m.is_empty());
+    let annotations = |meta: &ObjectMeta| meta.annotations.clone().filter(|m| !m.is_empty());
+    labels(stored) != labels(incoming) || annotations(stored) != annotations(incoming)
+}
+
+/// Whether the state holds `resource` as the management cluster has it: `None` when it does
+/// not hold the object at all.
+pub fn state_matches(state: &FleetState, resource: &Resource) -> Option<bool> {
+    let key = key_of(resource.namespace(), resource.name());
+    let meta = resource.metadata();
+    match resource {
+        Resource::Source(object) => state.sources.get(&key).map(|e| {
+            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
+        }),
+        Resource::Cluster(object) => state.clusters.get(&key).map(|e| {
+            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
+        }),
+        Resource::Sync(object) => state
+            .syncs
+            .get(&key)
+            .filter(|e| e.group.is_none())
+            .map(|e| {
+                !labels_and_annotations_differ(&e.object.metadata, meta)
+                    && e.object.spec == object.spec
+            }),
+        Resource::SyncGroup(object) => state.groups.get(&key).map(|e| {
+            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
+        }),
+        Resource::Secret(object) => state.secrets.get(&key).map(|stored| {
+            !labels_and_annotations_differ(&stored.metadata, meta)
+                && stored.data == object.data
+                && stored.type_ == object.type_
+        }),
+    }
+}
+
+/// Whether the state holds an object under `key` that the management cluster feeds.
+fn in_state(state: &FleetState, key: &ObjectKey) -> bool {
+    let k = key_of(&key.namespace, &key.name);
+    match key.kind {
+        Kind::Source => state.sources.contains_key(&k),
+        Kind::Cluster => state.clusters.contains_key(&k),
+        Kind::Sync => state.syncs.get(&k).is_some_and(|e| e.group.is_none()),
+        Kind::SyncGroup => state.groups.contains_key(&k),
+        Kind::Secret => state.secrets.contains_key(&k),
+    }
+}
+
+fn action(
+    state: &FleetState,
+    mirror: &mut Mirror,
+    key: &ObjectKey,
+    deletion_timeout: Duration,
+) -> Option<Action> {
+    let observed = mirror.objects.get(key);
+    if key.kind == Kind::Secret {
+        let stored = state.secrets.get(&key_of(&key.namespace, &key.name));
+        return match (observed, stored) {
+            (Some(observed), stored) if mirror.is_referenced(key) => {
+                let replicated_version = stored
+                    .and_then(|s| s.metadata.annotations.as_ref())
+                    .and_then(|a| a.get(SECRET_VERSION_ANNOTATION));
+                (replicated_version != Some(&observed.resource_version))
+                    .then_some(Action::FetchSecret)
+            }
+            (_, Some(_)) => Some(Action::Delete),
+            (_, None) => None,
+        };
+    }
+    let Some(
+        observed @ Observed {
+            item: Item::Object { resource, .. },
+            ..
+        },
+    ) = observed
+    else {
+        return in_state(state, key).then_some(Action::Delete);
+    };
+    if observed.deleting.is_some() && matches!(key.kind, Kind::Sync | Kind::SyncGroup) {
+        return deletion(state, key, observed, resource, deletion_timeout);
+    }
+    if state_matches(state, resource) == Some(true) {
+        mirror.rejected.remove(key);
+        return None;
+    }
+    if mirror
+        .rejected
+        .get(key)
+        .is_some_and(|rejection| rejection.resource == **resource)
+    {
+        return None;
+    }
+    if let Err(error) = fleet::validate::validate(resource) {
+        return Some(Action::Reject(Rejection {
+            resource: (**resource).clone(),
+            message: error.to_string(),
+        }));
+    }
+    Some(Action::Upsert((**resource).clone()))
+}
+
+/// A Sync or SyncGroup deleted in the management cluster: pruned through the state
+/// ([`Command::RetireSpec`]) while Starling's finalizer holds it; orphaned at once with
+/// `starling.dev/deletion-policy: orphan`, or once `--deletion-timeout` has passed (a target
+/// that stays unreachable must not block the deletion forever); the finalizer goes when the
+/// state no longer holds it.
+fn deletion(
+    state: &FleetState,
+    key: &ObjectKey,
+    observed: &Observed,
+    resource: &Resource,
+    timeout: Duration,
+) -> Option<Action> {
+    if !observed.finalized() {
+        // Nothing holds it: Kubernetes deletes it, and the watch says so.
+        return None;
+    }
+    if !in_state(state, key) {
+        return Some(Action::RemoveFinalizer);
+    }
+    let orphan = resource
+        .metadata()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DELETION_POLICY_ANNOTATION))
+        .is_some_and(|policy| policy == "orphan");
+    let waited = observed
+        .deleting
+        .as_deref()
+        .and_then(|since| humantime::parse_rfc3339_weak(since).ok())
+        .and_then(|since| std::time::SystemTime::now().duration_since(since).ok())
+        .unwrap_or_default();
+    if orphan {
+        return Some(Action::Delete);
+    }
+    if waited > timeout {
+        tracing::warn!(object = %key, ?timeout, "pruning on deletion did not finish in time (--deletion-timeout): its objects are left on the clusters it could not reach");
+        return Some(Action::Delete);
+    }
+    let k = key_of(&key.namespace, &key.name);
+    let retiring = match key.kind {
+        Kind::Sync => state.syncs.get(&k).is_some_and(|s| s.retiring),
+        _ => state.groups.get(&k).is_some_and(|g| g.retiring),
+    };
+    (!retiring).then_some(Action::Retire)
+}
+
+/// The copy of a Secret the state keeps: its data and type, with the management cluster's
+/// `resourceVersion` recorded in [`SECRET_VERSION_ANNOTATION`].
+fn replicated_secret(secret: Secret) -> Secret {
+    let mut metadata = normalized_meta(&secret.metadata);
+    metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            SECRET_VERSION_ANNOTATION.to_string(),
+            secret.metadata.resource_version.clone().unwrap_or_default(),
+        );
+    let mut data = secret.data.unwrap_or_default();
+    // `stringData` is write-only on a real API server; a simulated one may echo it.
+    for (key, value) in secret.string_data.unwrap_or_default() {
+        data.insert(key, k8s_openapi::ByteString(value.into_bytes()));
+    }
+    Secret {
+        metadata,
+        data: (!data.is_empty()).then_some(data),
+        type_: secret.type_,
+        ..Secret::default()
+    }
+}

@@ -1,0 +1,521 @@
+//! The leader's status writer: each starling.dev object of the management cluster gets its
+//! status from the replicated state on its `/status` subresource, with `observedGeneration`
+//! and the conditions kstatus reads (`Ready`, `Reconciling`, `Stalled`).
+//!
+//! A status is written only when it differs from what the object shows, at most
+//! `--status-writes-per-second` per second (a token bucket with one second of burst), so that
+//! 10,000 Syncs settling at once do not flood the API server. An object whose spec the state
+//! has not taken in yet is skipped: its `observedGeneration` would claim too much. The write
+//! is a JSON merge patch; fields the new status no longer has are removed with `null`.
+//!
+//! The same loop publishes rollout milestones as Events ([`super::events`]).
+//!
+//! kstatus reads the result as: `Stalled=True` → Failed, `Reconciling=True` or `Ready=False`
+//! → InProgress, otherwise Current once `observedGeneration` equals `generation`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fleet::FleetState;
+use fleet::manifest::{Kind, ObjectKey, Resource};
+use fleet::resources::{Condition, ResourceStatus, RolloutPhase, SyncResult};
+use futures::stream::{self, StreamExt};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+
+use super::Operator;
+use super::events::Milestones;
+use super::ingest::state_matches;
+use super::mirror::{Item, Mirror, Observed, Rejection};
+use starling_replica::Replica;
+use starling_replica::node::lock;
+
+/// How often the writer looks for statuses to write.
+const TICK: Duration = Duration::from_millis(250);
+/// The longest wait between tries while status writes fail.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Status writes in flight at once.
+const WRITE_CONCURRENCY: usize = 8;
+/// Field manager of the writes.
+pub const FIELD_MANAGER: &str = "starling";
+
+/// Writes statuses until the future is dropped (when this replica stops leading).
+pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
+    let rate = f64::from(operator.status_writes_per_second.max(1));
+    let mut tokens = rate;
+    let mut refilled = Instant::now();
+    // What was written last, by object: the resourceVersion it was written against and the
+    // status. A write's own watch event may not have arrived yet; this keeps it from being
+    // written twice. Another writer changing the object changes its resourceVersion.
+    let mut written: HashMap<ObjectKey, (String, Value)> = HashMap::new();
+    let mut seen = (u64::MAX, u64::MAX);
+    let mut milestones = Milestones::new(operator, replica.id());
+    let mut events_seen = (u64::MAX, u64::MAX);
+    // After failed writes (the API server down or refusing), the next try waits, doubling.
+    let mut backoff = TICK;
+    let mut resume_at = Instant::now();
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let now = Instant::now();
+        if now < resume_at {
+            continue;
+        }
+        tokens = (tokens + now.duration_since(refilled).as_secs_f64() * rate).min(rate);
+        refilled = now;
+        let versions = (
+            lock(mirror).version,
+            replica.raft.reader().read(|state| state.revision),
+        );
+        if versions != events_seen {
+            events_seen = versions;
+            let due = {
+                let mirror = lock(mirror);
+                replica
+                    .raft
+                    .reader()
+                    .read(|state| milestones.due(state, &mirror))
+            };
+            milestones.publish(due).await;
+        }
+        if versions == seen || tokens < 1.0 {
+            continue;
+        }
+        let pending = pending(replica, mirror, &written);
+        let budget = tokens.floor() as usize;
+        // Everything due was written (or is being written): skip until something changes.
+        if pending.len() <= budget {
+            seen = versions;
+        }
+        let writes: Vec<Pending> = pending.into_iter().take(budget).collect();
+        tokens -= writes.len() as f64;
+        let results: Vec<(Pending, Result<(), kube::Error>)> = stream::iter(writes)
+            .map(|write| async move {
+                let result = patch_status(operator, &write).await;
+                (write, result)
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut failures = 0;
+        let mut first_failure = None;
+        for (write, result) in results {
+            match result {
+                Ok(()) => {
+                    written.insert(write.key, (write.resource_version, write.status));
+                }
+                // Gone meanwhile: the watch brings the deletion.
+                Err(kube::Error::Api(response)) if response.code == 404 => {}
+                Err(error) => {
+                    seen = (u64::MAX, u64::MAX);
+                    failures += 1;
+                    first_failure.get_or_insert((write.key, error));
+                }
+            }
+        }
+        if let Some((object, error)) = first_failure {
+            tracing::warn!(%object, %error, failures, retry_in = ?backoff, "cannot write status to the management cluster");
+            resume_at = Instant::now() + backoff;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        } else {
+            backoff = TICK;
+        }
+        let objects = lock(mirror);
+        written.retain(|key, _| objects.objects.contains_key(key));
+    }
+}
+
+/// A status to write.
+struct Pending {
+    key: ObjectKey,
+    resource_version: String,
+    /// The whole new status.
+    status: Value,
+    /// The merge patch from the object's current status to `status`.
+    patch: Value,
+}
+
+fn pending(
+    replica: &Replica,
+    mirror: &Mutex<Mirror>,
+    written: &HashMap<ObjectKey, (String, Value)>,
+) -> Vec<Pending> {
+    let mirror = lock(mirror);
+    let now = Replica::now_rfc3339();
+    replica.raft.reader().read(|state| {
+        mirror
+            .objects
+            .iter()
+            .filter_map(|(key, observed)| {
+                let Item::Object { resource, status } = &observed.item else {
+                    return None;
+                };
+                // Cluster API objects keep their own status.
+                if observed.capi {
+                    return None;
+                }
+                let desired =
+                    desired_status(state, resource, observed, mirror.rejected.get(key), &now)?;
+                if desired == *status
+                    || written.get(key).is_some_and(|(version, value)| {
+                        *version == observed.resource_version && *value == desired
+                    })
+                {
+                    return None;
+                }
+                Some(Pending {
+                    key: key.clone(),
+                    resource_version: observed.resource_version.clone(),
+                    patch: merge_patch(status, &desired),
+                    status: desired,
+                })
+            })
+            .collect()
+    })
+}
+
+/// The merge patch that turns `current` into `desired` (objects merged key by key, `null`
+/// removing what `desired` lacks; everything else replaced).
+fn merge_patch(current: &Value, desired: &Value) -> Value {
+    match (current, desired) {
+        (Value::Object(current), Value::Object(desired)) => {
+            let mut patch = Map::new();
+            for (key, value) in desired {
+                match current.get(key) {
+                    Some(old) if old == value => {}
+                    Some(old) => {
+                        patch.insert(key.clone(), merge_patch(old, value));
+                    }
+                    None => {
+                        patch.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in current.keys().filter(|key| !desired.contains_key(*key)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => desired.clone(),
+    }
+}
+
+async fn patch_status(operator: &Operator, write: &Pending) -> Result<(), kube::Error> {
+    let resource = match write.key.kind {
+        Kind::Source => ApiResource::erase::<fleet::resources::Source>(&()),
+        Kind::Cluster => ApiResource::erase::<fleet::resources::Cluster>(&()),
+        Kind::Sync => ApiResource::erase::<fleet::resources::Sync>(&()),
+        Kind::SyncGroup => ApiResource::erase::<fleet::resources::SyncGroup>(&()),
+        Kind::Secret => return Ok(()),
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(operator.client.clone(), &write.key.namespace, &resource);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch_status(
+        &write.key.name,
+        &params,
+        &Patch::Merge(json!({ "status": write.patch })),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// A condition, keeping the transition time the object shows when its status is unchanged.
+fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &str,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_string();
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .or_else(|| Some(now.to_string()));
+    Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: generation,
+    }
+}
+
+/// The kstatus verdict of an object.
+struct Verdict {
+    ready: bool,
+    reconciling: bool,
+    stalled: bool,
+    reason: &'static str,
+    message: String,
+}
+
+impl Verdict {
+    fn conditions(
+        self,
+        previous: &[Condition],
+        generation: Option<i64>,
+        now: &str,
+    ) -> Vec<Condition> {
+        let reason = |active: bool, otherwise: &'static str| {
+            if active { self.reason } else { otherwise }
+        };
+        vec![
+            condition(
+                previous,
+                "Ready",
+                self.ready,
+                reason(true, ""),
+                self.message.clone(),
+                generation,
+                now,
+            ),
+            condition(
+                previous,
+                "Reconciling",
+                self.reconciling,
+                reason(self.reconciling, "Idle"),
+                if self.reconciling {
+                    self.message.clone()
+                } else {
+                    String::new()
+                },
+                generation,
+                now,
+            ),
+            condition(
+                previous,
+                "Stalled",
+                self.stalled,
+                reason(self.stalled, "NotStalled"),
+                if self.stalled {
+                    self.message.clone()
+                } else {
+                    String::new()
+                },
+                generation,
+                now,
+            ),
+        ]
+    }
+}
+
+fn previous_conditions(status: &Value) -> Vec<Condition> {
+    status
+        .get("conditions")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The status an object should show, or `None` while the state has not taken its spec in.
+fn desired_status(
+    state: &FleetState,
+    resource: &Resource,
+    observed: &Observed,
+    rejection: Option<&Rejection>,
+    now: &str,
+) -> Option<Value> {
+    let Item::Object {
+        status: current, ..
+    } = &observed.item
+    else {
+        return None;
+    };
+    let previous = previous_conditions(current);
+    let generation = observed.generation;
+    if let Some(rejection) = rejection.filter(|r| r.resource == *resource) {
+        let verdict = Verdict {
+            ready: false,
+            reconciling: false,
+            stalled: true,
+            reason: "InvalidSpec",
+            message: rejection.message.clone(),
+        };
+        let mut status = current.as_object().cloned().unwrap_or_default();
+        status.insert("observedGeneration".into(), json!(generation));
+        status.insert(
+            "conditions".into(),
+            json!(verdict.conditions(&previous, generation, now)),
+        );
+        return Some(Value::Object(status));
+    }
+    if state_matches(state, resource) != Some(true) {
+        return None;
+    }
+    let stored = state.get(&resource.key())?;
+    let (mut status, verdict) = match &stored {
+        Resource::Source(source) => {
+            let status = source.status.clone().unwrap_or_default();
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+            let verdict = match (ready, &status.revision) {
+                (Some(c), Some(_)) if c.status == "True" => Verdict {
+                    ready: true,
+                    reconciling: false,
+                    stalled: false,
+                    reason: "Resolved",
+                    message: c.message.clone(),
+                },
+                (Some(c), _) if c.status == "False" => Verdict {
+                    ready: false,
+                    reconciling: status.revision.is_none(),
+                    stalled: false,
+                    reason: "FetchFailed",
+                    message: c.message.clone(),
+                },
+                _ => Verdict {
+                    ready: false,
+                    reconciling: true,
+                    stalled: false,
+                    reason: "Fetching",
+                    message: "waiting for the first fetch".into(),
+                },
+            };
+            (serde_json::to_value(status).ok()?, verdict)
+        }
+        Resource::Cluster(cluster) => {
+            let status = cluster.status.clone().unwrap_or_default();
+            let verdict = match (&status.owner, status.reachable) {
+                (None, _) => Verdict {
+                    ready: false,
+                    reconciling: true,
+                    stalled: false,
+                    reason: "Placing",
+                    message: "no replica owns the cluster yet".into(),
+                },
+                (Some(owner), Some(false)) => Verdict {
+                    ready: false,
+                    reconciling: false,
+                    stalled: false,
+                    reason: "Unreachable",
+                    message: format!("owned by node {owner}; its API server does not answer"),
+                },
+                (Some(owner), _) => Verdict {
+                    ready: true,
+                    reconciling: false,
+                    stalled: false,
+                    reason: "Owned",
+                    message: format!("owned by node {owner}"),
+                },
+            };
+            (serde_json::to_value(status).ok()?, verdict)
+        }
+        Resource::Sync(sync) => {
+            let status = sync.status.clone().unwrap_or_default();
+            let current_target = status.last_applied_revision.is_some()
+                && status.last_applied_revision == status.last_attempted_revision;
+            let verdict = match status.result {
+                Some(SyncResult::Failed) => Verdict {
+                    ready: false,
+                    reconciling: false,
+                    stalled: true,
+                    reason: "SyncFailed",
+                    message: status.message.clone().unwrap_or_default(),
+                },
+                Some(SyncResult::Succeeded)
+                    if current_target
+                        && status.resources_least_status == Some(ResourceStatus::Current) =>
+                {
+                    Verdict {
+                        ready: true,
+                        reconciling: false,
+                        stalled: false,
+                        reason: "Synced",
+                        message: format!(
+                            "applied {}",
+                            status.last_applied_revision.clone().unwrap_or_default()
+                        ),
+                    }
+                }
+                _ => Verdict {
+                    ready: false,
+                    reconciling: true,
+                    stalled: false,
+                    reason: "Progressing",
+                    message: "applying or waiting for readiness".into(),
+                },
+            };
+            (serde_json::to_value(status).ok()?, verdict)
+        }
+        Resource::SyncGroup(group) => {
+            let status = group.status.clone().unwrap_or_default();
+            let summary = &status.summary;
+            let counts = format!(
+                "{}/{} updated, {} in progress, {} pending, {} failed",
+                summary.updated,
+                summary.total,
+                summary.in_progress,
+                summary.pending,
+                summary.failed
+            );
+            let verdict = match status.phase.unwrap_or_default() {
+                RolloutPhase::Complete => Verdict {
+                    ready: true,
+                    reconciling: false,
+                    stalled: false,
+                    reason: "RolloutComplete",
+                    message: counts,
+                },
+                RolloutPhase::Halted => Verdict {
+                    ready: false,
+                    reconciling: false,
+                    stalled: true,
+                    reason: "RolloutHalted",
+                    message: format!("halted by maxFailures: {counts}"),
+                },
+                RolloutPhase::Paused => Verdict {
+                    ready: false,
+                    reconciling: false,
+                    stalled: false,
+                    reason: "RolloutPaused",
+                    message: format!("paused: {counts}"),
+                },
+                RolloutPhase::Progressing => Verdict {
+                    ready: false,
+                    reconciling: true,
+                    stalled: false,
+                    reason: "RolloutProgressing",
+                    message: counts,
+                },
+            };
+            (serde_json::to_value(status).ok()?, verdict)
+        }
+        Resource::Secret(_) => return None,
+    };
+    let verdict = if observed.deleting.is_some() {
+        Verdict {
+            ready: false,
+            reconciling: true,
+            stalled: false,
+            reason: "Pruning",
+            message: "deleted: removing what it applied from its clusters first".into(),
+        }
+    } else {
+        verdict
+    };
+    let object = status.as_object_mut()?;
+    // The state's own conditions of the same types are replaced by the verdict's; others
+    // (a SyncGroup's Conflict) stay.
+    let mut conditions: Vec<Condition> = object
+        .get("conditions")
+        .and_then(|c| serde_json::from_value::<Vec<Condition>>(c.clone()).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| !matches!(c.type_.as_str(), "Ready" | "Reconciling" | "Stalled"))
+        .collect();
+    conditions.splice(0..0, verdict.conditions(&previous, generation, now));
+    object.insert("conditions".into(), json!(conditions));
+    object.insert("observedGeneration".into(), json!(generation));
+    Some(status)
+}

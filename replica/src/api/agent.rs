@@ -1,0 +1,348 @@
+//! `starling.v1.Agent`: what `starling agent` calls, with an agent token.
+//!
+//! - `Register` creates or re-claims a `Cluster` with `mode: pull` in each tenant namespace
+//!   the token serves. The Cluster records the token that claimed it
+//!   (`starling.dev/agent`); another agent token cannot take it over while that one is valid.
+//! - `Attach` is the agent's stream for one cluster. The cluster's owner serves it
+//!   ([`crate::agents`]); any other replica forwards it to the owner, token included.
+//! - `FetchArtifact` streams an artifact by digest (from this replica's store, or fetched from
+//!   a peer first): agents never read git.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::manifest::Resource;
+use fleet::resources::{Cluster, ClusterMode};
+use fleet::state::{Command, Role, SyncOutcome, key_of};
+use futures::{Stream, StreamExt};
+use proto::ApiError;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{status, write_status};
+use crate::auth::{Principal, principal};
+use crate::agents::Agents;
+use crate::node::Replica;
+
+/// The annotation naming the token that registered a pull Cluster.
+pub const AGENT_ANNOTATION: &str = "starling.dev/agent";
+/// How long an agent has to say which cluster its stream is for.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct AgentService {
+    replica: Arc<Replica>,
+    /// The agents connected to this replica.
+    agents: Arc<Agents>,
+    /// Operator mode: pull Clusters are made in the management cluster, not by agents.
+    spec_source: Option<Arc<dyn crate::spec_source::SpecSource>>,
+}
+
+impl AgentService {
+    pub fn new(
+        replica: Arc<Replica>,
+        agents: Arc<Agents>,
+        spec_source: Option<Arc<dyn crate::spec_source::SpecSource>>,
+    ) -> Self {
+        Self {
+            replica,
+            agents,
+            spec_source,
+        }
+    }
+}
+
+type DispatchStream = Pin<Box<dyn Stream<Item = Result<proto::Dispatch, Status>> + Send>>;
+
+/// Refuses unless `caller` is an agent serving `namespace`, and the pull Cluster `key` exists
+/// and is claimed by it.
+fn check_claim(state: &fleet::FleetState, caller: &Principal, key: &str) -> Result<(), Status> {
+    let (namespace, name) = key.split_once('/').ok_or_else(|| {
+        Status::invalid_argument(format!("{key:?} is not <namespace>/<name> of a Cluster"))
+    })?;
+    caller.require(Role::Agent, Some(namespace), "connect as an agent")?;
+    let cluster = state
+        .clusters
+        .get(key)
+        .ok_or_else(|| Status::not_found(format!("Cluster {key} not found: register it first")))?;
+    if cluster.object.spec.mode != ClusterMode::Pull {
+        return Err(Status::failed_precondition(format!(
+            "Cluster {namespace}/{name} is a push cluster; an agent serves pull clusters only"
+        )));
+    }
+    let claimed = cluster
+        .object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(AGENT_ANNOTATION));
+    match claimed {
+        Some(holder) if *holder != caller.name && claim_valid(state, holder) => {
+            Err(Status::permission_denied(format!(
+                "{} may not act for Cluster {key}: {holder} holds it",
+                caller.name
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether the claim `token <id>` still names a token that exists.
+fn claim_valid(state: &fleet::FleetState, holder: &str) -> bool {
+    holder
+        .strip_prefix("token ")
+        .is_some_and(|id| state.tokens.contains_key(id))
+}
+
+#[tonic::async_trait]
+impl proto::agent_server::Agent for AgentService {
+    type AttachStream = DispatchStream;
+    type FetchArtifactStream = super::artifacts::FetchStream;
+
+    async fn register(
+        &self,
+        request: Request<proto::RegisterRequest>,
+    ) -> Result<Response<proto::RegisterResponse>, Status> {
+        let caller = principal(&request)?;
+        let request = request.into_inner();
+        if let Err(error) = fleet::validate::check_dns1123_label(&request.cluster) {
+            return Err(status(ApiError::invalid_argument(format!(
+                "{:?} is not a valid Cluster name: {error}",
+                request.cluster
+            ))));
+        }
+        if request.namespaces.is_empty() {
+            return Err(status(ApiError::invalid_argument(
+                "no namespace to register the cluster in",
+            )));
+        }
+        let mut commands = Vec::new();
+        let mut registered = Vec::new();
+        let at = Replica::now_rfc3339();
+        for namespace in &request.namespaces {
+            caller.require(Role::Agent, Some(namespace), "register a cluster")?;
+            let key = key_of(namespace, &request.cluster);
+            let existing = self.replica.raft.reader().read(|state| {
+                if state.clusters.contains_key(&key) {
+                    check_claim(state, &caller, &key)?;
+                }
+                Ok::<_, Status>(state.clusters.get(&key).map(|c| c.object.clone()))
+            })?;
+            let mut cluster =
+                existing.unwrap_or_else(|| Cluster::new(&request.cluster, Default::default()));
+            cluster.metadata.namespace = Some(namespace.clone());
+            cluster.spec.mode = ClusterMode::Pull;
+            cluster.metadata.labels = Some(request.labels.clone().into_iter().collect());
+            cluster
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(AGENT_ANNOTATION.into(), caller.name.clone());
+            cluster.status = None;
+            registered.push(key);
+            commands.push(Command::UpsertSpec {
+                resource: Box::new(Resource::Cluster(cluster)),
+                at: at.clone(),
+            });
+        }
+        if self.spec_source.is_some() {
+            // The specs come from the management cluster: the agent re-claims the pull
+            // Clusters made there, and cannot create them.
+            let missing: Vec<String> = self.replica.raft.reader().read(|state| {
+                registered
+                    .iter()
+                    .filter(|key| {
+                        state
+                            .clusters
+                            .get(key.as_str())
+                            .is_none_or(|c| c.object.spec.mode != ClusterMode::Pull)
+                    })
+                    .cloned()
+                    .collect()
+            });
+            if !missing.is_empty() {
+                return Err(status(ApiError::failed_precondition(format!(
+                    "in operator mode, create these pull Clusters (spec.mode: pull) in the \
+                     management cluster: {}",
+                    missing.join(", ")
+                ))));
+            }
+            return Ok(Response::new(proto::RegisterResponse {
+                clusters: registered,
+            }));
+        }
+        let committed = self
+            .replica
+            .raft
+            .propose_many(commands)
+            .await
+            .map_err(write_status)?;
+        for (key, outcome) in registered.iter().zip(&committed.outcomes) {
+            if let fleet::state::Outcome::Rejected { message } = outcome {
+                return Err(status(ApiError::failed_precondition(format!(
+                    "Cluster {key}: {message}"
+                ))));
+            }
+        }
+        tracing::info!(clusters = ?registered, agent = %caller.name, "pull clusters registered");
+        Ok(Response::new(proto::RegisterResponse {
+            clusters: registered,
+        }))
+    }
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<proto::AgentMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let caller = principal(&request)?;
+        let authorization = request.metadata().get("authorization").cloned();
+        let mut inbound = request.into_inner();
+        let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+            Ok(Ok(Some(proto::AgentMessage {
+                message: Some(proto::agent_message::Message::Hello(cluster)),
+            }))) => cluster,
+            Ok(Ok(_)) => {
+                return Err(Status::invalid_argument(
+                    "an agent stream starts with hello: the cluster it serves",
+                ));
+            }
+            Ok(Err(error)) => return Err(error),
+            Err(_) => return Err(Status::deadline_exceeded("no hello within 10s")),
+        };
+        let me = self.replica.id();
+        let owner = self.replica.raft.reader().read(|state| {
+            check_claim(state, &caller, &hello)?;
+            let (owner, _) = state.cluster_owner(&hello).ok_or_else(|| {
+                Status::unavailable(format!("Cluster {hello} has no owner yet; retry"))
+            })?;
+            let address = state.members.get(&owner).map(|m| m.address.clone());
+            Ok::<_, Status>((owner, address))
+        })?;
+        match owner {
+            (owner, _) if owner == me => Ok(Response::new(self.serve(hello, inbound))),
+            (owner, None) => Err(Status::unavailable(format!(
+                "the owner of Cluster {hello}, node {owner}, has no address; retry"
+            ))),
+            (owner, Some(address)) => {
+                let forwarded = self
+                    .forward(&hello, inbound, authorization, &address)
+                    .await
+                    .map_err(|error| {
+                        Status::unavailable(format!(
+                            "cannot reach node {owner}, the owner of Cluster {hello}: {}",
+                            error.message()
+                        ))
+                    })?;
+                Ok(Response::new(forwarded))
+            }
+        }
+    }
+
+    async fn fetch_artifact(
+        &self,
+        request: Request<proto::FetchRequest>,
+    ) -> Result<Response<Self::FetchArtifactStream>, Status> {
+        let caller = principal(&request)?;
+        if !caller.role.eq(&Role::Agent) {
+            return Err(Status::permission_denied(format!(
+                "{} ({} role) may not fetch artifacts: that needs the agent role",
+                caller.name, caller.role
+            )));
+        }
+        let digest = super::artifacts::digest(&request.get_ref().digest)?;
+        if !self.replica.store.contains(&digest) {
+            crate::worker::artifacts::from_peers(&self.replica, &digest)
+                .await
+                .map_err(|error| {
+                    status(ApiError::not_found(format!(
+                        "artifact {digest} not found: {error}"
+                    )))
+                })?;
+        }
+        super::artifacts::stream(&self.replica, digest).map(Response::new)
+    }
+}
+
+impl AgentService {
+    /// Serves the stream of `cluster` here, its owner.
+    fn serve(
+        &self,
+        cluster: String,
+        mut inbound: Streaming<proto::AgentMessage>,
+    ) -> DispatchStream {
+        let replica = self.replica.clone();
+        let (handle, sender, receiver) = self.agents.open(&cluster);
+        tracing::info!(%cluster, "agent connected");
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(crate::agents::PING_INTERVAL);
+            loop {
+                tokio::select! {
+                    message = inbound.message() => match message {
+                        Ok(Some(proto::AgentMessage {
+                            message: Some(proto::agent_message::Message::Result(result)),
+                        })) => match serde_json::from_slice::<SyncOutcome>(&result.outcome_json) {
+                            Ok(outcome) => {
+                                handle.finish(result.job, outcome);
+                            }
+                            Err(error) => {
+                                tracing::warn!(%cluster, %error, "an agent sent an unreadable result");
+                            }
+                        },
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => break,
+                    },
+                    _ = ticker.tick() => {
+                        let owned = replica.raft.reader().read(|state| {
+                            state.cluster_owner(&cluster).is_some_and(|(o, _)| o == replica.id())
+                        });
+                        if !owned || replica.stopping.is_cancelled() {
+                            let _ = sender
+                                .send(Err(Status::unavailable(format!(
+                                    "Cluster {cluster} moved to another replica; reconnect"
+                                ))))
+                                .await;
+                            break;
+                        }
+                        // Pings stop while the lease lapses: the agent stops writing soon after.
+                        if replica.lease.is_valid()
+                            && sender.send(Ok(crate::agents::ping())).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+            tracing::info!(%cluster, "agent disconnected");
+            drop(handle);
+        });
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))
+    }
+
+    /// Forwards the stream of `cluster` to its owner at `address`, with the agent's token.
+    async fn forward(
+        &self,
+        cluster: &str,
+        inbound: Streaming<proto::AgentMessage>,
+        authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+        address: &str,
+    ) -> Result<DispatchStream, Status> {
+        let channel = self
+            .replica
+            .peer_channel(address, Duration::from_secs(10))
+            .map_err(|error| Status::unavailable(error.to_string()))?;
+        let hello = proto::AgentMessage {
+            message: Some(proto::agent_message::Message::Hello(cluster.to_string())),
+        };
+        let upstream = futures::stream::once(async move { hello }).chain(
+            inbound
+                .take_while(|message| std::future::ready(message.is_ok()))
+                .filter_map(|message| std::future::ready(message.ok())),
+        );
+        let mut request = Request::new(upstream);
+        if let Some(value) = authorization {
+            request.metadata_mut().insert("authorization", value);
+        }
+        let mut client = proto::agent_client::AgentClient::new(channel);
+        let response = client.attach(request).await?;
+        Ok(Box::pin(response.into_inner()))
+    }
+}

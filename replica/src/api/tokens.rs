@@ -1,0 +1,99 @@
+//! `starling token create|list|revoke`: API tokens, kept in the replicated state as digests.
+
+use fleet::Command;
+use fleet::state::{Role, TokenEntry};
+use proto::ApiError;
+use tonic::Status;
+
+use super::recovery::propose_all;
+use super::status;
+use crate::node::Replica;
+
+/// The longest description kept with a token.
+const MAX_DESCRIPTION: usize = 256;
+
+/// Makes a token; its secret is in the answer only.
+pub async fn create(
+    replica: &Replica,
+    request: proto::TokenCreateRequest,
+) -> Result<proto::TokenCreateResponse, Status> {
+    let role: Role = request
+        .role
+        .parse()
+        .map_err(|message: String| status(ApiError::invalid_argument(message)))?;
+    if request.tenants.is_empty() {
+        return Err(status(ApiError::invalid_argument(
+            "a token needs at least one tenant: --tenant NAMESPACE (or '*' for every namespace)",
+        )));
+    }
+    for tenant in &request.tenants {
+        if tenant != "*" && fleet::validate::check_dns1123_label(tenant).is_err() {
+            return Err(status(ApiError::invalid_argument(format!(
+                "{tenant:?} is not a namespace name"
+            ))));
+        }
+    }
+    if request.description.len() > MAX_DESCRIPTION {
+        return Err(status(ApiError::invalid_argument(format!(
+            "the description is longer than {MAX_DESCRIPTION} bytes"
+        ))));
+    }
+    let (id, token, digest) = crate::auth::new_token();
+    let entry = TokenEntry {
+        role,
+        tenants: request.tenants,
+        digest,
+        description: request.description,
+        created: Replica::now_rfc3339(),
+    };
+    propose_all(
+        replica,
+        vec![Command::CreateToken {
+            id: id.clone(),
+            entry,
+        }],
+    )
+    .await?;
+    let revision = replica.raft.reader().read(|state| state.revision);
+    tracing::info!(token = %id, %role, "token created");
+    Ok(proto::TokenCreateResponse {
+        id,
+        token,
+        revision,
+    })
+}
+
+/// Every token, without secrets or digests.
+pub fn list(replica: &Replica) -> proto::TokenListResponse {
+    let tokens = replica.raft.reader().read(|state| {
+        state
+            .tokens
+            .iter()
+            .map(|(id, entry)| proto::TokenInfo {
+                id: id.clone(),
+                role: entry.role.to_string(),
+                tenants: entry.tenants.clone(),
+                description: entry.description.clone(),
+                created: entry.created.clone(),
+            })
+            .collect()
+    });
+    proto::TokenListResponse { tokens }
+}
+
+/// Revokes a token: the next call with it is refused.
+pub async fn revoke(
+    replica: &Replica,
+    request: proto::TokenRevokeRequest,
+) -> Result<proto::TokenRevokeResponse, Status> {
+    propose_all(
+        replica,
+        vec![Command::RevokeToken {
+            id: request.id.clone(),
+        }],
+    )
+    .await?;
+    tracing::info!(token = %request.id, "token revoked");
+    let revision = replica.raft.reader().read(|state| state.revision);
+    Ok(proto::TokenRevokeResponse { revision })
+}

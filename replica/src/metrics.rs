@@ -1,0 +1,299 @@
+//! Prometheus metrics of a replica, served on `/metrics`. Counters are bumped where things
+//! happen; gauges about Raft and ownership are refreshed from the current state at each scrape
+//! (cheap: a few numbers per node), so nothing has to keep them in step.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use fleet::state::MemberState;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::node::Replica;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabel {
+    pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: String,
+    pub state: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    raft_term: Gauge,
+    raft_leader: Gauge,
+    raft_commit_index: Gauge,
+    raft_applied_index: Gauge,
+    members: Family<StateLabel, Gauge>,
+    clusters_owned: Family<NodeLabel, Gauge>,
+    sources_owned: Family<NodeLabel, Gauge>,
+    rollout_clusters: Family<GroupLabel, Gauge>,
+    pub grants: Counter,
+    pub denials: Family<ReasonLabel, Counter>,
+    pub syncs: Family<ResultLabel, Counter>,
+    /// Webhook events received, accepted or refused.
+    pub webhooks: Family<ResultLabel, Counter>,
+    pub sync_duration: Histogram,
+    pub source_fetch_duration: Histogram,
+    /// Artifacts this node copied from a peer, and built from its own git mirror (a git fetch).
+    pub artifacts_from_peers: Counter,
+    pub artifacts_from_git: Counter,
+    pub lease_lapses: Counter,
+    in_flight: Gauge,
+    /// Agents of pull clusters whose stream this replica serves (as their clusters' owner).
+    agents_connected: Gauge,
+    in_flight_count: AtomicI64,
+    sync_micros_total: AtomicU64,
+    sync_count: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("starling");
+        let metrics = Metrics {
+            raft_term: Gauge::default(),
+            raft_leader: Gauge::default(),
+            raft_commit_index: Gauge::default(),
+            raft_applied_index: Gauge::default(),
+            members: Family::default(),
+            clusters_owned: Family::default(),
+            sources_owned: Family::default(),
+            rollout_clusters: Family::default(),
+            grants: Counter::default(),
+            denials: Family::default(),
+            syncs: Family::default(),
+            webhooks: Family::default(),
+            sync_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            source_fetch_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            artifacts_from_peers: Counter::default(),
+            artifacts_from_git: Counter::default(),
+            lease_lapses: Counter::default(),
+            in_flight: Gauge::default(),
+            agents_connected: Gauge::default(),
+            in_flight_count: AtomicI64::new(0),
+            sync_micros_total: AtomicU64::new(0),
+            sync_count: AtomicU64::new(0),
+            registry: Registry::default(),
+        };
+        registry.register("raft_term", "Current Raft term", metrics.raft_term.clone());
+        registry.register(
+            "raft_leader",
+            "Id of the Raft leader as seen by this node (-1: none)",
+            metrics.raft_leader.clone(),
+        );
+        registry.register(
+            "raft_commit_index",
+            "Highest log index known committed",
+            metrics.raft_commit_index.clone(),
+        );
+        registry.register(
+            "raft_applied_index",
+            "Highest log index applied to the fleet state",
+            metrics.raft_applied_index.clone(),
+        );
+        registry.register("members", "Members by state", metrics.members.clone());
+        registry.register(
+            "agents_connected",
+            "Agents of pull clusters this replica serves as their owner",
+            metrics.agents_connected.clone(),
+        );
+        registry.register(
+            "clusters_owned",
+            "Clusters owned per node",
+            metrics.clusters_owned.clone(),
+        );
+        registry.register(
+            "sources_owned",
+            "Sources polled per node",
+            metrics.sources_owned.clone(),
+        );
+        registry.register(
+            "rollout_clusters",
+            "SyncGroup members by rollout state",
+            metrics.rollout_clusters.clone(),
+        );
+        registry.register(
+            "grants",
+            "BeginSync grants received by this node",
+            metrics.grants.clone(),
+        );
+        registry.register(
+            "denials",
+            "BeginSync denials received by this node, by reason",
+            metrics.denials.clone(),
+        );
+        registry.register(
+            "syncs",
+            "Syncs finished by this node, by result",
+            metrics.syncs.clone(),
+        );
+        registry.register(
+            "webhooks",
+            "Webhook events received by this node, accepted or refused",
+            metrics.webhooks.clone(),
+        );
+        registry.register(
+            "sync_duration_seconds",
+            "Duration of syncs run by this node",
+            metrics.sync_duration.clone(),
+        );
+        registry.register(
+            "source_fetch_duration_seconds",
+            "Duration of source fetches by this node",
+            metrics.source_fetch_duration.clone(),
+        );
+        registry.register(
+            "artifacts_from_peers",
+            "Artifacts this node copied from a peer by digest",
+            metrics.artifacts_from_peers.clone(),
+        );
+        registry.register(
+            "artifacts_from_git",
+            "Artifacts this node built from its own git mirror, each after a git fetch",
+            metrics.artifacts_from_git.clone(),
+        );
+        registry.register(
+            "lease_lapses",
+            "Heartbeat rounds that ended with the node lease lapsed",
+            metrics.lease_lapses.clone(),
+        );
+        registry.register(
+            "syncs_in_flight",
+            "Syncs running on this node",
+            metrics.in_flight.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Records how long one sync took (histogram, and the running mean `starling dev` uses).
+    pub fn record_sync_duration(&self, took: Duration) {
+        self.sync_duration.observe(took.as_secs_f64());
+        self.sync_micros_total
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.sync_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Total time and count of the syncs this node ran.
+    pub fn sync_totals(&self) -> (Duration, u64) {
+        (
+            Duration::from_micros(self.sync_micros_total.load(Ordering::Relaxed)),
+            self.sync_count.load(Ordering::Relaxed),
+        )
+    }
+
+    pub fn lease_lapsed(&self) {
+        self.lease_lapses.inc();
+    }
+
+    pub fn sync_started(&self) {
+        let now = self.in_flight_count.fetch_add(1, Ordering::Relaxed) + 1;
+        self.in_flight.set(now);
+    }
+
+    pub fn sync_ended(&self) {
+        let now = self.in_flight_count.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.in_flight.set(now);
+    }
+
+    pub fn syncs_in_flight(&self) -> i64 {
+        self.in_flight_count.load(Ordering::Relaxed)
+    }
+
+    /// Refreshes the gauges from Raft and the fleet state, then encodes everything.
+    pub fn render(&self, replica: &Replica, agents_connected: usize) -> String {
+        let raft = replica.raft.metrics().borrow().clone();
+        self.agents_connected.set(agents_connected as i64);
+        self.raft_term.set(raft.current_term as i64);
+        self.raft_leader
+            .set(raft.current_leader.map_or(-1, |id| id as i64));
+        self.raft_applied_index
+            .set(raft.last_applied.map_or(0, |l| l.index) as i64);
+        let committed = raft
+            .last_log_index
+            .unwrap_or(0)
+            .max(replica.leader_commit.load(Ordering::Relaxed));
+        self.raft_commit_index.set(committed as i64);
+        self.members.clear();
+        self.clusters_owned.clear();
+        self.sources_owned.clear();
+        self.rollout_clusters.clear();
+        replica.raft.reader().read(|state| {
+            for state_name in [MemberState::Live, MemberState::Down, MemberState::Draining] {
+                let count = state
+                    .members
+                    .values()
+                    .filter(|m| m.state == state_name)
+                    .count();
+                self.members
+                    .get_or_create(&StateLabel {
+                        state: format!("{state_name:?}"),
+                    })
+                    .set(count as i64);
+            }
+            for node in state.members.keys() {
+                let label = NodeLabel {
+                    node: node.to_string(),
+                };
+                self.clusters_owned
+                    .get_or_create(&label)
+                    .set(state.cluster_placement.items_of(*node).len() as i64);
+                self.sources_owned
+                    .get_or_create(&label)
+                    .set(state.source_placement.items_of(*node).len() as i64);
+            }
+            for (key, group) in &state.groups {
+                let c = &group.ledger.counts;
+                for (name, value) in [
+                    ("pending", c.pending + c.idle),
+                    ("in_progress", c.admitted + c.applying + c.unready),
+                    ("updated", c.updated),
+                    ("failed", c.failed),
+                ] {
+                    self.rollout_clusters
+                        .get_or_create(&GroupLabel {
+                            group: key.clone(),
+                            state: name.to_string(),
+                        })
+                        .set(value as i64);
+                }
+            }
+        });
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.push_str("# error: metrics could not be encoded\n");
+        }
+        out
+    }
+}

@@ -1,0 +1,183 @@
+//! Getting a revision's artifact onto this node: already in the local store; else fetched by
+//! digest from a peer that has it (streamed in chunks, checked against the digest); else built
+//! from the git mirror. Peers come first because they keep syncing going while the git host is
+//! down and spare the git host one fetch per node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use source::{ArtifactStore, Digest, StoredArtifact};
+
+use crate::node::Replica;
+
+pub use proto::limits::MAX_ARTIFACT_BYTES;
+/// Time limit of one peer transfer.
+const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a sync needs to find its artifact.
+#[derive(Clone, Debug)]
+pub struct ArtifactNeed {
+    pub digest: Digest,
+    pub url: String,
+    pub revision: String,
+    pub secret: Option<std::collections::BTreeMap<String, starling_sync::SecretBytes>>,
+}
+
+/// One fetch per artifact at a time on a replica: the syncs that need an artifact the store
+/// lacks wait for the first one's fetch instead of each copying it (a rollout starts hundreds
+/// of syncs of one revision at once). Entries go when their last waiter does.
+#[derive(Default)]
+pub struct InFlight(
+    std::sync::Mutex<std::collections::HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
+);
+
+impl InFlight {
+    fn lock_for(&self, digest: &Digest) -> Arc<tokio::sync::Mutex<()>> {
+        let mut fetches = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        fetches.retain(|_, lock| Arc::strong_count(lock) > 1);
+        fetches.entry(*digest).or_default().clone()
+    }
+}
+
+/// Makes sure the artifact is in the local store; returns where it is.
+pub async fn ensure(
+    replica: &Arc<Replica>,
+    fetches: &InFlight,
+    need: &ArtifactNeed,
+) -> Result<StoredArtifact, String> {
+    if let Some(stored) = replica.store.get(&need.digest) {
+        return Ok(stored);
+    }
+    let lock = fetches.lock_for(&need.digest);
+    let _fetching = lock.lock().await;
+    // Another sync may have fetched it while this one waited.
+    if let Some(stored) = replica.store.get(&need.digest) {
+        return Ok(stored);
+    }
+    let mut errors = Vec::new();
+    match from_peers(replica, &need.digest).await {
+        Ok(stored) => {
+            replica.metrics.artifacts_from_peers.inc();
+            return Ok(stored);
+        }
+        Err(error) => errors.push(error),
+    }
+    match from_git(replica, need).await {
+        Ok(stored) => {
+            replica.metrics.artifacts_from_git.inc();
+            Ok(stored)
+        }
+        Err(error) => {
+            errors.push(error);
+            Err(format!(
+                "artifact {} unavailable: {}",
+                need.digest,
+                errors.join("; ")
+            ))
+        }
+    }
+}
+
+pub(crate) async fn from_peers(
+    replica: &Arc<Replica>,
+    digest: &Digest,
+) -> Result<StoredArtifact, String> {
+    let peers: Vec<(u64, String)> = replica.raft.reader().read(|state| {
+        state
+            .live_members()
+            .filter(|m| m.id != replica.id())
+            .map(|m| (m.id, m.address.clone()))
+            .collect()
+    });
+    for (peer, address) in peers {
+        let Ok(channel) = replica.peer_channel(&address, PEER_TIMEOUT) else {
+            continue;
+        };
+        let mut client = proto::artifacts_client::ArtifactsClient::new(channel)
+            .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
+        let has = client
+            .has(proto::HasRequest {
+                digest: digest.to_string(),
+            })
+            .await;
+        if !has.is_ok_and(|reply| reply.get_ref().present) {
+            continue;
+        }
+        let Ok(reply) = client
+            .fetch(proto::FetchRequest {
+                digest: digest.to_string(),
+            })
+            .await
+        else {
+            continue;
+        };
+        let chunks = reply.into_inner().map(|chunk| chunk.map(|c| c.data));
+        match replica
+            .store
+            .import_stream(*digest, MAX_ARTIFACT_BYTES, chunks)
+            .await
+        {
+            Ok(stored) => {
+                tracing::info!(%digest, peer, "artifact fetched from a peer");
+                return Ok(stored);
+            }
+            Err(error) => tracing::warn!(%digest, peer, %error, "peer transfer failed"),
+        }
+    }
+    Err("no peer has it".into())
+}
+
+async fn from_git(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredArtifact, String> {
+    let url = source::RepoUrl::parse(&need.url).map_err(|e| e.to_string())?;
+    let revision: source::Revision = need
+        .revision
+        .parse()
+        .map_err(|e: source::SourceError| e.to_string())?;
+    let auth = match &need.secret {
+        Some(data) => source::Auth::from_secret_data(data).map_err(|e| e.to_string())?,
+        None => source::Auth::anonymous(),
+    };
+    let mirrors = replica.mirrors.clone();
+    let store: Arc<ArtifactStore> = replica.store.clone();
+    let digest = need.digest;
+    tokio::task::spawn_blocking(move || {
+        source::materialize(
+            &mirrors,
+            &store,
+            &url,
+            &auth,
+            &revision,
+            &digest,
+            &source::Limits::default(),
+        )
+        .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| format!("artifact build task failed: {e}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn syncs_needing_one_artifact_share_one_fetch_and_the_entry_goes_with_them() {
+        let fetches = InFlight::default();
+        let digest = Digest::from_bytes([7; 32]);
+        let first = fetches.lock_for(&digest);
+        let held = first.lock().await;
+        let second = fetches.lock_for(&digest);
+        assert!(Arc::ptr_eq(&first, &second), "one lock per digest");
+        assert!(second.try_lock().is_err(), "the second waits for the first");
+        drop(held);
+        drop((first, second));
+        let other = fetches.lock_for(&Digest::from_bytes([8; 32]));
+        assert_eq!(
+            fetches.0.lock().unwrap().len(),
+            1,
+            "the finished fetch's entry is gone"
+        );
+        drop(other);
+    }
+}

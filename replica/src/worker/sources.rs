@@ -1,0 +1,331 @@
+//! The source poller: this node polls the sources placed on it, each at its `interval` with
+//! ±10% jitter, through the node's shared mirrors (one bare mirror per URL, one fetch per
+//! interval however many Sources share it), and commits `SourceResolved` only when the
+//! revision changes. A failure commits `SourceFailed` once per distinct message; the last good
+//! revision stays in use.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleet::resources::{ArtifactRef, Source};
+use fleet::state::Key;
+use fleet::{Command, ExpectedRevision, Outcome};
+use source::{SourceConfig, SourceWatcher};
+use tokio::task::JoinSet;
+
+use super::secret_data;
+use crate::node::Replica;
+
+/// Polls running at once on one node.
+const MAX_CONCURRENT_POLLS: usize = 4;
+/// How often the poller looks at ownership and due polls.
+const TICK: Duration = Duration::from_millis(250);
+
+/// An owned Source, with its credentials' Secret data and its count of webhook requests.
+type OwnedSource = (
+    Key,
+    Source,
+    Option<BTreeMap<String, starling_sync::SecretBytes>>,
+    u64,
+);
+
+struct Watched {
+    generation: i64,
+    /// `None` while a poll has it.
+    watcher: Option<SourceWatcher>,
+    next_poll: Instant,
+    polls: u64,
+    /// The last failure committed, so a repeating error is committed once.
+    reported_error: Option<String>,
+    /// The source's committed revision this watcher resolves from: the one in the state when
+    /// it started, then each one it committed. A resolution states it (`expected`), so that one
+    /// made from an outdated view is refused instead of moving the source back.
+    resolved_from: Option<String>,
+    /// The webhook requests already acted on ([`fleet::state::SourceEntry::poll_requests`]).
+    poll_requests: u64,
+    /// A webhook arrived while a poll was running: poll again as soon as it ends.
+    poll_again: bool,
+}
+
+pub async fn run(replica: Arc<Replica>) {
+    let mut watched: BTreeMap<Key, Watched> = BTreeMap::new();
+    let mut polls: JoinSet<(
+        Key,
+        SourceWatcher,
+        ExpectedRevision,
+        source::PollOutcome,
+        Duration,
+    )> = JoinSet::new();
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            Some(done) = polls.join_next(), if !polls.is_empty() => {
+                if let Ok((key, watcher, expected, outcome, took)) = done {
+                    replica.metrics.source_fetch_duration.observe(took.as_secs_f64());
+                    finish_poll(&replica, &mut watched, key, watcher, expected, outcome).await;
+                }
+                continue;
+            }
+        }
+        let owned: Vec<OwnedSource> = replica.raft.reader().read(|state| {
+            state
+                .sources_of(replica.id())
+                .into_iter()
+                .filter_map(|key| {
+                    let entry = state.sources.get(&key)?;
+                    let (object, requests) = (entry.object.clone(), entry.poll_requests);
+                    let namespace = object
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into());
+                    let secret = object
+                        .spec
+                        .secret_ref
+                        .as_ref()
+                        .and_then(|r| state.secret(&namespace, &r.name))
+                        .map(secret_data);
+                    Some((key, object, secret, requests))
+                })
+                .collect()
+        });
+        watched.retain(|key, _| owned.iter().any(|(k, ..)| k == key));
+        for (key, object, secret, requests) in owned {
+            let generation = object.metadata.generation.unwrap_or(1);
+            let stale = watched
+                .get(&key)
+                .is_none_or(|w| w.generation != generation && w.watcher.is_some());
+            if stale && !object.spec.suspend {
+                match watcher_for(&replica, &object, secret.as_ref()) {
+                    Ok(watcher) => {
+                        watched.insert(
+                            key.clone(),
+                            Watched {
+                                generation,
+                                watcher: Some(watcher),
+                                next_poll: Instant::now(),
+                                polls: 0,
+                                reported_error: None,
+                                resolved_from: object
+                                    .status
+                                    .as_ref()
+                                    .and_then(|status| status.revision.clone()),
+                                poll_requests: requests,
+                                poll_again: false,
+                            },
+                        );
+                    }
+                    Err(message) => {
+                        let already = watched.get(&key).and_then(|w| w.reported_error.clone())
+                            == Some(message.clone());
+                        if !already {
+                            report_failure(&replica, &key, &message).await;
+                            watched.insert(
+                                key.clone(),
+                                Watched {
+                                    generation,
+                                    watcher: None,
+                                    next_poll: Instant::now(),
+                                    polls: 0,
+                                    reported_error: Some(message),
+                                    resolved_from: None,
+                                    poll_requests: requests,
+                                    poll_again: false,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            if object.spec.suspend {
+                watched.remove(&key);
+            }
+            // A verified webhook: poll now rather than at the interval.
+            if let Some(entry) = watched.get_mut(&key)
+                && entry.poll_requests < requests
+            {
+                entry.poll_requests = requests;
+                match entry.watcher.as_mut() {
+                    Some(watcher) => {
+                        watcher.fetch_on_next_poll();
+                        entry.next_poll = Instant::now();
+                    }
+                    None => entry.poll_again = true,
+                }
+            }
+        }
+        let now = Instant::now();
+        for (key, entry) in watched.iter_mut() {
+            if polls.len() >= MAX_CONCURRENT_POLLS {
+                break;
+            }
+            if entry.next_poll > now {
+                continue;
+            }
+            let Some(mut watcher) = entry.watcher.take() else {
+                continue;
+            };
+            let key = key.clone();
+            let expected = match &entry.resolved_from {
+                Some(revision) => ExpectedRevision::Revision(revision.clone()),
+                None => ExpectedRevision::Unresolved,
+            };
+            polls.spawn(async move {
+                let started = Instant::now();
+                let outcome = watcher.poll_async().await;
+                (key, watcher, expected, outcome, started.elapsed())
+            });
+        }
+    }
+}
+
+async fn finish_poll(
+    replica: &Replica,
+    watched: &mut BTreeMap<Key, Watched>,
+    key: Key,
+    watcher: SourceWatcher,
+    expected: ExpectedRevision,
+    outcome: source::PollOutcome,
+) {
+    let at = Replica::now_rfc3339();
+    let mut command = None;
+    if outcome.changed
+        && let Some(good) = &watcher.resolution().last_good
+    {
+        command = Some(Command::SourceResolved {
+            source: key.clone(),
+            revision: good.revision.to_string(),
+            artifact: Some(ArtifactRef {
+                digest: good.artifact.digest.to_string(),
+                size: good.artifact.size,
+            }),
+            expected,
+            at: at.clone(),
+        });
+    }
+    let Some(entry) = watched.get_mut(&key) else {
+        return;
+    };
+    if let Some(error) = &outcome.error {
+        let message = watcher.resolution().message();
+        if entry.reported_error.as_deref() != Some(message.as_str()) {
+            tracing::warn!(source = %key, reason = %error.reason, "source poll failed");
+            entry.reported_error = Some(message.clone());
+            command = Some(Command::SourceFailed {
+                source: key.clone(),
+                message,
+                at,
+            });
+        }
+    } else {
+        entry.reported_error = None;
+    }
+    entry.polls += 1;
+    let seed = xxhash(&key) ^ entry.polls;
+    let mut watcher = watcher;
+    entry.next_poll = if std::mem::take(&mut entry.poll_again) {
+        watcher.fetch_on_next_poll();
+        Instant::now()
+    } else {
+        Instant::now() + watcher.next_delay(seed)
+    };
+    entry.watcher = Some(watcher);
+    let Some(command) = command else {
+        return;
+    };
+    let resolved = match &command {
+        Command::SourceResolved { revision, .. } => Some(revision.clone()),
+        _ => None,
+    };
+    match replica.raft.propose(command).await {
+        Ok((_, Outcome::Rejected { message })) => {
+            // Another owner's resolution was committed first (a handover): start again from
+            // the committed state, whose revision the next poll resolves from.
+            tracing::info!(source = %key, %message, "source resolution refused; resolving again");
+            watched.remove(&key);
+        }
+        Ok(_) => {
+            if let Some(revision) = resolved
+                && let Some(entry) = watched.get_mut(&key)
+            {
+                entry.resolved_from = Some(revision);
+            }
+        }
+        Err(error) => {
+            tracing::warn!(source = %key, %error, "cannot commit the source's revision; retrying");
+            // Nothing was committed: start again from the committed state at the next tick,
+            // which sees the change again.
+            watched.remove(&key);
+        }
+    }
+}
+
+async fn report_failure(replica: &Replica, key: &str, message: &str) {
+    let command = Command::SourceFailed {
+        source: key.to_string(),
+        message: message.to_string(),
+        at: Replica::now_rfc3339(),
+    };
+    if let Err(error) = replica.raft.propose(command).await {
+        tracing::warn!(source = %key, %error, "cannot commit a source failure");
+    }
+}
+
+fn xxhash(text: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
+/// A watcher for a Source spec, starting from its committed revision so an unchanged
+/// repository is not reported as a change after an ownership move.
+fn watcher_for(
+    replica: &Replica,
+    object: &Source,
+    secret: Option<&BTreeMap<String, starling_sync::SecretBytes>>,
+) -> Result<SourceWatcher, String> {
+    let spec = &object.spec;
+    let reference = &spec.git.reference;
+    let config = SourceConfig {
+        url: source::RepoUrl::parse(&spec.git.url).map_err(|e| e.to_string())?,
+        policy: source::RevisionPolicy::from_ref_fields(
+            reference.branch.as_deref(),
+            reference.tag.as_deref(),
+            reference.semver.as_deref(),
+            reference.commit.as_deref(),
+        )
+        .map_err(|e| e.to_string())?,
+        auth: match secret {
+            Some(data) => source::Auth::from_secret_data(data).map_err(|error| {
+                let name = spec.secret_ref.as_ref().map_or("", |r| r.name.as_str());
+                format!("secret {name} of source: {error}")
+            })?,
+            None => source::Auth::anonymous(),
+        },
+        interval: fleet::validate::source_interval(spec),
+        limits: source::Limits {
+            fetch_timeout: fleet::validate::source_timeout(spec),
+            ..source::Limits::default()
+        },
+    };
+    let watcher = SourceWatcher::new(config, replica.mirrors.clone(), replica.store.clone())
+        .map_err(|e| e.to_string())?;
+    let committed = object.status.as_ref().and_then(|status| {
+        let revision = status.revision.as_ref()?.parse().ok()?;
+        let artifact = status.artifact.as_ref()?;
+        let digest = artifact.digest.parse().ok()?;
+        Some(source::ResolvedRevision {
+            revision,
+            artifact: source::StoredArtifact {
+                digest,
+                size: artifact.size,
+            },
+            file_count: 0,
+        })
+    });
+    Ok(match committed {
+        Some(resolved) => watcher.with_last_good(resolved),
+        None => watcher,
+    })
+}

@@ -1,0 +1,31 @@
+//! One sync of a pull cluster as its agent receives it from the owning replica: everything
+//! the agent needs to build the [`SyncRequest`](crate::SyncRequest) the owner would have
+//! built. It travels as JSON inside the Agent service's `Job` message.
+
+use fleet::resources::{ObjectRef, SyncTemplate};
+use serde::{Deserialize, Serialize};
+
+/// One granted sync, as an agent receives it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AgentJob {
+    /// `<namespace>/<name>` of the Sync.
+    pub sync: String,
+    /// The Cluster as `${cluster.*}` sees it.
+    pub cluster_name: String,
+    pub cluster_namespace: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// `node-<id>`: the owner (`x-starling-writer`).
+    pub writer: String,
+    /// The owner generation (the target's fence).
+    pub generation: u64,
+    pub revision: Option<String>,
+    /// `sha256:<hex>`; empty when retiring.
+    pub artifact: String,
+    pub template: SyncTemplate,
+    pub previous_inventory: Vec<ObjectRef>,
+    pub wait: bool,
+    pub retire: bool,
+    /// The render digest recorded on the target with the revision.
+    pub record_digest: Option<String>,
+}
+
