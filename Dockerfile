@@ -12,22 +12,30 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pkg-config libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# Every workspace member, so that cargo can load the workspace; the build is only `starling`.
+# Every workspace member, so that cargo can load the workspace; the build is only `starling`,
+# without its `dev` feature: the image holds no fleetsim and no demo (`starling dev` is for a
+# developer's machine).
 COPY Cargo.toml Cargo.lock ./
+COPY agent agent
 COPY chaos chaos
+COPY cli cli
+COPY dev dev
 COPY fleet fleet
 COPY fleetsim fleetsim
 COPY loadtest loadtest
-COPY node node
+COPY operator operator
 COPY proto proto
 COPY raft raft
+COPY replica replica
 COPY secret secret
 COPY shard shard
 COPY source source
+COPY starling starling
 COPY sync sync
+COPY transport transport
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p starling \
+    cargo build --release --locked -p starling --no-default-features \
  && cp target/release/starling /usr/local/bin/starling
 
 FROM debian:bookworm-slim

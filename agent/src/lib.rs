@@ -12,6 +12,8 @@
 //!          stream ends ─► jobs stop, back-off, next replica
 //! ```
 
+#![warn(unreachable_pub)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -189,12 +191,11 @@ async fn downstream(args: &AgentArgs) -> Result<(kube::Client, Connection), Agen
 /// A kubeconfig with inline credentials from the pod's service account.
 fn in_cluster_kubeconfig() -> Result<String, AgentError> {
     const ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-    let host = std::env::var("KUBERNETES_SERVICE_HOST")
-        .map_err(|_| {
-            AgentError::Kubeconfig(
-                "not in a cluster (KUBERNETES_SERVICE_HOST unset): give --kubeconfig".into(),
-            )
-        })?;
+    let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
+        AgentError::Kubeconfig(
+            "not in a cluster (KUBERNETES_SERVICE_HOST unset): give --kubeconfig".into(),
+        )
+    })?;
     let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
     let token = std::fs::read_to_string(format!("{ACCOUNT}/token"))
         .map_err(io("read the service account token"))?;
@@ -535,7 +536,9 @@ impl Agent {
             self.store
                 .import_stream(digest, proto::limits::MAX_ARTIFACT_BYTES, chunks)
                 .await
-                .map_err(|error| AgentError::Artifact(format!("cannot fetch artifact {digest}: {error}")))?;
+                .map_err(|error| {
+                    AgentError::Artifact(format!("cannot fetch artifact {digest}: {error}"))
+                })?;
             let evicted = {
                 let mut cached = lock(&self.cached);
                 cached.retain(|d| *d != digest);

@@ -8,6 +8,8 @@
 //!      ─► Fleet / Admin gRPC on any replica ─► one line per failure, tables, JSON or YAML
 //! ```
 
+#![warn(unreachable_pub)]
+
 pub mod apply;
 pub mod client;
 pub mod cluster;

@@ -97,7 +97,9 @@ pub async fn execute(
             (text, json)
         }
         TokenCommand::Revoke { id } => {
-            let response = client.token_revoke(&id).await?;
+            let response = client
+                .token_revoke(proto::TokenRevokeRequest { id: id.clone() })
+                .await?;
             (
                 format!("token {id} revoked\n"),
                 json!({"id": id, "revoked": true, "revision": response.revision}),

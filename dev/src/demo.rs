@@ -1,9 +1,11 @@
-//! The demo git repository of `starling dev`, the tests and `chaos`: a sample app (a namespace, a config map and a
-//! deployment, with per-cluster variables) committed to a local repository read over `file://`.
+//! The demo of `starling dev`, the tests and `chaos`: a git repository with a sample app (a
+//! namespace, a config map and a deployment, with per-cluster variables) read over `file://`,
+//! and the manifests that roll it out to fleetsim's clusters ([`demo_manifests`]).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use fleetsim::FleetSim;
 
 pub struct DemoRepo {
     pub path: PathBuf,
@@ -117,4 +119,44 @@ impl DemoRepo {
         )?;
         Ok(oid.to_string())
     }
+}
+
+/// The demo's specs as YAML documents: Source `demo` (polled every 2s), SyncGroup `demo` over
+/// every cluster with the given budget, then per fleetsim cluster its kubeconfig Secret and a
+/// `Cluster` labelled with a region (one document each).
+pub fn demo_manifests(
+    sim: &FleetSim,
+    url: &str,
+    max_unavailable: &str,
+) -> anyhow::Result<Vec<String>> {
+    demo_manifests_for(sim, &sim.cluster_names(), url, max_unavailable)
+}
+
+/// [`demo_manifests`] with the given fleetsim clusters as the targets.
+pub(crate) fn demo_manifests_for(
+    sim: &FleetSim,
+    targets: &[String],
+    url: &str,
+    max_unavailable: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut documents = vec![format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"{max_unavailable}\"\n"
+    )];
+    let regions = ["eu-west", "us-east", "ap-south"];
+    for (index, name) in targets.iter().enumerate() {
+        let region = regions[index % regions.len()];
+        let kubeconfig = sim
+            .kubeconfig(name)
+            .with_context(|| format!("fleetsim has no kubeconfig for cluster {name}"))?;
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
+            "stringData": {"value": kubeconfig},
+        });
+        documents.push(format!(
+            "{}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n",
+            serde_json::to_string(&secret)?
+        ));
+    }
+    Ok(documents)
 }

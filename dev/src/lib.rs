@@ -11,11 +11,14 @@
 //! created there with the kube client, the leader watches them and writes their status back,
 //! and the summary also checks the SyncGroup's status there.
 
+#![warn(unreachable_pub)]
+
 pub mod demo;
 mod invocation;
 mod management;
 mod progress;
 pub mod report;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,11 +29,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use fleet::Command;
 use fleet::manifest::{Resource, parse_manifests};
-use fleet::resources::RolloutPhase;
 use fleet::state::{FleetState, MemberState};
 use fleetsim::{AuditFilter, FleetSim};
 
-use demo::DemoRepo;
+pub use demo::demo_manifests;
+use demo::{DemoRepo, demo_manifests_for};
 use management::Management;
 use progress::Progress;
 use report::{Check, RolloutTiming, Summary};
@@ -223,46 +226,6 @@ pub async fn run(
     Ok(ok)
 }
 
-/// The demo's specs as YAML documents: Source `demo` (polled every 2s), SyncGroup `demo` over
-/// every cluster with the given budget, then per fleetsim cluster its kubeconfig Secret and a
-/// `Cluster` labelled with a region (one document each).
-pub fn demo_manifests(
-    sim: &FleetSim,
-    url: &str,
-    max_unavailable: &str,
-) -> anyhow::Result<Vec<String>> {
-    demo_manifests_for(sim, &sim.cluster_names(), url, max_unavailable)
-}
-
-/// [`demo_manifests`] with the given fleetsim clusters as the targets.
-fn demo_manifests_for(
-    sim: &FleetSim,
-    targets: &[String],
-    url: &str,
-    max_unavailable: &str,
-) -> anyhow::Result<Vec<String>> {
-    let mut documents = vec![format!(
-        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"{max_unavailable}\"\n"
-    )];
-    let regions = ["eu-west", "us-east", "ap-south"];
-    for (index, name) in targets.iter().enumerate() {
-        let region = regions[index % regions.len()];
-        let kubeconfig = sim
-            .kubeconfig(name)
-            .with_context(|| format!("fleetsim has no kubeconfig for cluster {name}"))?;
-        let secret = serde_json::json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
-            "stringData": {"value": kubeconfig},
-        });
-        documents.push(format!(
-            "{}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n",
-            serde_json::to_string(&secret)?
-        ));
-    }
-    Ok(documents)
-}
-
 impl Dev {
     /// The fleetsim clusters Starling deploys to: all of them but the management cluster.
     fn targets(&self) -> Vec<String> {
@@ -318,7 +281,7 @@ impl Dev {
                 recovery: false,
                 admin_token_file: None,
                 tls: None,
-                agent_grace: starling_replica::agents::DEFAULT_GRACE,
+                agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
             };
             let spec_source = match &config.operator {
                 Some(operator) => Some(Arc::new(
@@ -437,126 +400,6 @@ impl Dev {
         )
     }
 
-    async fn wait(
-        &self,
-        what: &str,
-        condition: impl Fn(&FleetState) -> bool,
-    ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + self.args.timeout;
-        while !self.read(&condition) {
-            if Instant::now() > deadline {
-                anyhow::bail!("timed out after {:?} waiting for {what}", self.args.timeout);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
-    }
-
-    /// Waits for a rollout of a revision other than `previous` to start and complete.
-    async fn wait_rollout(
-        &mut self,
-        previous: Option<String>,
-        kill_midway: bool,
-    ) -> anyhow::Result<RolloutTiming> {
-        let previous_clone = previous.clone();
-        self.wait("the source to resolve a new revision", move |state| {
-            state
-                .group_status(GROUP)
-                .and_then(|s| s.target_revision)
-                .is_some_and(|r| Some(r) != previous_clone)
-        })
-        .await?;
-        let started = Instant::now();
-        let since_micros = unix_micros();
-        let deadline = started + self.args.timeout;
-        let mut max_unavailable_seen = 0;
-        let mut killed = false;
-        let total = self.args.clusters as u64;
-        let bar = self.progress.bar(total);
-        let revision = loop {
-            let status = self
-                .read(|state| state.group_status(GROUP))
-                .context("the demo syncgroup is gone")?;
-            let summary = &status.summary;
-            max_unavailable_seen = max_unavailable_seen.max(summary.in_progress + summary.failed);
-            let revision = status.target_revision.clone().unwrap_or_default();
-            self.progress.update(
-                &bar,
-                summary.updated as u64,
-                &format!(
-                    "{}  updated {}/{}  in progress {}  failed {}",
-                    short(&revision),
-                    summary.updated,
-                    summary.total,
-                    summary.in_progress,
-                    summary.failed
-                ),
-            );
-            if status.phase == Some(RolloutPhase::Complete)
-                && summary.updated as usize == self.args.clusters
-            {
-                break revision;
-            }
-            if kill_midway && !killed && summary.updated as u64 * 10 >= total * 3 {
-                killed = true;
-                self.kill_one().await;
-            }
-            if Instant::now() > deadline {
-                anyhow::bail!(
-                    "timed out after {:?}: rollout of {revision} stuck at {}/{} updated",
-                    self.args.timeout,
-                    summary.updated,
-                    summary.total
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        self.progress.finish(
-            bar,
-            &format!(
-                "rolled out {} to {} clusters in {:.1}s",
-                short(&revision),
-                self.args.clusters,
-                started.elapsed().as_secs_f64()
-            ),
-        );
-        Ok(RolloutTiming {
-            revision,
-            seconds: started.elapsed().as_secs_f64(),
-            bound_seconds: 0.0,
-            efficiency: 0.0,
-            max_unavailable_seen,
-            max_concurrent_writes: 0,
-            window_micros: (since_micros, unix_micros()),
-        })
-    }
-
-    /// Stops the replica (not the leader) that owns the most clusters.
-    async fn kill_one(&mut self) {
-        let leader = self
-            .nodes
-            .values()
-            .next()
-            .and_then(|n| n.replica.raft.current_leader())
-            .map(|(id, _)| id);
-        let victim = self.read(|state| {
-            state
-                .live_members()
-                .filter(|m| Some(m.id) != leader)
-                .max_by_key(|m| state.clusters_of(m.id).len())
-                .map(|m| m.id)
-        });
-        let Some(victim) = victim.filter(|v| self.nodes.len() > 1 && self.nodes.contains_key(v))
-        else {
-            return;
-        };
-        if let Some(node) = self.nodes.remove(&victim) {
-            self.progress.say(&format!("stopping node {victim} mid-rollout: its clusters move to the survivors after down_after"));
-            self.stopped.push(node.replica.clone());
-            node.stop().await;
-        }
-    }
-
     fn summary(&self, budget: u32, mut rollouts: Vec<RolloutTiming>) -> Summary {
         let (total, count) = self
             .nodes
@@ -573,8 +416,8 @@ impl Dev {
         let replicas = self.args.replicas as usize;
         for rollout in &mut rollouts {
             // Syncs under way per replica (waits for readiness hold no apply slot).
-            let under_way =
-                starling_replica::config::DEFAULT_MAX_WAITING_SYNCS.max(self.args.max_concurrent_syncs);
+            let under_way = starling_replica::config::DEFAULT_MAX_WAITING_SYNCS
+                .max(self.args.max_concurrent_syncs);
             let bound =
                 report::physical_bound(self.args.clusters, replicas, under_way, budget, mean);
             rollout.bound_seconds = bound.as_secs_f64();

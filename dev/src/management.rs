@@ -28,7 +28,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// The fleetsim cluster that serves as the management cluster.
-pub const CLUSTER: &str = "management";
+pub(crate) const CLUSTER: &str = "management";
 /// The longest wait for the CRDs to become Established.
 const CRD_WAIT: Duration = Duration::from_secs(30);
 /// Objects created at once.
@@ -37,7 +37,7 @@ const CREATE_CONCURRENCY: usize = 16;
 const POLL: Duration = Duration::from_millis(200);
 
 /// The management cluster of an operator-mode demo.
-pub struct Management {
+pub(crate) struct Management {
     /// Where its kubeconfig was written (inside the dev directory).
     pub kubeconfig: PathBuf,
     client: kube::Client,
@@ -55,7 +55,7 @@ pub struct ManagementSummary {
 }
 
 /// The command line that lists the SyncGroups of the management cluster with kubectl.
-pub fn kubectl_hint(kubeconfig: &Path) -> String {
+pub(crate) fn kubectl_hint(kubeconfig: &Path) -> String {
     let path = kubeconfig.display().to_string();
     if path.contains(char::is_whitespace) {
         format!("KUBECONFIG='{path}' kubectl get syncgroups")
@@ -67,7 +67,7 @@ pub fn kubectl_hint(kubeconfig: &Path) -> String {
 impl Management {
     /// Adds the management cluster to fleetsim, writes its kubeconfig into `dir`, installs the
     /// starling.dev CRDs and waits until they are Established.
-    pub async fn start(sim: &FleetSim, dir: &Path) -> anyhow::Result<Management> {
+    pub(crate) async fn start(sim: &FleetSim, dir: &Path) -> anyhow::Result<Management> {
         sim.add_cluster(CLUSTER)
             .with_context(|| format!("cannot add the management cluster {CLUSTER} to fleetsim"))?;
         let text = sim
@@ -92,7 +92,7 @@ impl Management {
         Ok(management)
     }
 
-    pub fn summary(&self) -> ManagementSummary {
+    pub(crate) fn summary(&self) -> ManagementSummary {
         ManagementSummary {
             cluster: CLUSTER.to_string(),
             kubeconfig: self.kubeconfig.display().to_string(),
@@ -140,7 +140,7 @@ impl Management {
     /// Creates every object of the YAML documents (each may hold several, `---` separated):
     /// Secrets first, then Sources, Clusters and SyncGroups, so that nothing refers to an
     /// object not there yet. Returns how many were created.
-    pub async fn create_all(&self, documents: &[String]) -> anyhow::Result<usize> {
+    pub(crate) async fn create_all(&self, documents: &[String]) -> anyhow::Result<usize> {
         let mut objects = parse_objects(documents)?;
         objects.sort_by_key(|object| creation_rank(object["kind"].as_str().unwrap_or("")));
         let count = objects.len();
@@ -174,7 +174,7 @@ impl Management {
     /// Waits, at most `wait`, until the SyncGroup `namespace/name` shows on the management
     /// cluster that it completed the rollout of `revision` over `clusters` clusters; the check
     /// says what it showed last when it did not.
-    pub async fn wait_for_group_status(
+    pub(crate) async fn wait_for_group_status(
         &self,
         namespace: &str,
         name: &str,
@@ -218,7 +218,7 @@ fn unreadable(violation: &str) -> Check {
 /// Whether a SyncGroup object, as the management cluster serves it, shows the completed
 /// rollout of `revision` over `clusters` clusters, for its current spec (`observedGeneration`
 /// equal to `metadata.generation`).
-pub fn group_status_check(object: Option<&Value>, revision: &str, clusters: usize) -> Check {
+pub(crate) fn group_status_check(object: Option<&Value>, revision: &str, clusters: usize) -> Check {
     let Some(object) = object else {
         return unreadable("the syncgroup is missing");
     };

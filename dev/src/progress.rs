@@ -51,7 +51,10 @@ impl Progress {
                 bar.set_message(message.to_string());
             }
             None if !self.quiet => {
-                let mut last = self.last_line.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut last = self
+                    .last_line
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
                 if last.elapsed() >= Duration::from_secs(2) {
                     *last = Instant::now();
                     eprintln!("  {message}");

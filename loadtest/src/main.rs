@@ -195,7 +195,8 @@ impl Testbed {
         .context("cannot start fleetsim")?;
         let repo = starling_dev::demo::DemoRepo::create(&dir.path().join("repo"))?;
         let procs = spawn_group(dir.path(), nodes, node_args).await?;
-        let channel = starling_transport::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
+        let channel =
+            starling_transport::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
         let fleet = proto::fleet_client::FleetClient::new(channel)
             .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
             .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
@@ -440,7 +441,9 @@ async fn failover(
             .map(|p| p.grpc.clone())
             .context("a node")?;
         wait_for(Duration::from_secs(60), || async {
-            let Ok(channel) = starling_transport::client_channel(&first_alive, Duration::from_secs(2)) else {
+            let Ok(channel) =
+                starling_transport::client_channel(&first_alive, Duration::from_secs(2))
+            else {
                 return false;
             };
             proto::fleet_client::FleetClient::new(channel)
@@ -456,7 +459,9 @@ async fn failover(
         .await?;
         let mut leader = 0;
         for proc in procs.values() {
-            let Ok(channel) = starling_transport::client_channel(&proc.grpc, Duration::from_secs(5)) else {
+            let Ok(channel) =
+                starling_transport::client_channel(&proc.grpc, Duration::from_secs(5))
+            else {
                 continue;
             };
             if let Ok(status) = proto::fleet_client::FleetClient::new(channel)
@@ -612,7 +617,9 @@ async fn admission(
             max_voters: 5,
             down_after: Duration::from_secs(3),
             lease: starling_replica::config::default_lease(Duration::from_secs(3)),
-            heartbeat_interval: starling_replica::config::heartbeat_interval(Duration::from_secs(3)),
+            heartbeat_interval: starling_replica::config::heartbeat_interval(Duration::from_secs(
+                3,
+            )),
             max_rtt: std::time::Duration::from_millis(50),
             // No sync workers compete with the benchmark's own grants.
             max_concurrent_syncs: 1,
@@ -622,7 +629,7 @@ async fn admission(
             recovery: false,
             admin_token_file: None,
             tls: None,
-            agent_grace: starling_replica::agents::DEFAULT_GRACE,
+            agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
         };
         nodes.push(starling_replica::serve::start(config, None).await?);
     }

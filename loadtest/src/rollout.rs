@@ -137,8 +137,7 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
     )
     .await?;
     let address = bed.procs[&1].grpc.clone();
-    let documents =
-        starling_dev::demo_manifests(&bed.sim, &bed.repo.url(), &args.max_unavailable)?;
+    let documents = starling_dev::demo_manifests(&bed.sim, &bed.repo.url(), &args.max_unavailable)?;
     // The clusters and their Secrets first, the Source and SyncGroup (document 0) last, so
     // that the memory of the specs alone is seen before any rollout starts.
     let (group, clusters) = documents
@@ -193,7 +192,8 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     let mean = mean_sync_duration(&procs).await;
     // Each node has up to --max-waiting-syncs syncs under way (its default): a sync waiting
     // for readiness holds no apply slot.
-    let under_way = starling_replica::config::DEFAULT_MAX_WAITING_SYNCS.max(args.max_concurrent_syncs);
+    let under_way =
+        starling_replica::config::DEFAULT_MAX_WAITING_SYNCS.max(args.max_concurrent_syncs);
     let bound =
         physical_bound(args.clusters, args.nodes as usize, under_way, budget, mean).as_secs_f64();
     // The writes one sync makes in sequence, and the watch event that tells it is ready.

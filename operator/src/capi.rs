@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::mirror::normalized_meta;
 
 /// The Cluster API resource watched.
-pub fn api_resource() -> ApiResource {
+pub(crate) fn api_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"),
         "clusters",
@@ -24,17 +24,17 @@ pub fn api_resource() -> ApiResource {
 }
 
 /// `starling.dev/hold: "true"` on a Cluster API Cluster holds it (`starling cluster hold`).
-pub const HOLD_ANNOTATION: &str = "starling.dev/hold";
+pub(crate) const HOLD_ANNOTATION: &str = "starling.dev/hold";
 
 /// `starling.dev/allowed-namespaces: "team-a,team-b"` on a Cluster API Cluster is its
 /// `Cluster.spec.allowedNamespaces`: the other namespaces whose SyncGroups may select it.
-pub const ALLOWED_NAMESPACES_ANNOTATION: &str = "starling.dev/allowed-namespaces";
+pub(crate) const ALLOWED_NAMESPACES_ANNOTATION: &str = "starling.dev/allowed-namespaces";
 
 /// The phase in which a Cluster API Cluster can be synced.
 const PROVISIONED: &str = "Provisioned";
 
 /// The Starling Cluster a Cluster API Cluster stands for.
-pub fn to_cluster(object: &DynamicObject) -> Cluster {
+pub(crate) fn to_cluster(object: &DynamicObject) -> Cluster {
     let paused_by_capi = object
         .data
         .pointer("/spec/paused")

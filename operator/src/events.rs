@@ -33,7 +33,7 @@ struct Mark {
 
 /// A milestone to publish.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Milestone {
+pub(crate) struct Milestone {
     pub warning: bool,
     pub reason: &'static str,
     pub note: String,
@@ -99,13 +99,13 @@ fn milestones(
 }
 
 /// The leader's milestone tracker.
-pub struct Milestones {
+pub(crate) struct Milestones {
     recorder: Recorder,
     marks: HashMap<ObjectKey, Mark>,
 }
 
 impl Milestones {
-    pub fn new(operator: &Operator, node: u64) -> Milestones {
+    pub(crate) fn new(operator: &Operator, node: u64) -> Milestones {
         let reporter = Reporter {
             controller: "starling".into(),
             instance: Some(format!("starling-{node}")),
@@ -117,7 +117,7 @@ impl Milestones {
     }
 
     /// Compares every SyncGroup of the mirror with the state; returns what to publish.
-    pub fn due(
+    pub(crate) fn due(
         &mut self,
         state: &FleetState,
         mirror: &Mirror,
@@ -174,7 +174,7 @@ impl Milestones {
     }
 
     /// Publishes milestones; a failure is logged (Events are informative).
-    pub async fn publish(&self, due: Vec<(ObjectReference, Milestone)>) {
+    pub(crate) async fn publish(&self, due: Vec<(ObjectReference, Milestone)>) {
         for (reference, milestone) in due {
             let event = Event {
                 type_: if milestone.warning {

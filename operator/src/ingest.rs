@@ -20,27 +20,26 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
 use fleet::manifest::{Kind, ObjectKey, Resource};
 use fleet::resources::{Sync, SyncGroup};
 use fleet::state::key_of;
 use fleet::{Command, FleetState, Outcome};
 use futures::stream::{self, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::Event;
 use tokio::time::Instant;
 
 use super::Operator;
+use super::compare::{in_state, state_keys, state_matches};
 use super::mirror::{
     DELETION_POLICY_ANNOTATION, Dirty, FINALIZER, Item, Mirror, Observed, Rejection,
-    SECRET_VERSION_ANNOTATION, Scope, normalized_meta,
+    SECRET_VERSION_ANNOTATION, normalized_meta,
 };
 use super::watches::{not_served, scopes, watches};
 use starling_replica::Replica;
-use starling_replica::node::lock;
+use starling_replica::lock;
 
 /// Events gathered into one reconcile at most, and how long the ingest waits for more.
 const MAX_EVENTS: usize = 2_000;
@@ -54,9 +53,32 @@ const FETCH_CONCURRENCY: usize = 8;
 /// Back-off after a failed reconcile: from the first to the last value, doubling.
 const RETRY: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(10));
 
+/// Why a reconcile did not bring every change into the state (its keys stay dirty and are
+/// retried).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IngestError {
+    #[error("cannot read secret {key}: {error}")]
+    ReadSecret { key: String, error: kube::Error },
+    #[error("cannot write the finalizers of {key}: {error}")]
+    Finalizers { key: String, error: kube::Error },
+    #[error("cannot commit the specs: {0}")]
+    Commit(String),
+}
+
+impl IngestError {
+    /// A short label per variant.
+    pub(crate) fn class(&self) -> &'static str {
+        match self {
+            IngestError::ReadSecret { .. } => "read-secret",
+            IngestError::Finalizers { .. } => "finalizers",
+            IngestError::Commit(_) => "commit",
+        }
+    }
+}
+
 /// Watches the management cluster and proposes its changes until the future is dropped (when
 /// this replica stops leading).
-pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
+pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
     let scopes = scopes(operator);
     let mut events = watches(operator, &scopes);
     let mut dirty = Dirty::default();
@@ -134,7 +156,7 @@ pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>)
                 retry_at = None;
             }
             Err(error) => {
-                tracing::warn!(error = %format!("{error:#}"), retry_in = ?retry, "cannot bring the management cluster's specs into the state");
+                tracing::warn!(class = error.class(), %error, retry_in = ?retry, "cannot bring the management cluster's specs into the state; retrying");
                 retry_at = Some(Instant::now() + retry);
                 retry = (retry * 2).min(RETRY.1);
             }
@@ -186,7 +208,7 @@ async fn reconcile(
     operator: &Operator,
     mirror: &Mutex<Mirror>,
     dirty: &mut Dirty,
-) -> anyhow::Result<()> {
+) -> Result<(), IngestError> {
     let taken = std::mem::take(dirty);
     let reader = replica.raft.reader();
     let (actions, mut finalizers): (Vec<(ObjectKey, Action)>, Vec<FinalizerPatch>) = {
@@ -256,7 +278,10 @@ async fn reconcile(
             // Deleted since its metadata arrived: the watch brings the deletion.
             Ok(None) => {}
             Err(error) => {
-                first_error.get_or_insert_with(|| anyhow!("cannot read secret {key}: {error}"));
+                first_error.get_or_insert_with(|| IngestError::ReadSecret {
+                    key: key.to_string(),
+                    error,
+                });
                 failed.insert(key);
             }
         }
@@ -279,8 +304,9 @@ async fn reconcile(
             // is compared again.
             Err(kube::Error::Api(response)) if matches!(response.code, 404 | 409) => {}
             Err(error) => {
-                first_error.get_or_insert_with(|| {
-                    anyhow!("cannot write the finalizers of {key}: {error}")
+                first_error.get_or_insert_with(|| IngestError::Finalizers {
+                    key: key.to_string(),
+                    error,
                 });
                 failed.insert(key);
             }
@@ -288,7 +314,7 @@ async fn reconcile(
     }
     if let Some(error) = first_error {
         dirty.keys.extend(failed);
-        return Err(error).context("the changes are retried");
+        return Err(error);
     }
     Ok(())
 }
@@ -300,7 +326,7 @@ async fn commit(
     mirror: &Mutex<Mirror>,
     proposals: &[(ObjectKey, Proposal)],
     failed: &mut BTreeSet<ObjectKey>,
-) -> anyhow::Result<()> {
+) -> Result<(), IngestError> {
     let mut chunks = proposals.chunks(PROPOSAL_CHUNK);
     while let Some(chunk) = chunks.next() {
         let at = Replica::now_rfc3339();
@@ -343,7 +369,7 @@ async fn commit(
             Err(error) => {
                 failed.extend(chunk.iter().map(|(key, _)| key.clone()));
                 failed.extend(chunks.flatten().map(|(key, _)| key.clone()));
-                return Err(anyhow!("cannot commit the specs: {error}"));
+                return Err(IngestError::Commit(error.to_string()));
             }
         }
     }
@@ -386,102 +412,6 @@ async fn patch_finalizers(
     api.patch(&key.name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(|_| ())
-}
-
-/// The keys of the replicated state inside a scope (Syncs a SyncGroup generated excluded:
-/// they are not objects of the management cluster).
-fn state_keys(state: &FleetState, scope: &Scope) -> Vec<ObjectKey> {
-    let in_scope = |key: &String| {
-        scope
-            .namespace
-            .as_ref()
-            .is_none_or(|ns| key.split_once('/').is_some_and(|(n, _)| n == ns))
-    };
-    let object_key = |key: &String| {
-        let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
-        ObjectKey::new(scope.kind, namespace, name)
-    };
-    match scope.kind {
-        Kind::Source => state
-            .sources
-            .keys()
-            .filter(|k| in_scope(k))
-            .map(object_key)
-            .collect(),
-        Kind::Cluster => state
-            .clusters
-            .keys()
-            .filter(|k| in_scope(k))
-            .map(object_key)
-            .collect(),
-        Kind::Sync => state
-            .syncs
-            .iter()
-            .filter(|(k, entry)| entry.group.is_none() && in_scope(k))
-            .map(|(k, _)| object_key(k))
-            .collect(),
-        Kind::SyncGroup => state
-            .groups
-            .keys()
-            .filter(|k| in_scope(k))
-            .map(object_key)
-            .collect(),
-        Kind::Secret => state
-            .secrets
-            .keys()
-            .filter(|k| in_scope(k))
-            .map(object_key)
-            .collect(),
-    }
-}
-
-fn labels_and_annotations_differ(stored: &ObjectMeta, incoming: &ObjectMeta) -> bool {
-    let labels = |meta: &ObjectMeta| meta.labels.clone().filter(|m| !m.is_empty());
-    let annotations = |meta: &ObjectMeta| meta.annotations.clone().filter(|m| !m.is_empty());
-    labels(stored) != labels(incoming) || annotations(stored) != annotations(incoming)
-}
-
-/// Whether the state holds `resource` as the management cluster has it: `None` when it does
-/// not hold the object at all.
-pub fn state_matches(state: &FleetState, resource: &Resource) -> Option<bool> {
-    let key = key_of(resource.namespace(), resource.name());
-    let meta = resource.metadata();
-    match resource {
-        Resource::Source(object) => state.sources.get(&key).map(|e| {
-            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
-        }),
-        Resource::Cluster(object) => state.clusters.get(&key).map(|e| {
-            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
-        }),
-        Resource::Sync(object) => state
-            .syncs
-            .get(&key)
-            .filter(|e| e.group.is_none())
-            .map(|e| {
-                !labels_and_annotations_differ(&e.object.metadata, meta)
-                    && e.object.spec == object.spec
-            }),
-        Resource::SyncGroup(object) => state.groups.get(&key).map(|e| {
-            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
-        }),
-        Resource::Secret(object) => state.secrets.get(&key).map(|stored| {
-            !labels_and_annotations_differ(&stored.metadata, meta)
-                && stored.data == object.data
-                && stored.type_ == object.type_
-        }),
-    }
-}
-
-/// Whether the state holds an object under `key` that the management cluster feeds.
-fn in_state(state: &FleetState, key: &ObjectKey) -> bool {
-    let k = key_of(&key.namespace, &key.name);
-    match key.kind {
-        Kind::Source => state.sources.contains_key(&k),
-        Kind::Cluster => state.clusters.contains_key(&k),
-        Kind::Sync => state.syncs.get(&k).is_some_and(|e| e.group.is_none()),
-        Kind::SyncGroup => state.groups.contains_key(&k),
-        Kind::Secret => state.secrets.contains_key(&k),
-    }
 }
 
 fn action(

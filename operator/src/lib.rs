@@ -23,11 +23,15 @@
 //! ([`ingest`]). Rollout milestones become Events ([`events`]); with `--capi`, Cluster API
 //! Clusters become Starling Clusters ([`capi`]).
 
-pub mod capi;
+#![warn(unreachable_pub)]
+
+mod capi;
+mod compare;
 mod events;
 mod ingest;
-pub mod mirror;
+mod mirror;
 mod status;
+mod verdict;
 mod watches;
 
 use std::sync::{Arc, Mutex};

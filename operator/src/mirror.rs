@@ -18,19 +18,19 @@ use serde_json::Value;
 /// The annotation on the replicated copy of a Secret that records the management cluster's
 /// `resourceVersion` of it: a new leader compares it with the metadata it watches and fetches
 /// only the Secrets that changed.
-pub const SECRET_VERSION_ANNOTATION: &str = "starling.dev/management-resource-version";
+pub(crate) const SECRET_VERSION_ANNOTATION: &str = "starling.dev/management-resource-version";
 
 /// The finalizer on Syncs and SyncGroups: their deletion waits until what they applied is
 /// pruned from the target clusters (or orphaned).
-pub const FINALIZER: &str = "starling.dev/prune";
+pub(crate) const FINALIZER: &str = "starling.dev/prune";
 
 /// The annotation that orphans a Sync's or SyncGroup's objects on deletion: `orphan` leaves
 /// them on the targets and deletes the object at once.
-pub const DELETION_POLICY_ANNOTATION: &str = "starling.dev/deletion-policy";
+pub(crate) const DELETION_POLICY_ANNOTATION: &str = "starling.dev/deletion-policy";
 
 /// One object as the management cluster shows it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The API server's `metadata.generation` (spec changes).
     pub generation: Option<i64>,
     pub resource_version: String,
@@ -46,13 +46,13 @@ pub struct Observed {
 
 impl Observed {
     /// Whether Starling's finalizer holds the object.
-    pub fn finalized(&self) -> bool {
+    pub(crate) fn finalized(&self) -> bool {
         self.finalizers.iter().any(|f| f == FINALIZER)
     }
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Item {
+pub(crate) enum Item {
     /// A starling.dev object, normalized to what the state keeps (no status, no server
     /// metadata), and its status as written on the API object (`Null` when it has none).
     Object {
@@ -65,7 +65,7 @@ pub enum Item {
 
 /// What a watch stream covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Scope {
+pub(crate) struct Scope {
     pub kind: Kind,
     /// `None`: every namespace.
     pub namespace: Option<String>,
@@ -74,7 +74,7 @@ pub struct Scope {
 }
 
 impl Scope {
-    pub fn covers(&self, key: &ObjectKey) -> bool {
+    pub(crate) fn covers(&self, key: &ObjectKey) -> bool {
         key.kind == self.kind
             && self
                 .namespace
@@ -93,26 +93,26 @@ struct Stream {
 /// A spec the replicated state refused (or that failed validation here), kept so that it is
 /// not proposed again until it changes, and so that its status can say why.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub resource: Resource,
     pub message: String,
 }
 
 /// What changed in the mirror, for the ingest to reconcile.
 #[derive(Debug, Default)]
-pub struct Dirty {
+pub(crate) struct Dirty {
     pub keys: BTreeSet<ObjectKey>,
     /// Streams that finished a (re)list: everything in their scope is compared.
     pub scopes: Vec<Scope>,
 }
 
 impl Dirty {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.scopes.is_empty()
     }
 }
 
-pub struct Mirror {
+pub(crate) struct Mirror {
     /// What the state should hold: every object, a Starling Cluster shadowing a Cluster API
     /// Cluster of the same name.
     pub objects: BTreeMap<ObjectKey, Observed>,
@@ -127,7 +127,7 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    pub fn new(scopes: Vec<Scope>) -> Mirror {
+    pub(crate) fn new(scopes: Vec<Scope>) -> Mirror {
         Mirror {
             objects: BTreeMap::new(),
             capi: BTreeMap::new(),
@@ -147,17 +147,17 @@ impl Mirror {
 
     /// Whether every stream has listed once: only then is an object missing from the mirror
     /// known to be gone from the management cluster.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.streams.iter().all(|stream| stream.listed)
     }
 
     /// A (re)list of stream `index` starts.
-    pub fn list_started(&mut self, index: usize) {
+    pub(crate) fn list_started(&mut self, index: usize) {
         self.streams[index].listing = Some(BTreeMap::new());
     }
 
     /// An object of a (re)list in progress.
-    pub fn listed(&mut self, index: usize, key: ObjectKey, observed: Observed) {
+    pub(crate) fn listed(&mut self, index: usize, key: ObjectKey, observed: Observed) {
         self.streams[index]
             .listing
             .get_or_insert_with(BTreeMap::new)
@@ -165,7 +165,7 @@ impl Mirror {
     }
 
     /// A (re)list ended: its objects replace the stream's part of the mirror.
-    pub fn list_done(&mut self, index: usize, dirty: &mut Dirty) {
+    pub(crate) fn list_done(&mut self, index: usize, dirty: &mut Dirty) {
         let listing = self.streams[index].listing.take().unwrap_or_default();
         self.streams[index].listed = true;
         let scope = self.streams[index].scope.clone();
@@ -191,7 +191,7 @@ impl Mirror {
     }
 
     /// An object was added or changed.
-    pub fn upsert(&mut self, key: ObjectKey, observed: Observed, dirty: &mut Dirty) {
+    pub(crate) fn upsert(&mut self, key: ObjectKey, observed: Observed, dirty: &mut Dirty) {
         if observed.capi {
             self.capi.insert(key.clone(), observed.clone());
             if self.objects.get(&key).is_some_and(|o| !o.capi) {
@@ -202,7 +202,7 @@ impl Mirror {
     }
 
     /// An object was deleted (`capi`: a Cluster API `Cluster`).
-    pub fn remove(&mut self, key: &ObjectKey, capi: bool, dirty: &mut Dirty) {
+    pub(crate) fn remove(&mut self, key: &ObjectKey, capi: bool, dirty: &mut Dirty) {
         if capi {
             self.capi.remove(key);
             if self.objects.get(key).is_some_and(|o| o.capi) {
@@ -268,12 +268,12 @@ impl Mirror {
     }
 
     /// Whether a Secret is referenced by an object in the mirror (only those are replicated).
-    pub fn is_referenced(&self, secret: &ObjectKey) -> bool {
+    pub(crate) fn is_referenced(&self, secret: &ObjectKey) -> bool {
         self.referrers.contains_key(secret)
     }
 
     /// The keys a full comparison of `scope` covers on the mirror's side.
-    pub fn keys_in(&self, scope: &Scope) -> Vec<ObjectKey> {
+    pub(crate) fn keys_in(&self, scope: &Scope) -> Vec<ObjectKey> {
         self.objects
             .keys()
             .chain(self.capi.keys())
@@ -285,7 +285,7 @@ impl Mirror {
 
 /// The Secrets an object needs: a push Cluster's kubeconfig (`<name>-kubeconfig` unless it
 /// names another) and a Source's credentials.
-pub fn referenced_secrets(resource: &Resource) -> Vec<ObjectKey> {
+pub(crate) fn referenced_secrets(resource: &Resource) -> Vec<ObjectKey> {
     let namespace = resource.namespace().to_string();
     match resource {
         Resource::Cluster(cluster) => {
@@ -308,7 +308,7 @@ pub fn referenced_secrets(resource: &Resource) -> Vec<ObjectKey> {
 /// The metadata the replicated state keeps of an API object: name, namespace, labels and
 /// annotations (empty maps as none). Server fields (uid, resourceVersion, generation,
 /// managedFields, finalizers, timestamps) stay in the management cluster.
-pub fn normalized_meta(meta: &ObjectMeta) -> ObjectMeta {
+pub(crate) fn normalized_meta(meta: &ObjectMeta) -> ObjectMeta {
     ObjectMeta {
         name: meta.name.clone(),
         namespace: Some(meta.namespace.clone().unwrap_or_else(|| "default".into())),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use fleet::FleetState;
 use fleet::manifest::{Kind, ObjectKey, Resource};
-use fleet::resources::{Condition, ResourceStatus, RolloutPhase, SyncResult};
+use fleet::resources::Condition;
 use futures::stream::{self, StreamExt};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -27,11 +27,12 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::Operator;
+use super::compare::state_matches;
 use super::events::Milestones;
-use super::ingest::state_matches;
 use super::mirror::{Item, Mirror, Observed, Rejection};
+use super::verdict::{self, Verdict};
 use starling_replica::Replica;
-use starling_replica::node::lock;
+use starling_replica::lock;
 
 /// How often the writer looks for statuses to write.
 const TICK: Duration = Duration::from_millis(250);
@@ -40,10 +41,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Status writes in flight at once.
 const WRITE_CONCURRENCY: usize = 8;
 /// Field manager of the writes.
-pub const FIELD_MANAGER: &str = "starling";
+pub(crate) const FIELD_MANAGER: &str = "starling";
 
 /// Writes statuses until the future is dropped (when this replica stops leading).
-pub async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
+pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
     let rate = f64::from(operator.status_writes_per_second.max(1));
     let mut tokens = rate;
     let mut refilled = Instant::now();
@@ -227,91 +228,6 @@ async fn patch_status(operator: &Operator, write: &Pending) -> Result<(), kube::
     .map(|_| ())
 }
 
-/// A condition, keeping the transition time the object shows when its status is unchanged.
-fn condition(
-    previous: &[Condition],
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &str,
-) -> Condition {
-    let status = if status { "True" } else { "False" }.to_string();
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .and_then(|c| c.last_transition_time.clone())
-        .or_else(|| Some(now.to_string()));
-    Condition {
-        type_: type_.into(),
-        status,
-        reason: reason.into(),
-        message,
-        last_transition_time,
-        observed_generation: generation,
-    }
-}
-
-/// The kstatus verdict of an object.
-struct Verdict {
-    ready: bool,
-    reconciling: bool,
-    stalled: bool,
-    reason: &'static str,
-    message: String,
-}
-
-impl Verdict {
-    fn conditions(
-        self,
-        previous: &[Condition],
-        generation: Option<i64>,
-        now: &str,
-    ) -> Vec<Condition> {
-        let reason = |active: bool, otherwise: &'static str| {
-            if active { self.reason } else { otherwise }
-        };
-        vec![
-            condition(
-                previous,
-                "Ready",
-                self.ready,
-                reason(true, ""),
-                self.message.clone(),
-                generation,
-                now,
-            ),
-            condition(
-                previous,
-                "Reconciling",
-                self.reconciling,
-                reason(self.reconciling, "Idle"),
-                if self.reconciling {
-                    self.message.clone()
-                } else {
-                    String::new()
-                },
-                generation,
-                now,
-            ),
-            condition(
-                previous,
-                "Stalled",
-                self.stalled,
-                reason(self.stalled, "NotStalled"),
-                if self.stalled {
-                    self.message.clone()
-                } else {
-                    String::new()
-                },
-                generation,
-                now,
-            ),
-        ]
-    }
-}
-
 fn previous_conditions(status: &Value) -> Vec<Condition> {
     status
         .get("conditions")
@@ -336,13 +252,7 @@ fn desired_status(
     let previous = previous_conditions(current);
     let generation = observed.generation;
     if let Some(rejection) = rejection.filter(|r| r.resource == *resource) {
-        let verdict = Verdict {
-            ready: false,
-            reconciling: false,
-            stalled: true,
-            reason: "InvalidSpec",
-            message: rejection.message.clone(),
-        };
+        let verdict = Verdict::invalid_spec(rejection.message.clone());
         let mut status = current.as_object().cloned().unwrap_or_default();
         status.insert("observedGeneration".into(), json!(generation));
         status.insert(
@@ -358,149 +268,28 @@ fn desired_status(
     let (mut status, verdict) = match &stored {
         Resource::Source(source) => {
             let status = source.status.clone().unwrap_or_default();
-            let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
-            let verdict = match (ready, &status.revision) {
-                (Some(c), Some(_)) if c.status == "True" => Verdict {
-                    ready: true,
-                    reconciling: false,
-                    stalled: false,
-                    reason: "Resolved",
-                    message: c.message.clone(),
-                },
-                (Some(c), _) if c.status == "False" => Verdict {
-                    ready: false,
-                    reconciling: status.revision.is_none(),
-                    stalled: false,
-                    reason: "FetchFailed",
-                    message: c.message.clone(),
-                },
-                _ => Verdict {
-                    ready: false,
-                    reconciling: true,
-                    stalled: false,
-                    reason: "Fetching",
-                    message: "waiting for the first fetch".into(),
-                },
-            };
+            let verdict = verdict::source(&status);
             (serde_json::to_value(status).ok()?, verdict)
         }
         Resource::Cluster(cluster) => {
             let status = cluster.status.clone().unwrap_or_default();
-            let verdict = match (&status.owner, status.reachable) {
-                (None, _) => Verdict {
-                    ready: false,
-                    reconciling: true,
-                    stalled: false,
-                    reason: "Placing",
-                    message: "no replica owns the cluster yet".into(),
-                },
-                (Some(owner), Some(false)) => Verdict {
-                    ready: false,
-                    reconciling: false,
-                    stalled: false,
-                    reason: "Unreachable",
-                    message: format!("owned by node {owner}; its API server does not answer"),
-                },
-                (Some(owner), _) => Verdict {
-                    ready: true,
-                    reconciling: false,
-                    stalled: false,
-                    reason: "Owned",
-                    message: format!("owned by node {owner}"),
-                },
-            };
+            let verdict = verdict::cluster(&status);
             (serde_json::to_value(status).ok()?, verdict)
         }
         Resource::Sync(sync) => {
             let status = sync.status.clone().unwrap_or_default();
-            let current_target = status.last_applied_revision.is_some()
-                && status.last_applied_revision == status.last_attempted_revision;
-            let verdict = match status.result {
-                Some(SyncResult::Failed) => Verdict {
-                    ready: false,
-                    reconciling: false,
-                    stalled: true,
-                    reason: "SyncFailed",
-                    message: status.message.clone().unwrap_or_default(),
-                },
-                Some(SyncResult::Succeeded)
-                    if current_target
-                        && status.resources_least_status == Some(ResourceStatus::Current) =>
-                {
-                    Verdict {
-                        ready: true,
-                        reconciling: false,
-                        stalled: false,
-                        reason: "Synced",
-                        message: format!(
-                            "applied {}",
-                            status.last_applied_revision.clone().unwrap_or_default()
-                        ),
-                    }
-                }
-                _ => Verdict {
-                    ready: false,
-                    reconciling: true,
-                    stalled: false,
-                    reason: "Progressing",
-                    message: "applying or waiting for readiness".into(),
-                },
-            };
+            let verdict = verdict::sync(&status);
             (serde_json::to_value(status).ok()?, verdict)
         }
         Resource::SyncGroup(group) => {
             let status = group.status.clone().unwrap_or_default();
-            let summary = &status.summary;
-            let counts = format!(
-                "{}/{} updated, {} in progress, {} pending, {} failed",
-                summary.updated,
-                summary.total,
-                summary.in_progress,
-                summary.pending,
-                summary.failed
-            );
-            let verdict = match status.phase.unwrap_or_default() {
-                RolloutPhase::Complete => Verdict {
-                    ready: true,
-                    reconciling: false,
-                    stalled: false,
-                    reason: "RolloutComplete",
-                    message: counts,
-                },
-                RolloutPhase::Halted => Verdict {
-                    ready: false,
-                    reconciling: false,
-                    stalled: true,
-                    reason: "RolloutHalted",
-                    message: format!("halted by maxFailures: {counts}"),
-                },
-                RolloutPhase::Paused => Verdict {
-                    ready: false,
-                    reconciling: false,
-                    stalled: false,
-                    reason: "RolloutPaused",
-                    message: format!("paused: {counts}"),
-                },
-                RolloutPhase::Progressing => Verdict {
-                    ready: false,
-                    reconciling: true,
-                    stalled: false,
-                    reason: "RolloutProgressing",
-                    message: counts,
-                },
-            };
+            let verdict = verdict::group(&status);
             (serde_json::to_value(status).ok()?, verdict)
         }
         Resource::Secret(_) => return None,
     };
     let verdict = if observed.deleting.is_some() {
-        Verdict {
-            ready: false,
-            reconciling: true,
-            stalled: false,
-            reason: "Pruning",
-            message: "deleted: removing what it applied from its clusters first".into(),
-        }
+        Verdict::pruning()
     } else {
         verdict
     };

@@ -21,7 +21,7 @@ use super::mirror::{Item, Observed, Scope, normalized_meta};
 type Events = BoxStream<'static, (usize, Result<Event<(ObjectKey, Observed)>, watcher::Error>)>;
 
 /// The watch scopes: every kind in each watched namespace, or in all.
-pub fn scopes(operator: &Operator) -> Vec<Scope> {
+pub(crate) fn scopes(operator: &Operator) -> Vec<Scope> {
     let namespaces: Vec<Option<String>> = if operator.namespaces.is_empty() {
         vec![None]
     } else {
@@ -83,7 +83,7 @@ where
 }
 
 /// Every watch, merged; the index of each event is its scope's in [`scopes`].
-pub fn watches(operator: &Operator, scopes: &[Scope]) -> Events {
+pub(crate) fn watches(operator: &Operator, scopes: &[Scope]) -> Events {
     let streams: Vec<Events> = scopes
         .iter()
         .enumerate()
@@ -209,7 +209,7 @@ fn observe_secret(meta: &ObjectMeta) -> (ObjectKey, Observed) {
 }
 
 /// A watch error that says the resource is not served (404).
-pub fn not_served(error: &watcher::Error) -> bool {
+pub(crate) fn not_served(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::InitialListFailed(kube::Error::Api(response))
         | watcher::Error::WatchStartFailed(kube::Error::Api(response))

@@ -26,20 +26,17 @@ use tonic::Status;
 
 use crate::node::lock;
 
-/// How long a sync of a pull cluster waits for its agent before it fails as unreachable.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 /// How often the owner pings a session (and checks it still owns the cluster). The agent
 /// stops writing when it has heard nothing for [`AGENT_LEASE`].
-pub const PING_INTERVAL: Duration = Duration::from_secs(1);
-pub use proto::limits::AGENT_LEASE;
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// After a cancel, how long the owner waits for the agent to say how far it got.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
-pub use proto::limits::SESSION_QUEUE;
+pub(crate) use proto::limits::SESSION_QUEUE;
 
-pub use starling_sync::AgentJob;
+pub(crate) use starling_sync::AgentJob;
 
 /// What the owner sends an agent, as the service streams it.
-pub type Outbound = mpsc::Sender<Result<proto::Dispatch, Status>>;
+pub(crate) type Outbound = mpsc::Sender<Result<proto::Dispatch, Status>>;
 type Inbound = mpsc::Receiver<Result<proto::Dispatch, Status>>;
 
 type Pending = Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<SyncOutcome>>>>;
@@ -221,7 +218,7 @@ impl Agents {
 }
 
 /// A dispatch that keeps a session alive.
-pub fn ping() -> proto::Dispatch {
+pub(crate) fn ping() -> proto::Dispatch {
     proto::Dispatch {
         message: Some(proto::dispatch::Message::Ping(true)),
     }

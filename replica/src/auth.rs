@@ -12,7 +12,6 @@
 //! development. Tokens are compared by SHA-256 digest in constant time; a token never appears
 //! in a log line, an error message or a metric.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use fleet::state::{Role, TokenEntry};
@@ -21,9 +20,9 @@ use subtle::ConstantTimeEq as _;
 use tonic::{Request, Status};
 
 /// Every token `starling token create` makes starts with this.
-pub const TOKEN_PREFIX: &str = "stl_";
+pub(crate) const TOKEN_PREFIX: &str = "stl_";
 /// The shortest admin token accepted from `--admin-token-file`.
-pub const MIN_ADMIN_TOKEN_LEN: usize = 32;
+pub(crate) const MIN_ADMIN_TOKEN_LEN: usize = 32;
 
 /// The caller of one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,7 +105,7 @@ impl Principal {
 }
 
 /// The caller the [`Authenticator`] put in a request.
-pub fn principal<T>(request: &Request<T>) -> Result<Principal, Status> {
+pub(crate) fn principal<T>(request: &Request<T>) -> Result<Principal, Status> {
     request
         .extensions()
         .get::<Principal>()
@@ -116,7 +115,7 @@ pub fn principal<T>(request: &Request<T>) -> Result<Principal, Status> {
 
 /// A new token: `(id, token, digest of its secret)`. The token is shown once; only the id and
 /// the digest are kept.
-pub fn new_token() -> (String, String, String) {
+pub(crate) fn new_token() -> (String, String, String) {
     let id = hex::encode(rand::random::<[u8; 6]>());
     let secret = hex::encode(rand::random::<[u8; 32]>());
     let digest = hex::encode(Sha256::digest(secret.as_bytes()));
@@ -126,24 +125,6 @@ pub fn new_token() -> (String, String, String) {
 /// Splits `stl_<id>_<secret>`.
 fn parse_token(token: &str) -> Option<(&str, &str)> {
     token.strip_prefix(TOKEN_PREFIX)?.split_once('_')
-}
-
-/// Reads the admin token from `--admin-token-file`: trimmed, at least 32 characters.
-pub fn read_admin_token(path: &Path) -> Result<String, crate::error::ReplicaError> {
-    use crate::error::ReplicaError;
-    let text =
-        std::fs::read_to_string(path).map_err(|source| ReplicaError::AdminTokenUnreadable {
-            path: path.to_owned(),
-            source,
-        })?;
-    let token = text.trim().to_string();
-    if token.len() < MIN_ADMIN_TOKEN_LEN {
-        return Err(ReplicaError::AdminTokenTooShort {
-            path: path.to_owned(),
-            min: MIN_ADMIN_TOKEN_LEN,
-        });
-    }
-    Ok(token)
 }
 
 /// Authenticates every request of a service (a tonic interceptor) and records the caller.
@@ -205,14 +186,6 @@ impl Authenticator {
 }
 
 impl Authenticator {
-    /// The authenticator of a replica: tokens required when it has an admin token.
-    pub fn of(replica: &crate::node::Replica) -> Authenticator {
-        match &replica.admin_token {
-            Some(token) => Authenticator::with_tokens(token, replica.raft.reader()),
-            None => Authenticator::open(),
-        }
-    }
-
     /// The token in an HTTP `Authorization` header: `Bearer <token>`, or `Basic` with the
     /// token as the password (what a browser asks for).
     pub fn http_bearer(header: Option<&str>) -> Option<String> {

@@ -9,16 +9,6 @@ use std::path::PathBuf;
 pub enum ReplicaError {
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
-    #[error("cannot read the admin token file {}: {source}", .path.display())]
-    AdminTokenUnreadable {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "the admin token in {} is too short: it needs {min} characters at least",
-        .path.display()
-    )]
-    AdminTokenTooShort { path: PathBuf, min: usize },
     #[error(transparent)]
     Tls(#[from] starling_transport::tls::TlsError),
     #[error("cannot create data directory {}: {source}", .path.display())]
@@ -57,9 +47,6 @@ impl ReplicaError {
     pub fn class(&self) -> &'static str {
         match self {
             ReplicaError::Config(_) => "config",
-            ReplicaError::AdminTokenUnreadable { .. } | ReplicaError::AdminTokenTooShort { .. } => {
-                "admin-token"
-            }
             ReplicaError::Tls(_) => "tls",
             ReplicaError::DataDir { .. } => "data-dir",
             ReplicaError::Raft { .. } => "raft",

@@ -24,20 +24,33 @@
 //! the contract (`proto`) and the transport; never on operator mode, the agent, the CLI or
 //! `starling dev`, which build on it.
 
-pub mod agents;
-pub mod api;
-pub mod auth;
+#![warn(unreachable_pub)]
+
+mod agents;
+mod api;
+mod auth;
 pub mod config;
 pub mod error;
-pub mod http;
-pub mod metrics;
-pub mod node;
+mod http;
+mod metrics;
+mod node;
 pub mod serve;
-pub mod spec_source;
-pub mod ui;
-pub mod webhook;
-pub mod worker;
+mod spec_source;
+mod worker;
 
 pub use error::ReplicaError;
-pub use node::Replica;
+pub use node::{Replica, lock};
 pub use spec_source::{PatchError, SpecSource};
+
+/// The seams the deterministic simulation (`chaos/tests/sim`) drives a replica through: it
+/// builds a [`Replica`] of a simulated network, disk and target ([`Replica::assemble`]) and
+/// runs these loops of the replica unchanged. Production starts them with [`serve::start`].
+pub mod testing {
+    pub use crate::agents::Agents;
+    pub use crate::api::node::NodeService;
+    pub use crate::node::Applier;
+    pub use crate::node::heartbeat::run as heartbeat;
+    pub use crate::node::leader::run as leader_duties;
+    pub use crate::node::{set_clock, system_now};
+    pub use crate::worker::syncs::run as shard_worker;
+}

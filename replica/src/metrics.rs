@@ -13,15 +13,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::node::Replica;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeLabel {
+pub(crate) struct NodeLabel {
     pub node: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabel {
+pub(crate) struct StateLabel {
     pub state: String,
 }
 
@@ -36,7 +34,7 @@ pub struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GroupLabel {
+pub(crate) struct GroupLabel {
     pub group: String,
     pub state: String,
 }
@@ -231,25 +229,29 @@ impl Metrics {
         self.in_flight_count.load(Ordering::Relaxed)
     }
 
-    /// Refreshes the gauges from Raft and the fleet state, then encodes everything.
-    pub fn render(&self, replica: &Replica, agents_connected: usize) -> String {
-        let raft = replica.raft.metrics().borrow().clone();
+    /// Refreshes the gauges from Raft and the fleet state, then encodes everything. `raft`
+    /// is the node whose gauges these are, `leader_commit` the leader's commit index this
+    /// replica last heard of.
+    pub fn render(
+        &self,
+        raft: &starling_raft::RaftNode,
+        leader_commit: u64,
+        agents_connected: usize,
+    ) -> String {
+        let metrics = raft.metrics().borrow().clone();
         self.agents_connected.set(agents_connected as i64);
-        self.raft_term.set(raft.current_term as i64);
+        self.raft_term.set(metrics.current_term as i64);
         self.raft_leader
-            .set(raft.current_leader.map_or(-1, |id| id as i64));
+            .set(metrics.current_leader.map_or(-1, |id| id as i64));
         self.raft_applied_index
-            .set(raft.last_applied.map_or(0, |l| l.index) as i64);
-        let committed = raft
-            .last_log_index
-            .unwrap_or(0)
-            .max(replica.leader_commit.load(Ordering::Relaxed));
+            .set(metrics.last_applied.map_or(0, |l| l.index) as i64);
+        let committed = metrics.last_log_index.unwrap_or(0).max(leader_commit);
         self.raft_commit_index.set(committed as i64);
         self.members.clear();
         self.clusters_owned.clear();
         self.sources_owned.clear();
         self.rollout_clusters.clear();
-        replica.raft.reader().read(|state| {
+        raft.reader().read(|state| {
             for state_name in [MemberState::Live, MemberState::Down, MemberState::Draining] {
                 let count = state
                     .members

@@ -56,23 +56,21 @@ pub async fn start(
     let http_listener = listen("http", config.http_listen).await?;
     let replica = Arc::new(Replica::open(config).await?);
     let agents = Arc::new(Agents::default());
-    let authenticator = crate::auth::Authenticator::of(&replica);
+    let authenticator = replica.authenticator();
 
     let limit = proto::limits::MAX_API_MESSAGE_BYTES;
-    let fleet =
-        proto::fleet_server::FleetServer::new(api::fleet::FleetService::new(
-            replica.clone(),
-            spec_source.clone(),
-        ))
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit);
-    let admin =
-        proto::admin_server::AdminServer::new(api::admin::AdminService::new(
-            replica.clone(),
-            spec_source.clone(),
-        ))
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit);
+    let fleet = proto::fleet_server::FleetServer::new(api::fleet::FleetService::new(
+        replica.clone(),
+        spec_source.clone(),
+    ))
+    .max_decoding_message_size(limit)
+    .max_encoding_message_size(limit);
+    let admin = proto::admin_server::AdminServer::new(api::admin::AdminService::new(
+        replica.clone(),
+        spec_source.clone(),
+    ))
+    .max_decoding_message_size(limit)
+    .max_encoding_message_size(limit);
     let node = proto::node_server::NodeServer::new(api::node::NodeService::new(replica.clone()));
     let artifacts = proto::artifacts_server::ArtifactsServer::new(
         api::artifacts::ArtifactService::new(replica.clone()),
@@ -89,8 +87,8 @@ pub async fn start(
             agents.clone(),
             spec_source.clone(),
         ))
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit),
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit),
         authenticator.clone(),
     );
     let admin = InterceptedService::new(admin, authenticator);

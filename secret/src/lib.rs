@@ -12,6 +12,8 @@
 //! never the content; the redactor is the second line, for messages that come from libraries
 //! (git, TLS, kube) and might quote what they were given.
 
+#![warn(unreachable_pub)]
+
 mod redactor;
 
 pub use redactor::Redactor;

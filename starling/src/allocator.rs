@@ -34,7 +34,7 @@ macro_rules! global_allocator {
         static GLOBAL: $crate::allocator::Jemalloc = $crate::allocator::Jemalloc;
 
         /// jemalloc reads its compiled-in options from this symbol when it starts.
-        #[allow(non_upper_case_globals)]
+        #[allow(non_upper_case_globals, unreachable_pub)]
         #[unsafe(export_name = "_rjem_malloc_conf")]
         pub static malloc_conf: Option<&'static u8> = Some(&$crate::allocator::MALLOC_CONF[0]);
     };

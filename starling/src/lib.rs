@@ -11,6 +11,8 @@
 //! It is a library too so that the benchmarks (`loadtest/`) can run the same command line as
 //! their replicas (`loadtest node …` is `starling node …`) and use the same allocator.
 
+#![warn(unreachable_pub)]
+
 pub mod allocator;
 
 use std::sync::Arc;
@@ -144,8 +146,10 @@ pub async fn shutdown_signal() {
 /// when the configuration asks for it.
 async fn node(config: starling_replica::config::NodeConfig) -> anyhow::Result<()> {
     let spec_source = match &config.operator {
-        Some(operator) => Some(Arc::new(starling_operator::Operator::connect(operator).await?)
-            as Arc<dyn starling_replica::SpecSource>),
+        Some(operator) => Some(
+            Arc::new(starling_operator::Operator::connect(operator).await?)
+                as Arc<dyn starling_replica::SpecSource>,
+        ),
         None => None,
     };
     starling_replica::serve::run(config, spec_source, shutdown_signal()).await?;

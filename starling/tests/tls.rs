@@ -97,7 +97,8 @@ fn client_tls(ca: &Path, identity: Option<(&Path, &Path)>) -> Arc<Tls> {
 
 fn channel(address: &str, tls: Option<&Arc<Tls>>) -> tonic::transport::Channel {
     let connector = tls.map(|tls| tls.connector());
-    starling_transport::channel_via(address, Duration::from_secs(5), connector.as_ref()).expect("channel")
+    starling_transport::channel_via(address, Duration::from_secs(5), connector.as_ref())
+        .expect("channel")
 }
 
 async fn status(
@@ -113,7 +114,8 @@ async fn status_as(
     token: Option<&str>,
 ) -> Result<proto::StatusResponse, tonic::Status> {
     let mut fleet = proto::fleet_client::FleetClient::new(channel(address, tls));
-    let request = starling_transport::with_bearer(tonic::Request::new(proto::StatusRequest {}), token);
+    let request =
+        starling_transport::with_bearer(tonic::Request::new(proto::StatusRequest {}), token);
     fleet.status(request).await.map(|r| r.into_inner())
 }
 

@@ -28,4 +28,3 @@ pub struct AgentJob {
     /// The render digest recorded on the target with the revision.
     pub record_digest: Option<String>,
 }
-

@@ -37,10 +37,10 @@ pub use engine::{
     SYSTEM_NAMESPACE, SurveyedSync, SyncEngine, SyncFailure, SyncReport, SyncRequest, TargetSurvey,
 };
 pub use error::{ErrorClass, SyncError};
-pub use readiness::ObjectHealth;
-pub use render::{ArtifactSource, RenderError, RenderOptions, RenderedObject};
 pub use job::AgentJob;
 pub use outcome::{class_named, outcome_of, redact_outcome};
+pub use readiness::ObjectHealth;
+pub use render::{ArtifactSource, RenderError, RenderOptions, RenderedObject};
 pub use retry::RetryPolicy;
 pub use starling_secret::{Redactor, SecretBytes, SecretString};
 pub use tokio_util::sync::CancellationToken;

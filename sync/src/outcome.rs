@@ -10,10 +10,7 @@ use crate::engine::{SyncFailure, SyncReport};
 use crate::error::ErrorClass;
 
 /// The outcome with every value `redactor` knows replaced by `***` in its messages.
-pub fn redact_outcome(
-    outcome: SyncOutcome,
-    redactor: &Redactor,
-) -> SyncOutcome {
+pub fn redact_outcome(outcome: SyncOutcome, redactor: &Redactor) -> SyncOutcome {
     if redactor.is_empty() {
         return outcome;
     }
@@ -45,9 +42,7 @@ pub fn redact_outcome(
 
 /// What a sync engine's result records: the outcome, and the error class of a failure. The
 /// agents of pull clusters use it too.
-pub fn outcome_of(
-    result: Result<SyncReport, SyncFailure>,
-) -> (SyncOutcome, Option<ErrorClass>) {
+pub fn outcome_of(result: Result<SyncReport, SyncFailure>) -> (SyncOutcome, Option<ErrorClass>) {
     match result {
         Ok(report) => {
             let drift = report.drift_message();

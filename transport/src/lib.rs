@@ -12,6 +12,8 @@
 //!
 //! It knows nothing of the fleet: no state, no resources, no tokens' meaning.
 
+#![warn(unreachable_pub)]
+
 pub mod tls;
 
 use std::fmt;
@@ -61,8 +63,7 @@ pub fn dial(
     http::Uri,
     Response = hyper_util::rt::TokioIo<Box<dyn PeerIo>>,
     Error = std::io::Error,
-    Future = impl Future<Output = std::io::Result<hyper_util::rt::TokioIo<Box<dyn PeerIo>>>>
-                 + Send,
+    Future = impl Future<Output = std::io::Result<hyper_util::rt::TokioIo<Box<dyn PeerIo>>>> + Send,
 > + Clone
 + Send
 + 'static {

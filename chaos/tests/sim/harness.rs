@@ -221,7 +221,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
     let world = Rc::new(RefCell::new(World::default()));
     world.borrow_mut().budget = Some(script.max_unavailable);
     let root = tempfile::tempdir().expect("a temporary directory");
-    starling_replica::node::set_clock(replica::clock);
+    starling_replica::testing::set_clock(replica::clock);
     let artifacts = root.path().join("artifacts");
     client::store_artifacts(&artifacts, &script);
     let one_way = match options.layout {

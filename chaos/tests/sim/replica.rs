@@ -21,10 +21,10 @@ use std::time::{Duration, SystemTime};
 
 use fleet::resources::ResourceStatus;
 use futures::future::BoxFuture;
-use starling_replica::config::NodeConfig;
-use starling_replica::Replica;
-use starling_replica::worker::Applier;
 use starling_raft::{NodeId, Peer, RaftConfig, RaftNode, SimDisk, WriterMode};
+use starling_replica::Replica;
+use starling_replica::config::NodeConfig;
+use starling_replica::testing::Applier;
 use starling_sync::{SyncError, SyncFailure, SyncReport, SyncRequest};
 
 use crate::net::{self, RAFT_PORT};
@@ -72,7 +72,7 @@ const SYNC_SLOTS: usize = 8;
 pub const AT: &str = "2026-01-01T00:00:00Z";
 
 /// The wall clock of the simulation: [`AT`] plus the simulated time elapsed. The replicas
-/// stamp their commands with it ([`starling_replica::node::set_clock`]).
+/// stamp their commands with it ([`starling_replica::testing::set_clock`]).
 pub fn clock() -> SystemTime {
     const AT_SECONDS: u64 = 1_767_225_600;
     SystemTime::UNIX_EPOCH
@@ -110,8 +110,9 @@ pub async fn run(host: Rc<Host>) -> turmoil::Result {
 
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", RAFT_PORT)).await?;
     let raft_service = replica.raft.grpc_service();
-    let node_service =
-        proto::node_server::NodeServer::new(starling_replica::api::node::NodeService::new(replica.clone()));
+    let node_service = proto::node_server::NodeServer::new(
+        starling_replica::testing::NodeService::new(replica.clone()),
+    );
     tokio::task::spawn_local(async move {
         let _ = tonic::transport::Server::builder()
             .add_service(raft_service)
@@ -131,10 +132,10 @@ pub async fn run(host: Rc<Host>) -> turmoil::Result {
             .collect();
         replica.raft.initialize(members).await?;
     }
-    tokio::spawn(starling_replica::node::heartbeat::run(replica.clone()));
-    tokio::spawn(starling_replica::node::leader::run(replica.clone()));
+    tokio::spawn(starling_replica::testing::heartbeat(replica.clone()));
+    tokio::spawn(starling_replica::testing::leader_duties(replica.clone()));
     tokio::task::spawn_local(observe(host.clone(), replica.clone()));
-    starling_replica::worker::syncs::run(replica, Default::default()).await;
+    starling_replica::testing::shard_worker(replica, Default::default()).await;
     Ok(())
 }
 
@@ -160,7 +161,7 @@ fn node_config(host: &Host) -> NodeConfig {
         recovery: false,
         admin_token_file: None,
         tls: None,
-        agent_grace: starling_replica::agents::DEFAULT_GRACE,
+        agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
     }
 }
 

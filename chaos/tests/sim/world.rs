@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use starling_replica::Replica;
 use starling_raft::NodeId;
+use starling_replica::Replica;
 
 /// One write to a simulated cluster.
 #[derive(Clone, Debug)]

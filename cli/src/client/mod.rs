@@ -73,6 +73,24 @@ pub struct Client {
     admin: AdminClient<Channel>,
 }
 
+/// One method of [`Client`] per unary call: `service::name(Request) -> Response` sends the
+/// request with the deadline and token ([`Client::request`]) and turns a failure into one line
+/// ([`Client::call`]); `service::name() = request => Response` sends a fixed request.
+macro_rules! rpc {
+    ($service:ident::$name:ident($request:ty) -> $response:ty) => {
+        pub async fn $name(&self, request: $request) -> anyhow::Result<$response> {
+            let mut service = self.$service.clone();
+            self.call(service.$name(self.request(request))).await
+        }
+    };
+    ($service:ident::$name:ident() = $request:expr => $response:ty) => {
+        pub async fn $name(&self) -> anyhow::Result<$response> {
+            let mut service = self.$service.clone();
+            self.call(service.$name(self.request($request))).await
+        }
+    };
+}
+
 impl Client {
     /// Connects to `args.server`, failing with one line when it cannot.
     pub async fn connect(args: &ServerArgs) -> anyhow::Result<Client> {
@@ -126,128 +144,24 @@ impl Client {
         }
     }
 
-    pub async fn apply(
-        &self,
-        request: proto::ApplyRequest,
-    ) -> anyhow::Result<proto::ApplyResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.apply(self.request(request))).await
-    }
-
-    pub async fn delete(
-        &self,
-        request: proto::DeleteRequest,
-    ) -> anyhow::Result<proto::DeleteResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.delete(self.request(request))).await
-    }
-
-    pub async fn get(&self, request: proto::GetRequest) -> anyhow::Result<proto::GetResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.get(self.request(request))).await
-    }
-
-    pub async fn list(&self, request: proto::ListRequest) -> anyhow::Result<proto::ListResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.list(self.request(request))).await
-    }
-
-    pub async fn status(&self) -> anyhow::Result<proto::StatusResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.status(self.request(proto::StatusRequest {})))
-            .await
-    }
-
-    pub async fn rollout_pause(
-        &self,
-        request: proto::RolloutRequest,
-    ) -> anyhow::Result<proto::RolloutResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.rollout_pause(self.request(request))).await
-    }
-
-    pub async fn rollout_resume(
-        &self,
-        request: proto::RolloutRequest,
-    ) -> anyhow::Result<proto::RolloutResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.rollout_resume(self.request(request))).await
-    }
-
-    pub async fn rollout_pin(
-        &self,
-        request: proto::RolloutPinRequest,
-    ) -> anyhow::Result<proto::RolloutResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.rollout_pin(self.request(request))).await
-    }
-
-    pub async fn cluster_hold(
-        &self,
-        request: proto::ClusterHoldRequest,
-    ) -> anyhow::Result<proto::ClusterHoldResponse> {
-        let mut fleet = self.fleet.clone();
-        self.call(fleet.cluster_hold(self.request(request))).await
-    }
-
-    pub async fn token_create(
-        &self,
-        request: proto::TokenCreateRequest,
-    ) -> anyhow::Result<proto::TokenCreateResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.token_create(self.request(request))).await
-    }
-
-    pub async fn token_list(&self) -> anyhow::Result<proto::TokenListResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.token_list(self.request(proto::TokenListRequest {})))
-            .await
-    }
-
-    pub async fn token_revoke(&self, id: &str) -> anyhow::Result<proto::TokenRevokeResponse> {
-        let mut admin = self.admin.clone();
-        let request = proto::TokenRevokeRequest { id: id.to_string() };
-        self.call(admin.token_revoke(self.request(request))).await
-    }
-
-    pub async fn members(&self) -> anyhow::Result<proto::MembersResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.members(self.request(proto::MembersRequest {})))
-            .await
-    }
-
-    pub async fn add_node(
-        &self,
-        request: proto::AddNodeRequest,
-    ) -> anyhow::Result<proto::MembershipResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.add_node(self.request(request))).await
-    }
-
-    pub async fn remove_node(
-        &self,
-        request: proto::RemoveNodeRequest,
-    ) -> anyhow::Result<proto::MembershipResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.remove_node(self.request(request))).await
-    }
-
-    pub async fn drain(
-        &self,
-        request: proto::DrainRequest,
-    ) -> anyhow::Result<proto::DrainResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.drain(self.request(request))).await
-    }
-
-    pub async fn transfer_leadership(
-        &self,
-        request: proto::TransferLeadershipRequest,
-    ) -> anyhow::Result<proto::TransferLeadershipResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.transfer_leadership(self.request(request)))
-            .await
-    }
+    rpc!(fleet::apply(proto::ApplyRequest) -> proto::ApplyResponse);
+    rpc!(fleet::delete(proto::DeleteRequest) -> proto::DeleteResponse);
+    rpc!(fleet::get(proto::GetRequest) -> proto::GetResponse);
+    rpc!(fleet::list(proto::ListRequest) -> proto::ListResponse);
+    rpc!(fleet::status() = proto::StatusRequest {} => proto::StatusResponse);
+    rpc!(fleet::rollout_pause(proto::RolloutRequest) -> proto::RolloutResponse);
+    rpc!(fleet::rollout_resume(proto::RolloutRequest) -> proto::RolloutResponse);
+    rpc!(fleet::rollout_pin(proto::RolloutPinRequest) -> proto::RolloutResponse);
+    rpc!(fleet::cluster_hold(proto::ClusterHoldRequest) -> proto::ClusterHoldResponse);
+    rpc!(admin::token_create(proto::TokenCreateRequest) -> proto::TokenCreateResponse);
+    rpc!(admin::token_list() = proto::TokenListRequest {} => proto::TokenListResponse);
+    rpc!(admin::token_revoke(proto::TokenRevokeRequest) -> proto::TokenRevokeResponse);
+    rpc!(admin::members() = proto::MembersRequest {} => proto::MembersResponse);
+    rpc!(admin::add_node(proto::AddNodeRequest) -> proto::MembershipResponse);
+    rpc!(admin::remove_node(proto::RemoveNodeRequest) -> proto::MembershipResponse);
+    rpc!(admin::drain(proto::DrainRequest) -> proto::DrainResponse);
+    rpc!(admin::transfer_leadership(proto::TransferLeadershipRequest) -> proto::TransferLeadershipResponse);
+    rpc!(admin::recover(proto::RecoverRequest) -> proto::RecoverResponse);
 
     /// The same connection with another time limit per call (long operations: export,
     /// import, recover).
@@ -282,14 +196,6 @@ impl Client {
             .collect();
         let request = self.request(futures::stream::iter(chunks));
         self.call(admin.import(request)).await
-    }
-
-    pub async fn recover(
-        &self,
-        request: proto::RecoverRequest,
-    ) -> anyhow::Result<proto::RecoverResponse> {
-        let mut admin = self.admin.clone();
-        self.call(admin.recover(self.request(request))).await
     }
 
     /// A request carrying the deadline (`grpc-timeout`), so the node gives up when we do.

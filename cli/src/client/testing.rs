@@ -20,12 +20,12 @@ type Key = (String, String, String);
 
 /// Objects stored by (kind, namespace, name), as JSON.
 #[derive(Default)]
-pub struct CannedNode {
+pub(crate) struct CannedNode {
     objects: Mutex<BTreeMap<Key, Vec<u8>>>,
 }
 
 /// Starts a node on a free loopback port; it serves until the test's runtime ends.
-pub async fn serve() -> ServerArgs {
+pub(crate) async fn serve() -> ServerArgs {
     let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("loopback address"))
         .expect("bind a loopback port");
     let address = incoming.local_addr().expect("bound address");
@@ -42,7 +42,7 @@ pub async fn serve() -> ServerArgs {
 }
 
 /// A stored SyncGroup with a status, as the real node would return it.
-pub fn syncgroup_json(name: &str, phase: &str, updated: u32) -> serde_json::Value {
+pub(crate) fn syncgroup_json(name: &str, phase: &str, updated: u32) -> serde_json::Value {
     let in_progress = 10u32.saturating_sub(updated).min(2);
     let pending = 10u32.saturating_sub(updated + in_progress);
     serde_json::json!({
@@ -264,7 +264,7 @@ impl Fleet for CannedNode {
     }
 }
 
-pub fn canned_status() -> proto::StatusResponse {
+pub(crate) fn canned_status() -> proto::StatusResponse {
     let member = |id: u64, state: &str, role: &str, clusters: u32| proto::Member {
         id,
         address: format!("127.0.0.1:740{id}"),
@@ -381,9 +381,8 @@ impl Admin for CannedNode {
         Err(Status::unimplemented("shards"))
     }
 
-    type ExportStream = std::pin::Pin<
-        Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>,
-    >;
+    type ExportStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
 
     async fn export(
         &self,

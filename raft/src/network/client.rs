@@ -86,7 +86,9 @@ pub fn lazy_channel(
         .keep_alive_while_idle(true);
     Ok(match &config.connector {
         None => endpoint.connect_lazy(),
-        Some(connector) => endpoint.connect_with_connector_lazy(starling_transport::dial(connector)),
+        Some(connector) => {
+            endpoint.connect_with_connector_lazy(starling_transport::dial(connector))
+        }
     })
 }
 

@@ -33,13 +33,13 @@ async fn within<T>(
     })
 }
 
-pub struct AdminService {
+pub(crate) struct AdminService {
     replica: Arc<Replica>,
     spec_source: Option<Arc<dyn crate::spec_source::SpecSource>>,
 }
 
 impl AdminService {
-    pub fn new(
+    pub(crate) fn new(
         replica: Arc<Replica>,
         spec_source: Option<Arc<dyn crate::spec_source::SpecSource>>,
     ) -> Self {
@@ -208,7 +208,7 @@ const LEADER_VIEW_TIMEOUT: Duration = Duration::from_secs(1);
 /// The members as the leader sees them (it hears every heartbeat, with each node's applied
 /// index and age); this replica's own view when it leads, when no leader is known, or when
 /// the leader does not answer in time.
-pub async fn members_leader_view(replica: &Replica) -> Vec<proto::Member> {
+pub(crate) async fn members_leader_view(replica: &Replica) -> Vec<proto::Member> {
     let leader = replica.raft.current_leader();
     if let Some((leader, peer)) = leader
         && leader != replica.id()
@@ -228,7 +228,7 @@ pub async fn members_leader_view(replica: &Replica) -> Vec<proto::Member> {
 
 /// Every member with its state, role and load, for `starling status` and `members`, as this
 /// replica knows it.
-pub fn members_view(replica: &Replica) -> Vec<proto::Member> {
+pub(crate) fn members_view(replica: &Replica) -> Vec<proto::Member> {
     let raft = replica.raft.metrics().borrow().clone();
     let membership = replica.raft.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();

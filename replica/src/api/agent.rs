@@ -20,16 +20,16 @@ use proto::ApiError;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{status, write_status};
-use crate::auth::{Principal, principal};
 use crate::agents::Agents;
+use crate::auth::{Principal, principal};
 use crate::node::Replica;
 
 /// The annotation naming the token that registered a pull Cluster.
-pub const AGENT_ANNOTATION: &str = "starling.dev/agent";
+pub(crate) const AGENT_ANNOTATION: &str = "starling.dev/agent";
 /// How long an agent has to say which cluster its stream is for.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub struct AgentService {
+pub(crate) struct AgentService {
     replica: Arc<Replica>,
     /// The agents connected to this replica.
     agents: Arc<Agents>,
@@ -38,7 +38,7 @@ pub struct AgentService {
 }
 
 impl AgentService {
-    pub fn new(
+    pub(crate) fn new(
         replica: Arc<Replica>,
         agents: Arc<Agents>,
         spec_source: Option<Arc<dyn crate::spec_source::SpecSource>>,

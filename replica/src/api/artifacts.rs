@@ -12,12 +12,12 @@ use tonic::{Request, Response, Status};
 use super::status;
 use crate::node::Replica;
 
-pub struct ArtifactService {
+pub(crate) struct ArtifactService {
     replica: Arc<Replica>,
 }
 
 impl ArtifactService {
-    pub fn new(replica: Arc<Replica>) -> Self {
+    pub(crate) fn new(replica: Arc<Replica>) -> Self {
         Self { replica }
     }
 }
@@ -31,7 +31,8 @@ pub(crate) fn digest(text: &str) -> Result<Digest, Status> {
 }
 
 /// Chunks of an artifact, as `Fetch` streams them.
-pub type FetchStream = Pin<Box<dyn Stream<Item = Result<proto::ArtifactChunk, Status>> + Send>>;
+pub(crate) type FetchStream =
+    Pin<Box<dyn Stream<Item = Result<proto::ArtifactChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl proto::artifacts_server::Artifacts for ArtifactService {

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use fleet::manifest::{Kind, ObjectKey, Resource};
 use proto::ApiError;
 
-pub fn object_ref(key: &ObjectKey) -> proto::ObjectRef {
+pub(crate) fn object_ref(key: &ObjectKey) -> proto::ObjectRef {
     proto::ObjectRef {
         kind: key.kind.as_str().to_string(),
         namespace: key.namespace.clone(),
@@ -14,7 +14,7 @@ pub fn object_ref(key: &ObjectKey) -> proto::ObjectRef {
     }
 }
 
-pub fn object(resource: &Resource, revision: u64) -> Result<proto::Object, ApiError> {
+pub(crate) fn object(resource: &Resource, revision: u64) -> Result<proto::Object, ApiError> {
     let json = serde_json::to_vec(resource).map_err(|error| {
         ApiError::internal(format!("cannot encode {}: {error}", resource.key()))
     })?;
@@ -25,7 +25,7 @@ pub fn object(resource: &Resource, revision: u64) -> Result<proto::Object, ApiEr
     })
 }
 
-pub fn kind(text: &str) -> Result<Kind, ApiError> {
+pub(crate) fn kind(text: &str) -> Result<Kind, ApiError> {
     Kind::from_str(text).map_err(|_| {
         ApiError::invalid_argument(format!(
             "unknown kind {text:?}: expected sources, clusters, syncs, syncgroups or secrets"
@@ -34,7 +34,7 @@ pub fn kind(text: &str) -> Result<Kind, ApiError> {
 }
 
 /// The key an `ObjectRef` names; the namespace defaults to `default`.
-pub fn key(reference: Option<&proto::ObjectRef>) -> Result<ObjectKey, ApiError> {
+pub(crate) fn key(reference: Option<&proto::ObjectRef>) -> Result<ObjectKey, ApiError> {
     let reference =
         reference.ok_or_else(|| ApiError::invalid_argument("missing object reference"))?;
     if reference.name.is_empty() {

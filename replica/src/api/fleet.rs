@@ -23,7 +23,7 @@ use fleet::state::Role;
 /// How long a client's write waits for the group to form before it is refused.
 const WRITE_QUORUM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-pub struct FleetService {
+pub(crate) struct FleetService {
     replica: Arc<Replica>,
     /// Operator mode's management cluster: spec writes are refused here, operational changes
     /// are patched there.
@@ -31,7 +31,7 @@ pub struct FleetService {
 }
 
 impl FleetService {
-    pub fn new(replica: Arc<Replica>, spec_source: Option<Arc<dyn SpecSource>>) -> Self {
+    pub(crate) fn new(replica: Arc<Replica>, spec_source: Option<Arc<dyn SpecSource>>) -> Self {
         Self {
             replica,
             spec_source,
@@ -402,7 +402,13 @@ impl proto::fleet_server::Fleet for FleetService {
         caller.require(Role::Writer, Some(namespace), "hold or release a cluster")?;
         let patch = serde_json::json!({"hold": request.hold});
         if self
-            .patch_at_source(fleet::manifest::Kind::Cluster, namespace, &request.name, "spec.hold", patch)
+            .patch_at_source(
+                fleet::manifest::Kind::Cluster,
+                namespace,
+                &request.name,
+                "spec.hold",
+                patch,
+            )
             .await?
         {
             let revision = self.replica.raft.reader().read(|state| state.revision);
@@ -457,9 +463,7 @@ impl FleetService {
             .await
             .map_err(|error| match error {
                 PatchError::NotFound(message) => status(ApiError::not_found(message)),
-                PatchError::NotWatched(message) => {
-                    status(ApiError::failed_precondition(message))
-                }
+                PatchError::NotWatched(message) => status(ApiError::failed_precondition(message)),
                 PatchError::Unavailable(message) => status(ApiError::unavailable(message)),
             })?;
         Ok(true)

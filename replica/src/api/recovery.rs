@@ -29,13 +29,13 @@ use super::{status, write_status};
 use crate::node::Replica;
 
 /// The `kind` of a backup's header line.
-pub const EXPORT_KIND: &str = "StarlingExport";
+pub(crate) const EXPORT_KIND: &str = "StarlingExport";
 /// The version of the backup layout (the header line, then the snapshot).
-pub const EXPORT_VERSION: u32 = 1;
+pub(crate) const EXPORT_VERSION: u32 = 1;
 /// Bytes per streamed chunk.
 const CHUNK_BYTES: usize = 1 << 20;
 /// The largest backup `Import` takes.
-pub const MAX_IMPORT_BYTES: usize = 1 << 30;
+pub(crate) const MAX_IMPORT_BYTES: usize = 1 << 30;
 /// Commands per proposal while importing or recovering.
 const BATCH: usize = 256;
 /// Targets read at once by default.
@@ -46,13 +46,13 @@ const DEFAULT_SOURCE_WAIT: Duration = Duration::from_secs(120);
 const TICKET_WAIT: Duration = Duration::from_secs(120);
 
 /// The stream `Admin.Export` answers with.
-pub type ExportStream =
+pub(crate) type ExportStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
 
 /// The first line of a backup.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ExportHeader {
+pub(crate) struct ExportHeader {
     pub kind: String,
     pub version: u32,
     /// The format of the snapshot that follows (`FleetState::encode_snapshot`).
@@ -65,7 +65,7 @@ pub struct ExportHeader {
 }
 
 /// A backup: the header line and the snapshot, as `starling export` writes them.
-pub fn export(replica: &Replica) -> Vec<u8> {
+pub(crate) fn export(replica: &Replica) -> Vec<u8> {
     // A clone under the read lock is one state revision: the backup is consistent.
     let state = replica.raft.reader().read(FleetState::clone);
     let header = ExportHeader {
@@ -83,7 +83,7 @@ pub fn export(replica: &Replica) -> Vec<u8> {
 }
 
 /// The backup in chunks for the `Export` stream.
-pub fn export_chunks(bytes: Vec<u8>) -> Vec<Result<proto::ExportChunk, Status>> {
+pub(crate) fn export_chunks(bytes: Vec<u8>) -> Vec<Result<proto::ExportChunk, Status>> {
     bytes
         .chunks(CHUNK_BYTES)
         .map(|chunk| {
@@ -95,7 +95,7 @@ pub fn export_chunks(bytes: Vec<u8>) -> Vec<Result<proto::ExportChunk, Status>> 
 }
 
 /// Reads a backup: checks its header and decodes its state.
-pub fn read_backup(bytes: &[u8]) -> Result<(ExportHeader, FleetState), String> {
+pub(crate) fn read_backup(bytes: &[u8]) -> Result<(ExportHeader, FleetState), String> {
     let newline = bytes
         .iter()
         .position(|b| *b == b'\n')
@@ -119,7 +119,7 @@ pub fn read_backup(bytes: &[u8]) -> Result<(ExportHeader, FleetState), String> {
 }
 
 /// Collects an `Import` stream, bounded by [`MAX_IMPORT_BYTES`].
-pub async fn collect_import(
+pub(crate) async fn collect_import(
     mut stream: tonic::Streaming<proto::ImportChunk>,
 ) -> Result<Vec<u8>, Status> {
     let mut bytes = Vec::new();
@@ -138,7 +138,7 @@ pub async fn collect_import(
 /// The commands that load a backup into a new installation, in order: recovery on, the specs
 /// (Secrets and Sources before what uses them; generated Syncs come from their SyncGroups,
 /// pins wait for the history they refer to), the histories, then pins and pauses.
-pub fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, usize, usize) {
+pub(crate) fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, usize, usize) {
     let mut specs = Vec::new();
     specs.extend(backup.secrets.values().cloned().map(Resource::Secret));
     specs.extend(
@@ -229,7 +229,7 @@ fn without_server_fields(mut resource: Resource) -> Resource {
 }
 
 /// Whether the installation holds any spec: an import needs an empty one.
-pub fn holds_specs(state: &FleetState) -> usize {
+pub(crate) fn holds_specs(state: &FleetState) -> usize {
     state.sources.len()
         + state.clusters.len()
         + state.syncs.len()
@@ -238,7 +238,7 @@ pub fn holds_specs(state: &FleetState) -> usize {
 }
 
 /// Proposes commands in batches; any rejection fails the whole call with its message.
-pub async fn propose_all(replica: &Replica, commands: Vec<Command>) -> Result<(), Status> {
+pub(crate) async fn propose_all(replica: &Replica, commands: Vec<Command>) -> Result<(), Status> {
     let mut commands = commands.into_iter().peekable();
     while commands.peek().is_some() {
         let batch: Vec<Command> = commands.by_ref().take(BATCH).collect();
@@ -270,7 +270,7 @@ struct Survey {
 }
 
 /// `Recover`: reads back what every target holds and records it, then turns recovery off.
-pub async fn recover(
+pub(crate) async fn recover(
     replica: &Arc<Replica>,
     request: proto::RecoverRequest,
 ) -> Result<proto::RecoverResponse, Status> {

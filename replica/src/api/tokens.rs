@@ -13,7 +13,7 @@ use crate::node::Replica;
 const MAX_DESCRIPTION: usize = 256;
 
 /// Makes a token; its secret is in the answer only.
-pub async fn create(
+pub(crate) async fn create(
     replica: &Replica,
     request: proto::TokenCreateRequest,
 ) -> Result<proto::TokenCreateResponse, Status> {
@@ -64,7 +64,7 @@ pub async fn create(
 }
 
 /// Every token, without secrets or digests.
-pub fn list(replica: &Replica) -> proto::TokenListResponse {
+pub(crate) fn list(replica: &Replica) -> proto::TokenListResponse {
     let tokens = replica.raft.reader().read(|state| {
         state
             .tokens
@@ -82,7 +82,7 @@ pub fn list(replica: &Replica) -> proto::TokenListResponse {
 }
 
 /// Revokes a token: the next call with it is refused.
-pub async fn revoke(
+pub(crate) async fn revoke(
     replica: &Replica,
     request: proto::TokenRevokeRequest,
 ) -> Result<proto::TokenRevokeResponse, Status> {

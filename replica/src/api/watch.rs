@@ -43,7 +43,7 @@ impl Filter {
     }
 }
 
-pub fn start(
+pub(crate) fn start(
     replica: &Arc<Replica>,
     request: proto::WatchRequest,
 ) -> Result<WatchStream, ApiError> {

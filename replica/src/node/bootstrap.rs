@@ -45,7 +45,7 @@ const INIT_PROBE_WINDOW: Duration = Duration::from_secs(3);
 
 /// Closes the vote gate of a replica that started empty at once (before the returned future is
 /// spawned, so before its gRPC server answers any vote), then initialises or joins.
-pub fn run(replica: Arc<Replica>) -> impl Future<Output = ()> + Send + 'static {
+pub(crate) fn run(replica: Arc<Replica>) -> impl Future<Output = ()> + Send + 'static {
     if replica.raft.started_empty()
         && !replica.raft.is_joining()
         && let Err(error) = replica.raft.begin_join()

@@ -25,10 +25,7 @@ pub struct Verdict {
     pub state: MemberState,
 }
 
-/// How much earlier than `down_after` a verdict is reached: the leader's tick, and the time to
-/// commit and apply the verdict (which re-places the node's clusters), so that they are owned
-/// again by the time the node has been silent for `down_after`.
-pub const DETECTION_SLACK: Duration = Duration::from_millis(400);
+pub(crate) use crate::config::DETECTION_SLACK;
 
 /// Margin on the election grace, for clock rates and scheduling.
 const GRACE_MARGIN: Duration = Duration::from_millis(200);
@@ -44,7 +41,7 @@ const GRACE_MARGIN: Duration = Duration::from_millis(200);
 /// sync never run past the node's lease, so after that nothing of theirs is in flight.
 /// A live node is heard within a few heartbeats; the grace never drops below three of them,
 /// nor exceeds `down_after`.
-pub fn election_grace(
+pub(crate) fn election_grace(
     lease: Duration,
     vote_lease: Duration,
     heartbeat_interval: Duration,

@@ -16,14 +16,15 @@
 //! [`leader`] (failure detection and membership bookkeeping while leading), [`voters`] (the
 //! voter reconciler while leading), and the HTTP server ([`crate::http`]).
 
-pub mod bootstrap;
-pub mod detector;
-pub mod heartbeat;
-pub mod leader;
-pub mod lease;
-pub mod stopping;
-pub mod tickets;
-pub mod voters;
+pub(crate) mod applier;
+pub(crate) mod bootstrap;
+pub(crate) mod detector;
+pub(crate) mod heartbeat;
+pub(crate) mod leader;
+pub(crate) mod lease;
+pub(crate) mod stopping;
+pub(crate) mod tickets;
+pub(crate) mod voters;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +39,7 @@ use starling_raft::{RaftConfig, RaftNode};
 use crate::config::NodeConfig;
 use crate::error::ReplicaError;
 use crate::metrics::Metrics;
-use crate::worker::Applier;
+pub use applier::Applier;
 use detector::FailureDetector;
 use lease::Lease;
 
@@ -98,7 +99,7 @@ impl Replica {
     /// Opens the Raft stores and builds the replica; nothing runs yet.
     pub async fn open(config: NodeConfig) -> Result<Replica, ReplicaError> {
         let admin_token = match &config.admin_token_file {
-            Some(path) => Some(crate::auth::read_admin_token(path)?),
+            Some(path) => Some(crate::config::read_admin_token(path)?),
             None => None,
         };
         let tls = match &config.tls {
@@ -118,22 +119,23 @@ impl Replica {
                 path: config.data_dir.clone(),
                 source,
             })?;
-        let store = source::ArtifactStore::open(config.data_dir.join("artifacts")).map_err(
-            |source| ReplicaError::Store {
-                what: "artifact store",
-                source,
-            },
-        )?;
-        let mirrors = source::MirrorSet::open(config.data_dir.join("mirrors")).map_err(
-            |source| ReplicaError::Store {
-                what: "git mirrors",
-                source,
-            },
-        )?;
-        let engine = starling_sync::SyncEngine::new(starling_sync::EngineConfig::for_lease(
-            config.lease,
-        ))
-        .map_err(ReplicaError::Engine)?;
+        let store =
+            source::ArtifactStore::open(config.data_dir.join("artifacts")).map_err(|source| {
+                ReplicaError::Store {
+                    what: "artifact store",
+                    source,
+                }
+            })?;
+        let mirrors =
+            source::MirrorSet::open(config.data_dir.join("mirrors")).map_err(|source| {
+                ReplicaError::Store {
+                    what: "git mirrors",
+                    source,
+                }
+            })?;
+        let engine =
+            starling_sync::SyncEngine::new(starling_sync::EngineConfig::for_lease(config.lease))
+                .map_err(ReplicaError::Engine)?;
         let mut replica = Replica::assemble(config, raft, Arc::new(engine), store, mirrors);
         replica.admin_token = admin_token;
         replica.tls = tls;
@@ -176,6 +178,15 @@ impl Replica {
             tls: None,
             config,
             raft,
+        }
+    }
+
+    /// How callers of this replica's APIs are authenticated: tokens required when it has an
+    /// admin token.
+    pub fn authenticator(&self) -> crate::auth::Authenticator {
+        match &self.admin_token {
+            Some(token) => crate::auth::Authenticator::with_tokens(token, self.raft.reader()),
+            None => crate::auth::Authenticator::open(),
         }
     }
 
@@ -387,7 +398,7 @@ pub fn set_clock(clock: fn() -> std::time::SystemTime) {
 
 /// How long a replica insists on the full voter set before a first client write
 /// ([`Replica::write_quorum`]); after it, a majority of the configured voters is enough.
-pub const FORMATION_GRACE: Duration = Duration::from_secs(60);
+pub(crate) const FORMATION_GRACE: Duration = Duration::from_secs(60);
 
 /// Spacing of the leader's applied-index samples.
 const HISTORY_STEP: Duration = Duration::from_millis(100);

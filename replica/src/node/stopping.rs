@@ -31,7 +31,7 @@ const POLL: Duration = Duration::from_millis(50);
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Hands this replica's clusters and sources on, within `timeout` (zero: no drain).
-pub async fn drain(replica: &Replica, timeout: Duration) {
+pub(crate) async fn drain(replica: &Replica, timeout: Duration) {
     let id = replica.id();
     if timeout.is_zero() {
         return;
@@ -112,7 +112,7 @@ pub async fn drain(replica: &Replica, timeout: Duration) {
 
 /// A replica back from a graceful stop turns itself Live again (it is Draining with
 /// `stopping` in the state until then). Runs for the replica's life.
-pub async fn rejoin(replica: Arc<Replica>) {
+pub(crate) async fn rejoin(replica: Arc<Replica>) {
     let id = replica.id();
     let mut ticker = tokio::time::interval(Duration::from_secs(1).max(POLL));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -26,7 +26,7 @@ use fleet::state::{FleetState, MemberState, NodeId};
 
 use super::Report;
 
-pub struct TicketWatch {
+pub(crate) struct TicketWatch {
     release_after: Duration,
     reclaim_after: Duration,
     revoked_seen: BTreeMap<u64, Instant>,
@@ -34,7 +34,7 @@ pub struct TicketWatch {
 }
 
 impl TicketWatch {
-    pub fn new(release_after: Duration, reclaim_after: Duration) -> TicketWatch {
+    pub(crate) fn new(release_after: Duration, reclaim_after: Duration) -> TicketWatch {
         TicketWatch {
             release_after,
             reclaim_after,
@@ -44,7 +44,7 @@ impl TicketWatch {
     }
 
     /// The commands to commit now. `own_running` is this (leading) node's own running set.
-    pub fn commands(
+    pub(crate) fn commands(
         &mut self,
         state: &FleetState,
         me: NodeId,

@@ -11,13 +11,13 @@ use source::{ArtifactStore, Digest, StoredArtifact};
 
 use crate::node::Replica;
 
-pub use proto::limits::MAX_ARTIFACT_BYTES;
+pub(crate) use proto::limits::MAX_ARTIFACT_BYTES;
 /// Time limit of one peer transfer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a sync needs to find its artifact.
 #[derive(Clone, Debug)]
-pub struct ArtifactNeed {
+pub(crate) struct ArtifactNeed {
     pub digest: Digest,
     pub url: String,
     pub revision: String,
@@ -28,7 +28,7 @@ pub struct ArtifactNeed {
 /// lacks wait for the first one's fetch instead of each copying it (a rollout starts hundreds
 /// of syncs of one revision at once). Entries go when their last waiter does.
 #[derive(Default)]
-pub struct InFlight(
+pub(crate) struct InFlight(
     std::sync::Mutex<std::collections::HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
 );
 
@@ -41,7 +41,7 @@ impl InFlight {
 }
 
 /// Makes sure the artifact is in the local store; returns where it is.
-pub async fn ensure(
+pub(crate) async fn ensure(
     replica: &Arc<Replica>,
     fetches: &InFlight,
     need: &ArtifactNeed,

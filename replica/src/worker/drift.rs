@@ -7,12 +7,12 @@ use std::time::Duration;
 /// window (or the Sync's interval, if shorter): what happened to the targets while no replica
 /// ran is unknown, so each is checked against its target within a minute or so, the apply
 /// slots bounding how many at once.
-pub const FIRST_CHECK_SPREAD: Duration = Duration::from_secs(60);
+pub(crate) const FIRST_CHECK_SPREAD: Duration = Duration::from_secs(60);
 /// The delay before a Sync's first drift check in this process. A Sync last applied before the
 /// process started (the replica restarted, or the whole installation did) is checked within
 /// [`FIRST_CHECK_SPREAD`]; one applied since then (by this process, or by a peer it took the
 /// cluster over from) waits its interval.
-pub fn first_drift_check(
+pub(crate) fn first_drift_check(
     last_apply_time: Option<&str>,
     started: std::time::SystemTime,
     interval: Duration,
@@ -30,7 +30,7 @@ pub fn first_drift_check(
 }
 
 /// A time cut to whole seconds, as `Replica::now_rfc3339` writes it.
-pub fn whole_seconds(time: std::time::SystemTime) -> std::time::SystemTime {
+pub(crate) fn whole_seconds(time: std::time::SystemTime) -> std::time::SystemTime {
     let since = time
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()

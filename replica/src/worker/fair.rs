@@ -11,13 +11,13 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 /// The namespace part of a `namespace/name` key.
-pub fn tenant_of(key: &str) -> &str {
+pub(crate) fn tenant_of(key: &str) -> &str {
     key.split_once('/').map_or("", |(namespace, _)| namespace)
 }
 
 /// Reorders `plan` so that tenants take turns, fewest running first. The order within one
 /// tenant is kept. `key` gives an item's `namespace/name`; `running` lists the keys running.
-pub fn interleave<T>(
+pub(crate) fn interleave<T>(
     plan: Vec<T>,
     key: impl Fn(&T) -> &str,
     running: impl IntoIterator<Item = impl AsRef<str>>,

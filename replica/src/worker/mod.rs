@@ -1,63 +1,21 @@
 //! The work a replica does for the shard it owns: [`sources`] polls the sources placed on this
 //! node, [`syncs`] runs the syncs of the clusters placed on it, and [`artifacts`] brings the
-//! artifacts they need onto the node (from a peer or from git). [`Applier`] is what a sync's
-//! writes go through: the sync engine (kube) in a replica, an in-process target in the
+//! artifacts they need onto the node (from a peer or from git). Their writes go through the
+//! replica's [`Applier`]: the sync engine (kube) in a replica, an in-process target in the
 //! deterministic simulation (`chaos/tests/sim/`), which runs these workers unchanged.
 
-pub mod artifacts;
-pub mod drift;
-pub mod fair;
+pub(crate) mod artifacts;
+pub(crate) mod drift;
+pub(crate) mod fair;
+mod plan;
 pub(crate) mod prepare;
-pub mod sources;
-pub mod syncs;
+pub(crate) mod sources;
+pub(crate) mod syncs;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
-
-use futures::future::BoxFuture;
-use starling_sync::{SyncEngine, SyncFailure, SyncReport, SyncRequest};
-
-/// Applies one Sync to its cluster, as [`SyncEngine`] does.
-pub trait Applier: Send + Sync + 'static {
-    /// Runs one sync to completion, failure, time-out or cancellation ([`SyncEngine::sync`]).
-    fn sync(&self, request: SyncRequest) -> BoxFuture<'_, Result<SyncReport, SyncFailure>>;
-    /// Drops the cached clients of clusters `keep` refuses; returns how many went.
-    fn retain_clients(&self, keep: &mut dyn FnMut(&str) -> bool) -> usize;
-    /// The longest one request to a cluster may take (how long a write can still land after
-    /// the sync that sent it was stopped).
-    fn request_timeout(&self) -> Duration;
-    /// Reads what a target holds for `starling recover` ([`SyncEngine::survey`]): reads only.
-    fn survey<'a>(
-        &'a self,
-        cluster: &'a starling_sync::ClusterTarget,
-        syncs: &'a [String],
-    ) -> BoxFuture<'a, Result<starling_sync::TargetSurvey, starling_sync::SyncError>>;
-}
-
-impl Applier for SyncEngine {
-    fn sync(&self, request: SyncRequest) -> BoxFuture<'_, Result<SyncReport, SyncFailure>> {
-        Box::pin(SyncEngine::sync(self, request))
-    }
-
-    fn retain_clients(&self, keep: &mut dyn FnMut(&str) -> bool) -> usize {
-        self.clients().retain(keep)
-    }
-
-    fn request_timeout(&self) -> Duration {
-        self.config().clients.request_timeout
-    }
-
-    fn survey<'a>(
-        &'a self,
-        cluster: &'a starling_sync::ClusterTarget,
-        syncs: &'a [String],
-    ) -> BoxFuture<'a, Result<starling_sync::TargetSurvey, starling_sync::SyncError>> {
-        Box::pin(SyncEngine::survey(self, cluster, syncs))
-    }
-}
 
 /// A Secret's data as secret bytes (`data`, overlaid with `stringData`): they print as `***`.
-pub fn secret_data(
+pub(crate) fn secret_data(
     secret: &k8s_openapi::api::core::v1::Secret,
 ) -> BTreeMap<String, starling_sync::SecretBytes> {
     let mut data: BTreeMap<String, starling_sync::SecretBytes> = secret

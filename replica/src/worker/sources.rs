@@ -48,7 +48,7 @@ struct Watched {
     poll_again: bool,
 }
 
-pub async fn run(replica: Arc<Replica>) {
+pub(crate) async fn run(replica: Arc<Replica>) {
     let mut watched: BTreeMap<Key, Watched> = BTreeMap::new();
     let mut polls: JoinSet<(
         Key,

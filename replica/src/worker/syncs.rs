@@ -13,20 +13,21 @@
 //! Sync at its `interval` with ±10% jitter. With `maxUnavailable: 100%` and a `jitter`, starts
 //! are spread over the jitter window instead of happening at once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use fleet::state::{DenyReason, FleetState, Key, SyncOutcome, SyncState};
+use fleet::state::{DenyReason, Key, SyncOutcome};
 use fleet::{Command, Outcome};
 use starling_raft::StateEvent;
-use starling_sync::{ArtifactSource, ClusterTarget, ErrorClass, RetryPolicy, SyncRequest};
+use starling_sync::{ArtifactSource, ClusterTarget, ErrorClass, SyncRequest};
 use tokio::sync::{Semaphore, broadcast, mpsc};
 use tracing::Instrument;
 
 use super::artifacts;
+use super::plan::{Done, Planner, Work};
 use super::prepare::{Prepared, prepare};
 use crate::agents::Agents;
 use crate::node::{Replica, lock};
@@ -35,51 +36,10 @@ use crate::node::{Replica, lock};
 const TICK: Duration = Duration::from_millis(200);
 /// The most waiting events one plan stands for ([`skip_waiting_events`]).
 const EVENTS_PER_PLAN: usize = 4096;
-/// How often owned Syncs are scanned for due drift corrections.
-const DRIFT_SCAN: Duration = Duration::from_secs(1);
 /// How often a running sync checks its lease and its ticket.
 const WATCH_TICKET: Duration = Duration::from_millis(100);
 /// How often tickets held by this node without a running sync are given back.
 const ORPHAN_SCAN: Duration = Duration::from_secs(2);
-/// Retry delay of a failure whose class is not retried automatically (invalid manifests,
-/// forbidden…): a new revision retries at once; otherwise an operator's fix (credentials, a
-/// resume) is picked up within this delay.
-const PERMANENT_FAILURE_RETRY: Duration = Duration::from_secs(30);
-
-/// One piece of work.
-#[derive(Clone, Debug)]
-struct Work {
-    sync: Key,
-    drift: bool,
-}
-
-/// What a finished task reports to the planner.
-enum Done {
-    /// Not granted; try again after the delay.
-    Denied {
-        sync: Key,
-        revision: String,
-        retry_in: Duration,
-    },
-    Finished {
-        sync: Key,
-        revision: String,
-        failure: Option<ErrorClass>,
-        drift_interval: Duration,
-    },
-}
-
-struct Planner {
-    /// Backoff per Sync: until when, after how many attempts, for which target revision (a
-    /// new revision ends the backoff).
-    retry_at: BTreeMap<Key, (Instant, u32, String)>,
-    drift_at: BTreeMap<Key, Instant>,
-    first_seen: BTreeMap<(Key, String), Instant>,
-    last_drift_scan: Instant,
-    /// When this process started (whole seconds, as the status times are written).
-    started: std::time::SystemTime,
-}
-
 /// What the syncs of this worker share besides the replica: the agents of its pull clusters,
 /// and the artifact fetches under way (one per digest).
 struct Shared {
@@ -99,13 +59,10 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
     let applying = Arc::new(Semaphore::new(replica.config.max_concurrent_syncs));
     let (done_sender, mut done) = mpsc::channel::<Done>(1024);
     let mut events = replica.raft.subscribe();
-    let mut planner = Planner {
-        retry_at: BTreeMap::new(),
-        drift_at: BTreeMap::new(),
-        first_seen: BTreeMap::new(),
-        last_drift_scan: Instant::now(),
-        started: super::drift::whole_seconds(crate::node::system_now()),
-    };
+    let mut planner = Planner::new(
+        super::drift::whole_seconds(crate::node::system_now()),
+        Instant::now(),
+    );
     let mut last_orphan_scan = Instant::now();
     loop {
         // Reports first: a finished sync has already left `running_syncs`, so planning before
@@ -113,12 +70,12 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
         // replay of the deterministic simulation takes the same branch.
         tokio::select! {
             biased;
-            Some(report) = done.recv() => planner.record(report),
+            Some(report) = done.recv() => planner.record(report, Instant::now()),
             _ = events.recv() => {}
             _ = tokio::time::sleep(TICK) => {}
         }
         while let Ok(report) = done.try_recv() {
-            planner.record(report);
+            planner.record(report, Instant::now());
         }
         skip_waiting_events(&mut events);
         if last_orphan_scan.elapsed() >= ORPHAN_SCAN && replica.is_ready() {
@@ -134,7 +91,7 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
         let plan = replica
             .raft
             .reader()
-            .read(|state| planner.plan(state, replica.id(), &busy));
+            .read(|state| planner.plan(state, replica.id(), &busy, Instant::now()));
         // Tenants take turns at the free slots (see `fair`).
         let plan = super::fair::interleave(plan, |work| work.sync.as_str(), &busy);
         for work in plan {
@@ -236,182 +193,6 @@ async fn release_orphans(replica: &Replica, running: &BTreeSet<Key>) {
     if let Err(error) = replica.raft.propose_many(commands).await {
         tracing::warn!(%error, "cannot give back orphaned tickets; retrying");
     }
-}
-
-impl Planner {
-    fn record(&mut self, report: Done) {
-        let now = Instant::now();
-        match report {
-            Done::Denied {
-                sync,
-                revision,
-                retry_in,
-            } => {
-                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a, _)| *a);
-                self.retry_at
-                    .insert(sync, (now + retry_in, attempts, revision));
-            }
-            Done::Finished {
-                sync,
-                failure: None,
-                drift_interval,
-                ..
-            } => {
-                self.retry_at.remove(&sync);
-                let seed =
-                    starling_sync::retry::jitter_key(&sync) ^ now.elapsed().as_nanos() as u64;
-                self.drift_at
-                    .insert(sync, now + source::jittered_interval(drift_interval, seed));
-            }
-            Done::Finished {
-                sync,
-                revision,
-                failure: Some(ErrorClass::Cancelled),
-                ..
-            } => {
-                // Given back by this node (lease lapsed): try again as soon as it can.
-                self.retry_at
-                    .insert(sync, (now + Duration::from_secs(1), 0, revision));
-            }
-            Done::Finished {
-                sync,
-                revision,
-                failure: Some(class),
-                ..
-            } => {
-                let attempts = self.retry_at.get(&sync).map_or(0, |(_, a, _)| *a) + 1;
-                let key = starling_sync::retry::jitter_key(&sync);
-                let delay = RetryPolicy::sync_default()
-                    .delay(class, attempts, key)
-                    .map_or(PERMANENT_FAILURE_RETRY, |d| d.min(PERMANENT_FAILURE_RETRY));
-                self.retry_at
-                    .insert(sync, (now + delay, attempts, revision));
-            }
-        }
-    }
-
-    fn plan(&mut self, state: &FleetState, node: u64, busy: &BTreeSet<Key>) -> Vec<Work> {
-        let now = Instant::now();
-        let mut plan = Vec::new();
-        for sync in state.actionable_for(node) {
-            let revision = state
-                .target_of(&sync)
-                .map(|t| t.revision)
-                .unwrap_or_default();
-            let backing_off = self
-                .retry_at
-                .get(&sync)
-                .is_some_and(|(at, _, for_revision)| *at > now && *for_revision == revision);
-            if busy.contains(&sync) || backing_off {
-                continue;
-            }
-            // Deleting with prune waits for no dependency and no jitter.
-            if state.retiring.contains(&sync) {
-                plan.push(Work { sync, drift: false });
-                continue;
-            }
-            // Unmet dependencies (or a cycle) are read locally: no BeginSync is proposed until
-            // they are met, and every applied entry plans again. The Sync's status names them.
-            if !state
-                .pending_dependencies(&sync)
-                .is_ok_and(|p| p.is_empty())
-            {
-                continue;
-            }
-            if let Some(delay) = start_jitter(state, &sync) {
-                let revision = state
-                    .target_of(&sync)
-                    .map(|t| t.revision)
-                    .unwrap_or_default();
-                let seen = *self
-                    .first_seen
-                    .entry((sync.clone(), revision.clone()))
-                    .or_insert(now);
-                let offset = delay.mul_f64(
-                    (starling_sync::retry::jitter_key(&format!("{sync}@{revision}")) % 10_000)
-                        as f64
-                        / 10_000.0,
-                );
-                if seen + offset > now {
-                    continue;
-                }
-            }
-            plan.push(Work { sync, drift: false });
-        }
-        if self.first_seen.len() > 100_000 {
-            self.first_seen.clear();
-        }
-        if now.duration_since(self.last_drift_scan) >= DRIFT_SCAN {
-            self.last_drift_scan = now;
-            plan.extend(self.due_drift(state, node, busy, now));
-        }
-        plan
-    }
-
-    /// Updated Syncs on owned clusters whose drift correction is due.
-    fn due_drift(
-        &mut self,
-        state: &FleetState,
-        node: u64,
-        busy: &BTreeSet<Key>,
-        now: Instant,
-    ) -> Vec<Work> {
-        let mut due = Vec::new();
-        if state.recovering {
-            // Nothing writes until `starling recover` is done.
-            return due;
-        }
-        let mut owned = BTreeSet::new();
-        for cluster in state.clusters_of(node) {
-            for sync in state.cluster_syncs.get(&cluster).into_iter().flatten() {
-                owned.insert(sync.clone());
-                let Some(entry) = state.syncs.get(sync) else {
-                    continue;
-                };
-                if !matches!(entry.rollout.state, SyncState::Updated | SyncState::Unready)
-                    || busy.contains(sync)
-                {
-                    continue;
-                }
-                let interval = fleet::validate::sync_interval(&entry.object.spec.template);
-                let at = *self.drift_at.entry(sync.clone()).or_insert_with(|| {
-                    let last_apply = entry
-                        .object
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.last_apply_time.as_deref());
-                    now + super::drift::first_drift_check(
-                        last_apply,
-                        self.started,
-                        interval,
-                        starling_sync::retry::jitter_key(sync),
-                    )
-                });
-                if at <= now {
-                    due.push(Work {
-                        sync: sync.clone(),
-                        drift: true,
-                    });
-                }
-            }
-        }
-        self.drift_at.retain(|sync, _| owned.contains(sync));
-        self.retry_at
-            .retain(|sync, _| owned.contains(sync) || state.actionable.contains(sync));
-        due
-    }
-}
-
-/// The start delay window of a Sync whose group has no budget (`maxUnavailable: 100%`) and
-/// a `jitter`.
-fn start_jitter(state: &FleetState, sync: &str) -> Option<Duration> {
-    let group = state.syncs.get(sync)?.group.as_ref()?;
-    let entry = state.groups.get(group)?;
-    let policy = &entry.object.spec.rollout;
-    let total = entry.members.len() as u32;
-    let jitter = fleet::validate::rollout_jitter(policy);
-    (!jitter.is_zero() && fleet::validate::max_unavailable(policy, total) >= total)
-        .then_some(jitter)
 }
 
 async fn run_one(

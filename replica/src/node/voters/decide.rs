@@ -7,13 +7,13 @@ use std::time::Duration;
 use fleet::state::{MemberState, NodeId};
 
 /// A learner this many entries or fewer behind the leader's last log index is caught up.
-pub const CAUGHT_UP_LAG: u64 = 32;
+pub(crate) const CAUGHT_UP_LAG: u64 = 32;
 /// A voter Down for this many `--down-after` periods may be replaced.
-pub const REPLACE_AFTER_DOWN_AFTERS: u32 = 10;
+pub(crate) const REPLACE_AFTER_DOWN_AFTERS: u32 = 10;
 
 /// What the leader knows about one member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeFacts {
+pub(crate) struct NodeFacts {
     /// Its log matches the leader's within [`CAUGHT_UP_LAG`] entries.
     pub caught_up: bool,
     /// A heartbeat from it reached this leader within `--down-after`.
@@ -26,7 +26,7 @@ pub struct NodeFacts {
 
 impl NodeFacts {
     /// The leader itself.
-    pub fn leader() -> NodeFacts {
+    pub(crate) fn leader() -> NodeFacts {
         NodeFacts {
             caught_up: true,
             heard_recently: true,
@@ -36,25 +36,25 @@ impl NodeFacts {
     }
 
     /// Answering heartbeats and not marked Down: it can acknowledge entries.
-    pub fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         self.heard_recently && self.state != Some(MemberState::Down)
     }
 
     /// Likely to acknowledge the next entry: alive, or caught up with the leader's log (a new
     /// voter acknowledges entries before its first heartbeat), and not marked Down.
-    pub fn acknowledges(&self) -> bool {
+    pub(crate) fn acknowledges(&self) -> bool {
         (self.heard_recently || self.caught_up) && self.state != Some(MemberState::Down)
     }
 
     /// May become a voter: alive, caught up, and not being drained by an operator.
-    pub fn promotable(&self) -> bool {
+    pub(crate) fn promotable(&self) -> bool {
         self.alive() && self.caught_up && self.state != Some(MemberState::Draining)
     }
 }
 
 /// The phase of the membership entry in effect.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Committed, one voter set.
     Settled,
     /// Not committed yet: a change is in flight.
@@ -65,7 +65,7 @@ pub enum Phase {
 
 /// Everything [`decide`] looks at.
 #[derive(Clone, Debug)]
-pub struct GroupView {
+pub(crate) struct GroupView {
     pub leader: NodeId,
     /// The voters (in a joint configuration, of every configuration).
     pub voters: BTreeSet<NodeId>,
@@ -98,7 +98,7 @@ impl GroupView {
 
 /// The one change the leader should make now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VoterChange {
+pub(crate) enum VoterChange {
     /// Make these learners voters.
     Promote(BTreeSet<NodeId>),
     /// Swap a voter that has been Down for long for a learner (it stays a learner).
@@ -109,7 +109,7 @@ pub enum VoterChange {
 
 impl VoterChange {
     /// The voter set after the change.
-    pub fn voters_after(&self, voters: &BTreeSet<NodeId>) -> BTreeSet<NodeId> {
+    pub(crate) fn voters_after(&self, voters: &BTreeSet<NodeId>) -> BTreeSet<NodeId> {
         match self {
             VoterChange::Promote(ids) => voters.union(ids).copied().collect(),
             VoterChange::Replace { down, learner } => voters
@@ -134,7 +134,7 @@ fn majority(voters: usize) -> usize {
 /// for the changes [`decide`] makes, which only add alive learners or drop a Down voter: when
 /// the current voters really have a majority, so does the new set. Removing a voter that is
 /// alive needs [`keeps_quorum_heard`].
-pub fn keeps_quorum(view: &GroupView, new_voters: &BTreeSet<NodeId>) -> bool {
+pub(crate) fn keeps_quorum(view: &GroupView, new_voters: &BTreeSet<NodeId>) -> bool {
     !new_voters.is_empty()
         && view.count(&view.voters, NodeFacts::acknowledges) >= majority(view.voters.len())
         && view.count(new_voters, NodeFacts::acknowledges) >= majority(new_voters.len())
@@ -142,14 +142,14 @@ pub fn keeps_quorum(view: &GroupView, new_voters: &BTreeSet<NodeId>) -> bool {
 
 /// [`keeps_quorum`] counting only members heard recently: for removing a voter that is still
 /// alive (the new set then has one acknowledging member fewer).
-pub fn keeps_quorum_heard(view: &GroupView, new_voters: &BTreeSet<NodeId>) -> bool {
+pub(crate) fn keeps_quorum_heard(view: &GroupView, new_voters: &BTreeSet<NodeId>) -> bool {
     !new_voters.is_empty()
         && view.count(&view.voters, NodeFacts::alive) >= majority(view.voters.len())
         && view.count(new_voters, NodeFacts::alive) >= majority(new_voters.len())
 }
 
 /// The change to make now, if any (see the module documentation for the rules).
-pub fn decide(view: &GroupView) -> Option<VoterChange> {
+pub(crate) fn decide(view: &GroupView) -> Option<VoterChange> {
     match &view.phase {
         Phase::Uncommitted => return None,
         Phase::Joint { last } => {

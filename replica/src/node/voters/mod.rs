@@ -44,7 +44,7 @@ use tokio::time::Instant;
 use fleet::state::{MemberState, NodeId};
 use starling_raft::{AdminError, MembershipChange};
 
-pub use decide::{
+pub(crate) use decide::{
     CAUGHT_UP_LAG, GroupView, NodeFacts, Phase, REPLACE_AFTER_DOWN_AFTERS, VoterChange, decide,
     keeps_quorum, keeps_quorum_heard,
 };
@@ -61,7 +61,7 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads the group as this leader sees it. `leading_for` is the time since this replica became
 /// leader.
-pub fn observe(replica: &Replica, leading_for: Duration) -> GroupView {
+pub(crate) fn observe(replica: &Replica, leading_for: Duration) -> GroupView {
     let metrics = replica.raft.metrics().borrow().clone();
     let stored = metrics.membership_config.clone();
     let membership = stored.membership();
@@ -141,7 +141,7 @@ async fn apply(replica: &Replica, change: &VoterChange) -> Result<MembershipChan
 }
 
 /// The reconciler task; does nothing while this replica is not the leader.
-pub async fn run(replica: Arc<Replica>) {
+pub(crate) async fn run(replica: Arc<Replica>) {
     let mut leading_since: Option<Instant> = None;
     let mut backoff = MIN_BACKOFF;
     let mut wait = TICK;

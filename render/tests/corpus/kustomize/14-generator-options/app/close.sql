@@ -1,0 +1,1 @@
+UPDATE ledger SET closed = true WHERE day < current_date;

@@ -1,0 +1,562 @@
+//! Configuration of a replica (`starling node`): clap flags with environment fallbacks, the
+//! defaults in one place, and [`NodeArgs::validate`], which rejects nonsense with a clear
+//! message before anything starts.
+//!
+//! Node ids are numbers. For a StatefulSet, a pod name such as `starling-2` is accepted
+//! wherever an id is (`--id`, `--peers`): its ordinal is the id, so the same flags work on
+//! every pod (`--id $(POD_NAME)` and `--peers starling-1.starling:7400,starling-2.starling:7400`).
+//!
+//! Id 0 is refused: the gRPC API reads a zero node id as "none" (no leader known, every node),
+//! so a replica 0 would be invisible as a leader. A StatefulSet starts its ordinals at 1 with
+//! `spec.ordinals.start: 1`, as the Helm chart does.
+//!
+//! `starling node --validate-config` runs [`NodeArgs::validate`] alone and prints
+//! [`NodeConfig::summary`], so that a deployment's flags and environment can be checked
+//! without starting anything.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fleet::state::NodeId;
+
+/// Default time after which a silent node is declared Down.
+pub const DEFAULT_DOWN_AFTER: &str = "3s";
+/// The lease is this fraction of `down_after` unless set. Half leaves a new leader little to
+/// wait after its election for a dead leader's clusters (the election grace).
+const DEFAULT_LEASE_FRACTION: (u32, u32) = (1, 2);
+
+/// Syncs under way per node by default: three replicas reach a budget of 1,000 without tuning.
+pub const DEFAULT_MAX_WAITING_SYNCS: usize = 512;
+/// How long a sync of a pull cluster waits for its agent before it fails as unreachable
+/// (`--agent-grace`).
+pub const DEFAULT_AGENT_GRACE: Duration = Duration::from_secs(30);
+/// How much earlier than `down_after` the failure detector's verdict is reached: the leader's
+/// tick, and the time to commit and apply the verdict (which re-places the node's clusters),
+/// so that they are owned again by the time the node has been silent for `down_after`. The
+/// lease must end before it.
+pub const DETECTION_SLACK: Duration = Duration::from_millis(400);
+
+/// The lease when `--lease` is not set.
+pub fn default_lease(down_after: Duration) -> Duration {
+    down_after * DEFAULT_LEASE_FRACTION.0 / DEFAULT_LEASE_FRACTION.1
+}
+
+/// How often a node sends heartbeats: a tenth of `down_after`.
+pub fn heartbeat_interval(down_after: Duration) -> Duration {
+    down_after / 10
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// This node's id: a number, or a StatefulSet pod name whose ordinal is the id.
+    #[arg(long, env = "STARLING_ID")]
+    pub id: String,
+    /// Address the gRPC server listens on.
+    #[arg(long, env = "STARLING_LISTEN", default_value = "127.0.0.1:7400")]
+    pub listen: SocketAddr,
+    /// Address peers and clients use to reach this node (`host:port`); the listen address when
+    /// unset.
+    #[arg(long, env = "STARLING_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Address of the HTTP server (`/healthz`, `/readyz`, `/metrics`); listen port + 1 when unset.
+    #[arg(long, env = "STARLING_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
+    /// Directory of the Raft log, vote, snapshots and artifacts.
+    #[arg(long, env = "STARLING_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Static peers: `ID=HOST:PORT,...`, or `HOST:PORT,...` with StatefulSet pod host names.
+    #[arg(long, env = "STARLING_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Voting members at most; further members are learners (they own shards too).
+    #[arg(long, env = "STARLING_MAX_VOTERS", default_value_t = 5)]
+    pub max_voters: usize,
+    /// A node silent for this long is marked Down and its clusters move.
+    #[arg(long, env = "STARLING_DOWN_AFTER", default_value = DEFAULT_DOWN_AFTER, value_parser = humantime::parse_duration)]
+    pub down_after: Duration,
+    /// How long a node keeps acting after its last acknowledged heartbeat was sent; must be
+    /// shorter than `--down-after` by 400ms at least. Half of it when unset.
+    #[arg(long, env = "STARLING_LEASE", value_parser = humantime::parse_duration)]
+    pub lease: Option<Duration>,
+    /// The longest round trip between two replicas (several regions: the slowest pair). Above
+    /// 50ms it stretches the Raft heartbeat to twice this and elections to 8–16 times it;
+    /// --down-after must stay above the longest election timeout.
+    #[arg(long, env = "STARLING_MAX_RTT", default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub max_rtt: Duration,
+    /// Syncs this node applies at once (rendering and writing to the target).
+    #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
+    pub max_concurrent_syncs: usize,
+    /// Syncs this node has under way at once, including those that applied and wait for their
+    /// objects to become ready (which hold no apply slot). At least --max-concurrent-syncs.
+    #[arg(long, env = "STARLING_MAX_WAITING_SYNCS", default_value_t = DEFAULT_MAX_WAITING_SYNCS)]
+    pub max_waiting_syncs: usize,
+    /// On SIGTERM or SIGINT, how long the replica may take to hand its clusters on before it
+    /// exits (0s: no drain). Keep it below the pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "STARLING_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+    /// Where specs come from. `standalone`: through the API (`starling apply`). `operator`: the
+    /// leader watches the starling.dev objects (and the kubeconfig Secrets they name) in a
+    /// Kubernetes cluster and writes their status back; the API's specs are then read-only.
+    #[arg(long, env = "STARLING_MODE", value_enum, default_value_t = Mode::Standalone)]
+    pub mode: Mode,
+    /// Operator mode: the kubeconfig of the management cluster. Unset: `KUBECONFIG`, then
+    /// `~/.kube/config`, then the in-cluster service account.
+    #[arg(long, env = "STARLING_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Operator mode: the namespaces to watch (`a,b`); every namespace when unset.
+    #[arg(long, env = "STARLING_WATCH_NAMESPACES", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
+    /// Operator mode: how long a deleted Sync or SyncGroup may wait for its objects to be
+    /// pruned from unreachable clusters; after it, they are orphaned and the object goes.
+    #[arg(long, env = "STARLING_DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub deletion_timeout: Duration,
+    /// Operator mode: Cluster API `Cluster` objects (cluster.x-k8s.io/v1beta1) become Starling
+    /// Clusters, with their labels and their `<name>-kubeconfig` Secret.
+    #[arg(long, env = "STARLING_CAPI")]
+    pub capi: bool,
+    /// Operator mode: status writes to the management cluster per second, at most.
+    #[arg(long, env = "STARLING_STATUS_WRITES_PER_SECOND", default_value_t = 50)]
+    pub status_writes_per_second: u32,
+    /// Start a new installation in disaster recovery: nothing is rolled out until `starling
+    /// recover` has read back what the target clusters hold. No effect on an installation that
+    /// has already formed.
+    #[arg(long, env = "STARLING_RECOVERY")]
+    pub recovery: bool,
+    /// A file holding the installation's admin token (the same on every replica, at least 32
+    /// characters). When set, every call to the Fleet and Admin APIs needs a token: this one,
+    /// or one made with `starling token create`. Unset: the API is open (development).
+    #[arg(long, env = "STARLING_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+    /// The gRPC server's certificate chain (PEM); also this replica's client certificate
+    /// towards its peers. Reloaded when it changes on disk. With --tls-key and --tls-ca.
+    #[arg(long, env = "STARLING_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "STARLING_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA bundle (PEM) the peers' certificates must chain to (mutual TLS between replicas).
+    #[arg(long, env = "STARLING_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+    /// How long a sync of a pull cluster waits for the cluster's agent to connect before it
+    /// fails as unreachable (which frees its place in the rollout's budget).
+    #[arg(long, env = "STARLING_AGENT_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub agent_grace: Duration,
+    /// Serve plain-text gRPC, without TLS: for development on a loopback --listen address only.
+    #[arg(long, env = "STARLING_INSECURE")]
+    pub insecure: bool,
+    /// Check the flags and environment, print the resulting configuration on one line and exit
+    /// without starting anything (non-zero when the configuration is invalid).
+    #[arg(long)]
+    pub validate_config: bool,
+}
+
+/// Where a replica's specs come from.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Specs arrive through the API (`starling apply`, `starling delete`).
+    #[default]
+    Standalone,
+    /// Specs come from the starling.dev objects in a Kubernetes cluster; see [`crate::operator`].
+    Operator,
+}
+
+/// The settings of operator mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorConfig {
+    /// `None`: inferred (`KUBECONFIG`, `~/.kube/config`, in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// Empty: every namespace.
+    pub namespaces: Vec<String>,
+    pub status_writes_per_second: u32,
+    /// How long pruning on deletion may take before the objects are orphaned.
+    pub deletion_timeout: Duration,
+    /// Cluster API `Cluster` objects become Starling Clusters.
+    pub capi: bool,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    pub listen: SocketAddr,
+    pub advertise: String,
+    pub http_listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Every peer including this node, by id.
+    pub peers: BTreeMap<NodeId, String>,
+    pub max_voters: usize,
+    pub down_after: Duration,
+    pub lease: Duration,
+    /// How often heartbeats are sent: a tenth of `down_after`.
+    pub heartbeat_interval: Duration,
+    /// The longest round trip between replicas; stretches the Raft timing
+    /// ([`starling_raft::RaftConfig::with_round_trip`]).
+    pub max_rtt: Duration,
+    pub max_concurrent_syncs: usize,
+    /// Syncs under way at once, waits for readiness included (at least `max_concurrent_syncs`).
+    pub max_waiting_syncs: usize,
+    /// How long a graceful stop may take to hand the clusters on ([`crate::node::stopping`]).
+    pub drain_timeout: Duration,
+    /// `Some` in operator mode.
+    pub operator: Option<OperatorConfig>,
+    /// A new installation forms in disaster recovery (`--recovery`).
+    pub recovery: bool,
+    /// `--admin-token-file`: when set, the API requires tokens.
+    pub admin_token_file: Option<PathBuf>,
+    /// `--tls-cert`, `--tls-key`, `--tls-ca`; `None` with `--insecure` (loopback only).
+    pub tls: Option<starling_transport::tls::TlsFiles>,
+    /// How long a pull cluster's sync waits for its agent (`--agent-grace`).
+    pub agent_grace: Duration,
+}
+
+impl NodeConfig {
+    /// The configuration on one line, as `starling node --validate-config` prints it.
+    pub fn summary(&self) -> String {
+        let peers = self
+            .peers
+            .iter()
+            .map(|(id, address)| format!("{id}={address}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mode = match &self.operator {
+            None => "standalone".to_string(),
+            Some(operator) => format!(
+                "operator kubeconfig {} watch-namespaces {} status-writes-per-second {} capi {}",
+                operator
+                    .kubeconfig
+                    .as_ref()
+                    .map_or("inferred".to_string(), |path| path.display().to_string()),
+                if operator.namespaces.is_empty() {
+                    "all".to_string()
+                } else {
+                    operator.namespaces.join(",")
+                },
+                operator.status_writes_per_second,
+                if operator.capi { "on" } else { "off" },
+            ),
+        };
+        format!(
+            "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
+             data-dir {} down-after {} lease {} max-rtt {} max-voters {} \
+             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} auth {} tls {} mode {}",
+            self.id,
+            self.listen,
+            self.advertise,
+            self.http_listen,
+            peers,
+            self.data_dir.display(),
+            humantime::format_duration(self.down_after),
+            humantime::format_duration(self.lease),
+            humantime::format_duration(self.max_rtt),
+            self.max_voters,
+            self.max_concurrent_syncs,
+            self.max_waiting_syncs,
+            humantime::format_duration(self.drain_timeout),
+            if self.admin_token_file.is_some() {
+                "tokens"
+            } else {
+                "open"
+            },
+            if self.tls.is_some() { "on" } else { "insecure" },
+            mode,
+        )
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("invalid node id {0:?}: expected a number or a StatefulSet pod name ending in -N")]
+    BadId(String),
+    #[error(
+        "node id 0 in {0:?} is reserved (the API reads 0 as no node): number nodes from 1, \
+         for a StatefulSet with spec.ordinals.start: 1"
+    )]
+    ZeroId(String),
+    #[error("invalid peer {0:?}: expected ID=HOST:PORT or a StatefulSet HOST:PORT")]
+    BadPeer(String),
+    #[error("peer id {0} is listed twice in --peers")]
+    DuplicatePeer(NodeId),
+    #[error(
+        "--lease ({lease:?}) must be shorter than --down-after ({down_after:?}) by 400ms at least"
+    )]
+    LeaseTooLong {
+        lease: Duration,
+        down_after: Duration,
+    },
+    #[error("--down-after must be at least 1s, got {0:?}")]
+    DownAfterTooShort(Duration),
+    #[error("--max-rtt must be at most 1s, got {0:?}")]
+    RttTooLong(Duration),
+    #[error(
+        "--down-after ({down_after:?}) must exceed the longest Raft election timeout \
+         ({election:?}) that --max-rtt ({max_rtt:?}) implies: raise --down-after"
+    )]
+    DownAfterBelowElection {
+        down_after: Duration,
+        election: Duration,
+        max_rtt: Duration,
+    },
+    #[error("cannot read the admin token file {}: {message}", .path.display())]
+    AdminTokenUnreadable { path: PathBuf, message: String },
+    #[error(
+        "the admin token in {} is too short: it needs {min} characters at least",
+        .path.display()
+    )]
+    AdminTokenTooShort { path: PathBuf, min: usize },
+    #[error("--max-voters must be between 1 and 9, got {0}")]
+    BadMaxVoters(usize),
+    #[error("--max-concurrent-syncs must be between 1 and 4096, got {0}")]
+    BadConcurrency(usize),
+    #[error(
+        "--max-waiting-syncs ({waiting}) must be between --max-concurrent-syncs ({applying}) and 65536"
+    )]
+    BadWaiting { waiting: usize, applying: usize },
+    #[error("--advertise {0:?} is not HOST:PORT")]
+    BadAdvertise(String),
+    #[error("{0} is an operator mode setting: add --mode operator")]
+    OperatorOnly(&'static str),
+    #[error("--status-writes-per-second must be between 1 and 10000, got {0}")]
+    BadStatusRate(u32),
+    #[error(
+        "--watch-namespaces: {0:?} is not a namespace name (lowercase letters, digits and '-')"
+    )]
+    BadNamespace(String),
+    #[error(
+        "no TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to serve plain text \
+         on a loopback address (development)"
+    )]
+    NoTls,
+    #[error("--tls-cert, --tls-key and --tls-ca go together: {0} is missing")]
+    PartialTls(&'static str),
+    #[error("--insecure and --tls-* exclude each other")]
+    InsecureWithTls,
+    #[error(
+        "--insecure is for development on a loopback address only, and --listen is {0}: \
+         give --tls-cert, --tls-key and --tls-ca"
+    )]
+    InsecureNotLoopback(SocketAddr),
+}
+
+/// Parses a node id: `7`, or a StatefulSet pod name (`starling-7`) or host name
+/// (`starling-7.starling-headless.ns.svc`) whose ordinal is the id. Zero is refused.
+pub fn parse_node_id(text: &str) -> Result<NodeId, ConfigError> {
+    let id = match text.parse::<NodeId>() {
+        Ok(id) => id,
+        Err(_) => {
+            let first_label = text.split('.').next().unwrap_or(text);
+            first_label
+                .rsplit_once('-')
+                .and_then(|(_, ordinal)| ordinal.parse::<NodeId>().ok())
+                .ok_or_else(|| ConfigError::BadId(text.to_string()))?
+        }
+    };
+    if id == 0 {
+        return Err(ConfigError::ZeroId(text.to_string()));
+    }
+    Ok(id)
+}
+
+/// A peer whose id is zero says so; any other bad id is a bad peer.
+fn bad_id(error: ConfigError, peer: &str) -> ConfigError {
+    match error {
+        ConfigError::ZeroId(_) => ConfigError::ZeroId(peer.to_string()),
+        _ => ConfigError::BadPeer(peer.to_string()),
+    }
+}
+
+fn parse_peer(text: &str) -> Result<(NodeId, String), ConfigError> {
+    let bad = || ConfigError::BadPeer(text.to_string());
+    let (id, address) = match text.split_once('=') {
+        Some((id, address)) => (parse_node_id(id).map_err(|e| bad_id(e, text))?, address),
+        None => (parse_node_id(text).map_err(|e| bad_id(e, text))?, text),
+    };
+    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    Ok((id, address.to_string()))
+}
+
+impl NodeArgs {
+    pub fn validate(&self) -> Result<NodeConfig, ConfigError> {
+        let id = parse_node_id(&self.id)?;
+        if self.down_after < Duration::from_secs(1) {
+            return Err(ConfigError::DownAfterTooShort(self.down_after));
+        }
+        if self.max_rtt > Duration::from_secs(1) {
+            return Err(ConfigError::RttTooLong(self.max_rtt));
+        }
+        let election = starling_raft::RaftConfig::new(id, "", "")
+            .with_round_trip(self.max_rtt)
+            .election_timeout_max;
+        if self.down_after <= election {
+            return Err(ConfigError::DownAfterBelowElection {
+                down_after: self.down_after,
+                election,
+                max_rtt: self.max_rtt,
+            });
+        }
+        let lease = self.lease.unwrap_or(default_lease(self.down_after));
+        if lease + DETECTION_SLACK >= self.down_after {
+            return Err(ConfigError::LeaseTooLong {
+                lease,
+                down_after: self.down_after,
+            });
+        }
+        if !(1..=9).contains(&self.max_voters) {
+            return Err(ConfigError::BadMaxVoters(self.max_voters));
+        }
+        if !(1..=4096).contains(&self.max_concurrent_syncs) {
+            return Err(ConfigError::BadConcurrency(self.max_concurrent_syncs));
+        }
+        if !(self.max_concurrent_syncs..=65_536).contains(&self.max_waiting_syncs) {
+            return Err(ConfigError::BadWaiting {
+                waiting: self.max_waiting_syncs,
+                applying: self.max_concurrent_syncs,
+            });
+        }
+        let advertise = self
+            .advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.to_string());
+        if !advertise
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
+            return Err(ConfigError::BadAdvertise(advertise));
+        }
+        let mut peers = BTreeMap::new();
+        for peer in self.peers.iter().filter(|p| !p.trim().is_empty()) {
+            let (peer_id, address) = parse_peer(peer.trim())?;
+            if peers.insert(peer_id, address).is_some() {
+                return Err(ConfigError::DuplicatePeer(peer_id));
+            }
+        }
+        peers.insert(id, advertise.clone());
+        let operator = self.operator_config()?;
+        let tls = self.tls_files()?;
+        let http_listen = self.http_listen.unwrap_or_else(|| {
+            let mut address = self.listen;
+            address.set_port(self.listen.port().wrapping_add(1));
+            address
+        });
+        Ok(NodeConfig {
+            id,
+            listen: self.listen,
+            advertise,
+            http_listen,
+            data_dir: self.data_dir.clone(),
+            peers,
+            max_voters: self.max_voters,
+            down_after: self.down_after,
+            lease,
+            heartbeat_interval: heartbeat_interval(self.down_after),
+            max_rtt: self.max_rtt,
+            max_concurrent_syncs: self.max_concurrent_syncs,
+            max_waiting_syncs: self.max_waiting_syncs,
+            drain_timeout: self.drain_timeout,
+            operator,
+            recovery: self.recovery,
+            admin_token_file: self.admin_token_file.clone(),
+            tls,
+            agent_grace: self.agent_grace,
+        })
+    }
+
+    /// The TLS files, all three or none; none needs `--insecure` on a loopback address.
+    fn tls_files(&self) -> Result<Option<starling_transport::tls::TlsFiles>, ConfigError> {
+        let given = [&self.tls_cert, &self.tls_key, &self.tls_ca];
+        if given.iter().all(|file| file.is_none()) {
+            if !self.insecure {
+                return Err(ConfigError::NoTls);
+            }
+            if !self.listen.ip().is_loopback() {
+                return Err(ConfigError::InsecureNotLoopback(self.listen));
+            }
+            return Ok(None);
+        }
+        if self.insecure {
+            return Err(ConfigError::InsecureWithTls);
+        }
+        let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
+        else {
+            let missing = ["--tls-cert", "--tls-key", "--tls-ca"]
+                .into_iter()
+                .zip(given)
+                .find(|(_, file)| file.is_none())
+                .map_or("--tls-ca", |(flag, _)| flag);
+            return Err(ConfigError::PartialTls(missing));
+        };
+        Ok(Some(starling_transport::tls::TlsFiles {
+            ca: ca.clone(),
+            identity: Some((cert.clone(), key.clone())),
+        }))
+    }
+
+    /// The operator mode settings, checked; `None` in standalone mode, where they are refused.
+    fn operator_config(&self) -> Result<Option<OperatorConfig>, ConfigError> {
+        let namespaces: Vec<String> = self
+            .watch_namespaces
+            .iter()
+            .map(|namespace| namespace.trim().to_string())
+            .filter(|namespace| !namespace.is_empty())
+            .collect();
+        if self.mode == Mode::Standalone {
+            if self.kubeconfig.is_some() {
+                return Err(ConfigError::OperatorOnly("--kubeconfig"));
+            }
+            if !namespaces.is_empty() {
+                return Err(ConfigError::OperatorOnly("--watch-namespaces"));
+            }
+            if self.capi {
+                return Err(ConfigError::OperatorOnly("--capi"));
+            }
+            return Ok(None);
+        }
+        if !(1..=10_000).contains(&self.status_writes_per_second) {
+            return Err(ConfigError::BadStatusRate(self.status_writes_per_second));
+        }
+        if let Some(bad) = namespaces.iter().find(|namespace| {
+            namespace.len() > 63
+                || namespace.starts_with('-')
+                || namespace.ends_with('-')
+                || !namespace
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        }) {
+            return Err(ConfigError::BadNamespace(bad.clone()));
+        }
+        let mut unique = namespaces;
+        unique.sort();
+        unique.dedup();
+        Ok(Some(OperatorConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            namespaces: unique,
+            status_writes_per_second: self.status_writes_per_second,
+            deletion_timeout: self.deletion_timeout,
+            capi: self.capi,
+        }))
+    }
+}
+
+/// Reads the admin token from `--admin-token-file`: trimmed, at least 32 characters.
+pub fn read_admin_token(path: &std::path::Path) -> Result<String, ConfigError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|error| ConfigError::AdminTokenUnreadable {
+            path: path.to_owned(),
+            message: error.to_string(),
+        })?;
+    let token = text.trim().to_string();
+    if token.len() < crate::auth::MIN_ADMIN_TOKEN_LEN {
+        return Err(ConfigError::AdminTokenTooShort {
+            path: path.to_owned(),
+            min: crate::auth::MIN_ADMIN_TOKEN_LEN,
+        });
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,363 @@
+//! The fleet view: a read-only web page on the HTTP port (`/ui`). Every cluster of every
+//! SyncGroup is a small cell, grouped by partition and coloured by rollout state or by
+//! revision; it updates live over server-sent events (`/ui/events`), draws a rollout timeline
+//! with the budget, and shows a cluster's details on click (`/ui/api/sync/<ns>/<name>`).
+//!
+//! The page and its script are files embedded in the binary (`index.html`, `fleet.js`): no
+//! JavaScript toolchain at build or run time. The cells are drawn on one canvas, so 10,000 of
+//! them stay smooth.
+//!
+//! One snapshot serves every viewer: it is rebuilt at most once per state revision and shared
+//! ([`Snapshots`]); each viewer's stream sends it at most once per [`MIN_PERIOD`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use fleet::FleetState;
+use fleet::state::{SyncState, key_of};
+use futures::Stream;
+use serde::Serialize;
+
+use crate::node::Replica;
+
+const PAGE: &str = include_str!("index.html");
+const SCRIPT: &str = include_str!("fleet.js");
+/// The shortest time between two snapshots sent to one viewer.
+const MIN_PERIOD: Duration = Duration::from_millis(500);
+/// How often a viewer's stream looks for a new state revision.
+const LOOK: Duration = Duration::from_millis(100);
+
+/// The latest snapshot, by state revision, shared by every viewer.
+#[derive(Default)]
+pub struct Snapshots(Mutex<Option<(u64, Arc<String>)>>);
+
+pub(crate) fn router(replica: Arc<Replica>) -> Router<crate::http::HttpState> {
+    Router::new()
+        .route("/ui", get(|| async { Html(PAGE) }))
+        .route(
+            "/ui/fleet.js",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+                    SCRIPT,
+                )
+            }),
+        )
+        .route("/ui/api/snapshot", get(snapshot_json))
+        .route("/ui/api/sync/{namespace}/{name}", get(sync_json))
+        .route("/ui/events", get(events))
+        .route_layer(axum::middleware::from_fn_with_state(
+            replica.clone(),
+            require_viewer,
+        ))
+}
+
+/// The fleet view shows every namespace: when the installation requires tokens, it takes a
+/// token that reads every namespace (the browser asks for it as a password).
+async fn require_viewer(
+    axum::extract::State(replica): axum::extract::State<Arc<Replica>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let authenticator = replica.authenticator();
+    if !authenticator.enforcing() {
+        return next.run(request).await;
+    }
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let bearer = crate::auth::Authenticator::http_bearer(header);
+    let verdict = authenticator
+        .authenticate(bearer.as_deref())
+        .and_then(|caller| caller.require(fleet::state::Role::Reader, None, "open the fleet view"));
+    match verdict {
+        Ok(()) => next.run(request).await,
+        Err(status) => (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"starling\"")],
+            format!("{}\n", status.message()),
+        )
+            .into_response(),
+    }
+}
+
+/// A cell's state letter: `U` updated, `P` in progress (admitted, applying, not ready yet),
+/// `W` waiting (pending admission, idle), `F` failed, `H` held.
+fn state_code(state: SyncState) -> char {
+    match state {
+        SyncState::Updated => 'U',
+        SyncState::Admitted | SyncState::Applying | SyncState::Unready => 'P',
+        SyncState::Pending | SyncState::Idle => 'W',
+        SyncState::Failed => 'F',
+        SyncState::Held => 'H',
+    }
+}
+
+#[derive(Serialize)]
+struct Snapshot<'a> {
+    /// The state revision it was taken at.
+    revision: u64,
+    /// The newest time the state has seen (RFC 3339).
+    time: &'a str,
+    /// Every revision a cell refers to; cells hold indexes into it.
+    revisions: Vec<String>,
+    groups: Vec<GroupView>,
+}
+
+#[derive(Serialize)]
+struct GroupView {
+    namespace: String,
+    name: String,
+    target: Option<String>,
+    phase: String,
+    pinned: Option<String>,
+    /// `maxUnavailable` as a count.
+    budget: u32,
+    summary: fleet::resources::RolloutSummary,
+    partitions: Vec<PartitionView>,
+}
+
+#[derive(Serialize)]
+struct PartitionView {
+    label: String,
+    /// Cluster names, space-separated.
+    clusters: String,
+    /// One state letter per cluster ([`state_code`]).
+    states: String,
+    /// Per cluster, the index in `revisions` of its applied revision (-1: none).
+    revs: Vec<i32>,
+}
+
+fn build(state: &FleetState) -> String {
+    let mut revisions: Vec<String> = Vec::new();
+    let mut index_of = |revision: Option<&str>| -> i32 {
+        let Some(revision) = revision else {
+            return -1;
+        };
+        match revisions.iter().position(|r| r == revision) {
+            Some(index) => index as i32,
+            None => {
+                revisions.push(revision.to_owned());
+                revisions.len() as i32 - 1
+            }
+        }
+    };
+    let mut groups = Vec::new();
+    for (key, group) in state.groups.iter() {
+        let Some(status) = state.group_status(key) else {
+            continue;
+        };
+        let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+        let labels: Vec<String> = group
+            .object
+            .spec
+            .rollout
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(index, selector)| {
+                let label = selector
+                    .match_labels
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                if label.is_empty() {
+                    format!("partition {}", index + 1)
+                } else {
+                    label
+                }
+            })
+            .collect();
+        let mut partitions: Vec<PartitionView> = (0..=labels.len())
+            .map(|index| PartitionView {
+                label: labels.get(index).cloned().unwrap_or_else(|| {
+                    if labels.is_empty() {
+                        "all".into()
+                    } else {
+                        "rest".into()
+                    }
+                }),
+                clusters: String::new(),
+                states: String::new(),
+                revs: Vec::new(),
+            })
+            .collect();
+        for member in &group.members {
+            let Some(sync) = state.syncs.get(member) else {
+                continue;
+            };
+            let index = (sync.rollout.partition as usize).min(partitions.len() - 1);
+            let partition = &mut partitions[index];
+            if !partition.clusters.is_empty() {
+                partition.clusters.push(' ');
+            }
+            partition
+                .clusters
+                .push_str(&sync.object.spec.cluster_ref.name);
+            partition.states.push(state_code(sync.rollout.state));
+            let applied = sync
+                .object
+                .status
+                .as_ref()
+                .and_then(|s| s.last_applied_revision.as_deref());
+            partition.revs.push(index_of(applied));
+        }
+        partitions.retain(|p| !p.states.is_empty());
+        let total = group.members.len() as u32;
+        groups.push(GroupView {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            target: status.target_revision.clone(),
+            phase: status.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+            pinned: group.object.spec.rollout.pinned_revision.clone(),
+            budget: fleet::validate::max_unavailable(&group.object.spec.rollout, total),
+            summary: status.summary,
+            partitions,
+        });
+    }
+    // Targets are revisions too, so the page can colour by revision against them.
+    for group in &groups {
+        index_of(group.target.as_deref());
+    }
+    serde_json::to_string(&Snapshot {
+        revision: state.revision,
+        time: &state.clock,
+        revisions,
+        groups,
+    })
+    .unwrap_or_default()
+}
+
+impl Snapshots {
+    /// The snapshot of the replica's current state, built once per state revision.
+    fn current(&self, replica: &Replica) -> Arc<String> {
+        let revision = replica.raft.reader().read(|state| state.revision);
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, snapshot)) = cached.as_ref()
+            && *at == revision
+        {
+            return snapshot.clone();
+        }
+        let (revision, text) = replica
+            .raft
+            .reader()
+            .read(|state| (state.revision, build(state)));
+        let snapshot = Arc::new(text);
+        *cached = Some((revision, snapshot.clone()));
+        snapshot
+    }
+}
+
+async fn snapshot_json(
+    State(replica): State<Arc<Replica>>,
+    State(snapshots): State<Arc<Snapshots>>,
+) -> impl IntoResponse {
+    let snapshot = snapshots.current(&replica);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        snapshot.as_ref().clone(),
+    )
+}
+
+async fn sync_json(
+    State(replica): State<Arc<Replica>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> impl IntoResponse {
+    let key = key_of(&namespace, &name);
+    let view = replica.raft.reader().read(|state| state.sync_view(&key));
+    match view.and_then(|sync| serde_json::to_string(&sync).ok()) {
+        Some(json) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            json,
+        ),
+        None => (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "application/json")],
+            format!("{{\"error\":\"sync {key} not found\"}}"),
+        ),
+    }
+}
+
+/// `/ui/events`: a `snapshot` event now, then one each time the state changed (at most one
+/// per [`MIN_PERIOD`]).
+async fn events(
+    State(replica): State<Arc<Replica>>,
+    State(snapshots): State<Arc<Snapshots>>,
+) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
+    let start = (replica, snapshots, None::<u64>);
+    let stream = futures::stream::unfold(start, |(replica, snapshots, last)| async move {
+        if last.is_some() {
+            tokio::time::sleep(MIN_PERIOD).await;
+        }
+        loop {
+            let revision = replica.raft.reader().read(|state| state.revision);
+            if last != Some(revision) {
+                let snapshot = snapshots.current(&replica);
+                let event = Event::default().event("snapshot").data(snapshot.as_str());
+                return Some((Ok(event), (replica, snapshots, Some(revision))));
+            }
+            tokio::time::sleep(LOOK).await;
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_snapshot_lists_every_cluster_by_partition_with_its_state_and_revision() {
+        let mut state = FleetState::default();
+        let at = "2026-01-01T00:00:00Z".to_string();
+        state.apply(fleet::Command::AddMember {
+            id: 1,
+            address: "127.0.0.1:7001".into(),
+            at: at.clone(),
+        });
+        let mut manifests = String::from(
+            "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: repo}\nspec: {git: {url: \"git://127.0.0.1:9/r\", ref: {branch: main}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: web}\nspec:\n  sourceRef: {name: repo}\n  clusterSelector: {}\n  template: {path: app}\n  rollout:\n    maxUnavailable: 2\n    partitions: [{matchLabels: {tier: canary}}]\n",
+        );
+        for i in 0..4 {
+            let tier = if i == 0 { "canary" } else { "main" };
+            manifests.push_str(&format!(
+                "---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: c{i}, labels: {{tier: {tier}}}}}\nspec: {{}}\n"
+            ));
+        }
+        for resource in fleet::manifest::parse_manifests(&manifests).unwrap() {
+            state.apply(fleet::Command::UpsertSpec {
+                resource: Box::new(resource),
+                at: at.clone(),
+            });
+        }
+        state.apply(fleet::Command::SourceResolved {
+            source: "default/repo".into(),
+            revision: "main@sha1:aaa".into(),
+            artifact: None,
+            expected: fleet::ExpectedRevision::Any,
+            at,
+        });
+        let snapshot: serde_json::Value = serde_json::from_str(&build(&state)).unwrap();
+        let group = &snapshot["groups"][0];
+        assert_eq!(group["name"], "web");
+        assert_eq!(group["budget"], 2);
+        assert_eq!(group["partitions"][0]["label"], "tier=canary");
+        assert_eq!(group["partitions"][0]["clusters"], "c0");
+        assert_eq!(group["partitions"][0]["states"], "P");
+        assert_eq!(group["partitions"][1]["label"], "rest");
+        assert_eq!(group["partitions"][1]["clusters"], "c1 c2 c3");
+        assert_eq!(group["partitions"][1]["states"], "WWW");
+        assert_eq!(snapshot["revisions"][0], "main@sha1:aaa");
+    }
+}
