@@ -2,6 +2,9 @@
 //! `SyncGroup`, as Rust types from which the CRDs are generated (kube's `CustomResource`
 //! derive). Field names follow the Kubernetes conventions (camelCase on the wire, optional
 //! fields omitted when unset).
+//!
+//! Long because it is the whole API of the CRDs in one place: the types, their docs (which
+//! become the CRDs' descriptions) and nothing else.
 
 use std::collections::BTreeMap;
 

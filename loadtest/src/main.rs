@@ -23,6 +23,9 @@
 //!   data directory deleted, fresh replicas with `--recovery`, import and recover; the times,
 //!   and the writes to targets until the rollout is Complete again (there must be none).
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
+//!
+//! Long because it holds the command line of every benchmark and the shared test bed (processes,
+//! fleetsim, git); each benchmark's run and report live in its own module.
 
 mod isolation;
 mod recover;

@@ -19,6 +19,9 @@
 //! hearing from a leader, so it is not fsynced on its own: it becomes durable with the next
 //! append, and an older value is always safe. Reads of entries older than the in-memory tail go
 //! to redb on the blocking pool.
+//!
+//! Long because the log's durability argument (tail, writer, purge, truncation) has to be read
+//! in one place to be checked.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;

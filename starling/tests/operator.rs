@@ -17,6 +17,9 @@
 //!    writing to any target;
 //! 5. an invalid object gets `Stalled`; deleting the SyncGroup (which carries Starling's
 //!    finalizer) prunes what it applied from every target before the object goes.
+//!
+//! Long because it is one scenario in five steps over the same management cluster and fleet; each
+//! step depends on the state the previous one left.
 
 mod harness;
 

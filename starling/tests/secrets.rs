@@ -3,6 +3,9 @@
 //! holds (kubeconfig bearer tokens, git credentials, the admin token, a tenant token), then
 //! every node log (at debug level) and every output a user sees (`get`, `describe`, `status`,
 //! `/metrics`, the fleet view, error messages) is searched for them.
+//!
+//! Long because each test is one end-to-end scenario whose set-up (every kind of Secret, in
+//! every malformed shape) is what it asserts about; splitting it would spread one scenario.
 
 mod harness;
 

@@ -5,6 +5,9 @@
 //! Tests in one binary run on parallel threads; the harness serialises whole groups with a
 //! global lock, because failure-detection timings on a 2-core machine do not survive several
 //! groups fighting for the CPU.
+//!
+//! Long because it is the one process harness every multi-process test shares; the demo
+//! fixture, HTTP helpers and waits live in its submodules.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -17,6 +17,9 @@
 //! results, dependencies), [`invariants`] (the checks of design section 5 that the state machine
 //! alone can break), [`view`] (read-only projections with status), [`changes`] (which objects a
 //! command changed, for watchers).
+//!
+//! Long because it holds the state's types and the one `apply` dispatch; each command's logic
+//! lives in the submodules named above.
 
 mod changes;
 mod history;

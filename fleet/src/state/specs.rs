@@ -2,6 +2,9 @@
 //! metadata (`generation` bumped on spec changes only, `resourceVersion` from the state's
 //! revision), expanding every SyncGroup into one Sync per selected cluster, and recording
 //! source revisions.
+//!
+//! Long because a spec's upsert, deletion and SyncGroup expansion share their bookkeeping
+//! (indexes, generations, refiling) and must be changed together.
 
 use std::collections::{BTreeMap, BTreeSet};
 

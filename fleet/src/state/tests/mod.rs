@@ -1,5 +1,8 @@
 //! Readable scenarios, one rule each. The random-sequence properties live in
 //! `fleet/tests/state_properties.rs`.
+//!
+//! Long because it is a list of short scenarios; the scenarios of each area past a few live in
+//! the submodules.
 
 use super::*;
 use crate::resources::{ResourceStatus, RolloutPhase};
