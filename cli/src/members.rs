@@ -219,7 +219,7 @@ mod tests {
         );
         assert_eq!(parse("members -o json").output, OutputFormat::Json);
         assert_eq!(args.server.server, "10.0.0.1:7400");
-        assert_eq!(args.server.timeout, std::time::Duration::from_secs(2));
+        assert_eq!(args.server.timeout, Some(std::time::Duration::from_secs(2)));
         assert!(Line::try_parse_from(["starling", "members", "add", "four", "x:1"]).is_err());
     }
 

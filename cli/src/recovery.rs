@@ -51,7 +51,7 @@ pub struct RecoverArgs {
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
     block_on(async {
         let client = Client::connect(&args.server).await?;
-        let timeout = args.server.timeout.max(TRANSFER_TIMEOUT);
+        let timeout = args.server.call_timeout().max(TRANSFER_TIMEOUT);
         let backup = client.with_timeout(timeout).export().await?;
         if args.file == "-" {
             use std::io::Write as _;
@@ -79,7 +79,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
         let backup = std::fs::read(&args.file)
             .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", args.file.display()))?;
         let client = Client::connect(&args.server).await?;
-        let timeout = args.server.timeout.max(TRANSFER_TIMEOUT);
+        let timeout = args.server.call_timeout().max(TRANSFER_TIMEOUT);
         let reply = client.with_timeout(timeout).import(backup).await?;
         emit(&format!(
             "imported {} objects and {} rollout histories from a backup at state revision {}\nrecovery is on: nothing rolls out until `starling recover` has read the target clusters",

@@ -83,7 +83,9 @@ pub struct StatusArgs {
     /// Output format: text or json.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
-    /// Wait until the rollout completes (exit 0) or halts (exit 1), reporting progress.
+    /// Wait until the rollout completes (exit 0) or halts (exit 1), reporting progress. It
+    /// first asks the SyncGroup's Source to poll, so a commit just pushed is rolled out before
+    /// the rollout counts as complete; `--timeout` bounds the whole wait.
     #[arg(short = 'w', long)]
     pub watch: bool,
 }
@@ -94,7 +96,22 @@ pub fn run(args: RolloutArgs) -> anyhow::Result<()> {
         match args.command {
             RolloutCommand::Pause(target) => emit(&pause(&client, &target).await?),
             RolloutCommand::Resume(target) => emit(&resume(&client, &target).await?),
-            RolloutCommand::Status(status) if status.watch => watch(&client, &status.target).await,
+            RolloutCommand::Status(status) if status.watch => {
+                let limit = args.server.timeout;
+                match limit {
+                    Some(limit) => tokio::time::timeout(limit, watch(&client, &status.target))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(anyhow::anyhow!(
+                                "rollout of {}/{} not complete after {} (--timeout)",
+                                status.target.namespace,
+                                status.target.name,
+                                fleet::duration::format_duration(limit)
+                            ))
+                        }),
+                    None => watch(&client, &status.target).await,
+                }
+            }
             RolloutCommand::Status(status) => {
                 let format = ReportFormat::from_output(status.output, "starling rollout status")?;
                 let view = fetch(&client, &status.target).await?;
@@ -194,6 +211,10 @@ pub struct RolloutView {
     pub pending: u32,
     /// Clusters held (`starling cluster hold`), skipped by the rollout.
     pub held: u32,
+    /// Clusters that could not be reached when the rollout came to them, skipped.
+    pub unreachable: u32,
+    /// Why the current rollout halted, from its record in the history.
+    pub halt_reason: Option<String>,
     /// `spec.rollout.pinnedRevision` (`starling rollout undo`).
     pub pinned: Option<String>,
     /// Conditions that are not `True`, as `type: reason: message`.
@@ -255,6 +276,11 @@ impl RolloutView {
             },
             pending: count("pending"),
             held: count("held"),
+            unreachable: count("unreachable"),
+            halt_reason: object
+                .pointer("/status/history/0/haltReason")
+                .and_then(Value::as_str)
+                .map(String::from),
             pinned: object
                 .pointer("/spec/rollout/pinnedRevision")
                 .and_then(Value::as_str)
@@ -269,11 +295,14 @@ impl RolloutView {
 
     /// `40/100 (40%) updated, 10 in progress, 50 pending, 0 failed`.
     fn counts(&self) -> String {
-        let held = if self.held > 0 {
+        let mut held = if self.held > 0 {
             format!(", {} held", self.held)
         } else {
             String::new()
         };
+        if self.unreachable > 0 {
+            held.push_str(&format!(", {} unreachable", self.unreachable));
+        }
         format!(
             "{} updated, {} in progress, {} pending, {} failed{held}",
             progress_ratio(self.progress),
@@ -328,6 +357,55 @@ pub async fn fetch_object(client: &Client, target: &Target) -> anyhow::Result<Va
     })
 }
 
+/// Asks the SyncGroup's Source to poll now, so that `--watch` judges the rollout of what the
+/// repository holds now, not of the commit before a push. The Source and the request number
+/// to wait for; `None` when there is nothing to wait for.
+async fn ask_for_poll(client: &Client, target: &Target) -> anyhow::Result<Option<(String, u64)>> {
+    let object = fetch_object(client, target).await?;
+    let Some(source) = object
+        .pointer("/spec/sourceRef/name")
+        .and_then(Value::as_str)
+        .map(String::from)
+    else {
+        return Ok(None);
+    };
+    let response = client
+        .source_poll(proto::SourcePollRequest {
+            namespace: target.namespace.clone(),
+            name: source.clone(),
+        })
+        .await?;
+    Ok((response.request > 0).then_some((source, response.request)))
+}
+
+/// Whether the Source has finished a poll that started after `request`.
+async fn poll_served(
+    client: &Client,
+    namespace: &str,
+    source: &str,
+    request: u64,
+) -> anyhow::Result<bool> {
+    let response = client
+        .get(proto::GetRequest {
+            object: Some(proto::ObjectRef {
+                kind: Kind::Source.as_str().to_owned(),
+                namespace: namespace.to_owned(),
+                name: source.to_owned(),
+            }),
+        })
+        .await?;
+    let served = response
+        .object
+        .and_then(|object| serde_json::from_slice::<Value>(&object.json).ok())
+        .and_then(|value| {
+            value
+                .pointer("/status/observedPollRequest")
+                .and_then(Value::as_u64)
+        })
+        .unwrap_or(0);
+    Ok(served >= request)
+}
+
 async fn fetch(client: &Client, target: &Target) -> anyhow::Result<RolloutView> {
     let value = fetch_object(client, target).await?;
     Ok(RolloutView::from_object(
@@ -352,7 +430,9 @@ pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Re
                 "pending": view.pending,
                 "failed": view.progress.failed,
                 "held": view.held,
+                "unreachable": view.unreachable,
             },
+            "haltReason": view.halt_reason,
             "pinnedRevision": view.pinned,
             "problems": view.problems,
         }));
@@ -397,9 +477,10 @@ pub fn verdict(view: &RolloutView) -> Verdict {
     match view.phase.as_deref() {
         Some("Complete") => Verdict::Complete,
         Some("Halted") => {
-            let reason = match view.problems.as_slice() {
-                [] => format!("{} failed clusters", view.progress.failed),
-                problems => problems.join("; "),
+            let reason = match (&view.halt_reason, view.problems.as_slice()) {
+                (Some(reason), _) => reason.clone(),
+                (None, []) => format!("{} failed clusters", view.progress.failed),
+                (None, problems) => problems.join("; "),
             };
             Verdict::Halted(reason)
         }
@@ -411,6 +492,8 @@ pub fn verdict(view: &RolloutView) -> Verdict {
 /// live progress bar (indicatif) shows clusters updated out of the total, with the phase and
 /// counts; piped, a plain line is printed each time something changed.
 async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
+    let poll = ask_for_poll(client, target).await?;
+    let mut polled = poll.is_none();
     let bar = stdout_is_terminal().then(|| {
         let bar =
             indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stdout());
@@ -452,8 +535,13 @@ async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
                 }
             }
         }
+        if !polled && let Some((source, request)) = &poll {
+            polled = poll_served(client, &target.namespace, source, *request).await?;
+        }
         match verdict(&view) {
             Verdict::Waiting => {}
+            // The rollout of what the source held before the poll: wait for the poll.
+            Verdict::Complete if !polled => {}
             Verdict::Complete => {
                 finish(&bar);
                 return emit(&format!(

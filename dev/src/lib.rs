@@ -79,14 +79,31 @@ pub struct DevArgs {
     /// gRPC port of the first replica (the others follow); free ports when 0.
     #[arg(long, default_value_t = 7400)]
     pub port: u16,
-    /// Upper bound on each wait (replicas forming, each rollout).
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
+    /// Upper bound on each wait (replicas forming, each rollout); 10m when unset.
+    #[arg(long, value_parser = parse_timeout)]
+    pub timeout: Option<Duration>,
     /// Where the demo's specs live. `standalone`: proposed to the replicas directly.
     /// `operator`: starling.dev objects in a management cluster (one more fleetsim cluster, not
     /// a target) that the replicas watch and write status to; its kubeconfig is printed.
     #[arg(long, value_enum, default_value_t = Mode::Standalone)]
     pub mode: Mode,
+}
+
+impl DevArgs {
+    /// `--timeout`, or 10 minutes.
+    pub fn wait_limit(&self) -> Duration {
+        self.timeout.unwrap_or(Duration::from_secs(600))
+    }
+}
+
+/// `--timeout`: the same parser as the CLI's, since clap hands one global flag's value to
+/// every command that declares the name.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match fleet::duration::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Err("the timeout must be more than zero".into()),
+        Ok(duration) => Ok(duration),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -389,7 +406,7 @@ impl Dev {
         let objects = 2 + 2 * self.args.clusters as u64;
         let wait = (Duration::from_secs(30)
             + Duration::from_secs(2 * objects / u64::from(STATUS_WRITES_PER_SECOND)))
-        .min(self.args.timeout);
+        .min(self.args.wait_limit());
         let (namespace, name) = GROUP.split_once('/').unwrap_or(("default", GROUP));
         self.progress
             .say("waiting for the SyncGroup's status on the management cluster");

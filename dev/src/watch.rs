@@ -18,10 +18,13 @@ impl Dev {
         what: &str,
         condition: impl Fn(&FleetState) -> bool,
     ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + self.args.timeout;
+        let deadline = Instant::now() + self.args.wait_limit();
         while !self.read(&condition) {
             if Instant::now() > deadline {
-                anyhow::bail!("timed out after {:?} waiting for {what}", self.args.timeout);
+                anyhow::bail!(
+                    "timed out after {:?} waiting for {what}",
+                    self.args.wait_limit()
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -44,7 +47,7 @@ impl Dev {
         .await?;
         let started = Instant::now();
         let since_micros = unix_micros();
-        let deadline = started + self.args.timeout;
+        let deadline = started + self.args.wait_limit();
         let mut max_unavailable_seen = 0;
         let mut killed = false;
         let total = self.args.clusters as u64;
@@ -80,7 +83,7 @@ impl Dev {
             if Instant::now() > deadline {
                 anyhow::bail!(
                     "timed out after {:?}: rollout of {revision} stuck at {}/{} updated",
-                    self.args.timeout,
+                    self.args.wait_limit(),
                     summary.updated,
                     summary.total
                 );

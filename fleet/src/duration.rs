@@ -161,9 +161,54 @@ fn decimal(value: u128, unit: u128) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
+/// Seconds since the Unix epoch of a UTC RFC 3339 time as proposers stamp it
+/// (`2026-01-01T00:00:00Z`, fractions of a second ignored); `None` when it is not one. The
+/// state machine compares the times commands carry with it, never a clock.
+pub fn unix_seconds(time: &str) -> Option<i64> {
+    let (date, rest) = time.split_once('T')?;
+    let mut date_parts = date.splitn(3, '-');
+    let year: i64 = date_parts.next()?.parse().ok()?;
+    let month: i64 = date_parts.next()?.parse().ok()?;
+    let day: i64 = date_parts.next()?.parse().ok()?;
+    let clock = rest.strip_suffix('Z')?;
+    let clock = clock.split_once('.').map_or(clock, |(whole, _)| whole);
+    let mut clock_parts = clock.splitn(3, ':');
+    let hour: i64 = clock_parts.next()?.parse().ok()?;
+    let minute: i64 = clock_parts.next()?.parse().ok()?;
+    let second: i64 = clock_parts.next()?.parse().ok()?;
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_times_become_unix_seconds() {
+        assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(unix_seconds("2026-01-01T00:00:00Z"), Some(1_767_225_600));
+        assert_eq!(
+            unix_seconds("2024-02-29T12:30:15.250Z"),
+            Some(1_709_209_815)
+        );
+        assert_eq!(unix_seconds("2026-01-01 00:00:00"), None);
+        assert_eq!(unix_seconds("2026-13-01T00:00:00Z"), None);
+    }
 
     #[test]
     fn parses_go_durations() {

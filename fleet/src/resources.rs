@@ -189,6 +189,10 @@ pub struct SourceStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The last poll request (a webhook, `starling rollout status --watch`) that a finished
+    /// poll served: what was at the source then is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_poll_request: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -494,6 +498,18 @@ pub struct RolloutPolicy {
     /// More failed clusters than this halt the rollout. Unlimited when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_failures: Option<u32>,
+    /// What a cluster that cannot be reached when the rollout comes to it does to the budget.
+    /// `Skip` (the default): nothing, since this rollout did not make it unavailable; it is
+    /// counted apart (`unreachable`) and caught up through admission once it answers again.
+    /// `Count`: it takes a place in the budget like a failed cluster. Either way a cluster the
+    /// rollout wrote to and then lost keeps its place, until a retry succeeds, `maxFailures`
+    /// halts the rollout or `progressDeadline` passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable: Option<UnreachablePolicy>,
+    /// How long the rollout may go without progress (a cluster updated, skipped or admitted)
+    /// before it halts, naming the clusters that hold it and why. `10m` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<String>,
     /// Stops new admissions; clusters in flight finish.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
@@ -502,6 +518,16 @@ pub struct RolloutPolicy {
     /// unset (`starling rollout unpin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned_revision: Option<String>,
+}
+
+/// What a rollout does with a cluster that cannot be reached when the rollout comes to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum UnreachablePolicy {
+    /// It takes no place in the budget; it is counted apart and caught up when it answers.
+    #[default]
+    Skip,
+    /// It takes a place in the budget, as a failed cluster does.
+    Count,
 }
 
 /// A source and path applied to every cluster a label selector picks, rolled out with a budget.
@@ -555,6 +581,10 @@ pub struct RolloutSummary {
     /// On clusters held by an operator: skipped by the rollout.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub held: u32,
+    /// On clusters that could not be reached when the rollout came to them
+    /// (`unreachable: Skip`): skipped, and caught up once they answer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreachable: u32,
 }
 
 fn is_zero(value: &u32) -> bool {

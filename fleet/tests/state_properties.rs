@@ -34,11 +34,15 @@ fn cluster(index: u8, tier: u8, paused: bool) -> Command {
 }
 
 fn group(index: u8, budget: u8, max_failures: u8, canary: bool) -> Command {
-    let partitions = if canary {
-        "    partitions:\n      - matchLabels:\n          tier: t0\n"
+    let mut partitions = if canary {
+        "    partitions:\n      - matchLabels:\n          tier: t0\n".to_string()
     } else {
-        ""
+        String::new()
     };
+    // Group 2 counts unreachable clusters against its budget; group 1 skips them.
+    if index == 2 {
+        partitions.push_str("    unreachable: Count\n");
+    }
     Command::UpsertSpec {
         resource: Box::new(manifest(&format!(
             "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: g{index}\n  namespace: fleet\nspec:\n  sourceRef:\n    name: repo\n  clusterSelector:\n    matchExpressions:\n      - key: tier\n        operator: In\n        values: [t0, t{index}]\n  template:\n    path: apps\n  rollout:\n    maxUnavailable: {budget}\n    maxFailures: {max_failures}\n{partitions}"
@@ -83,6 +87,10 @@ enum Step {
     Recovery(bool),
     /// `starling recover` reads a target back: what its Syncs' statuses say, behind a fence.
     Recover(u8, u8),
+    /// A cluster's owner reports whether it answers.
+    Reach(u8, bool),
+    /// The leader's progress check, this many minutes after the start.
+    Progress(u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -103,6 +111,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (1u8..=2, any::<u8>(), proptest::bool::weighted(0.3)).prop_map(|(g, r, u)| Step::Pin(g, r, u)),
         1 => any::<bool>().prop_map(Step::Recovery),
         1 => (0u8..8, 0u8..4).prop_map(|(c, f)| Step::Recover(c, f)),
+        2 => (0u8..8, any::<bool>()).prop_map(|(c, r)| Step::Reach(c, r)),
+        1 => (0u8..60).prop_map(Step::Progress),
     ]
 }
 
@@ -201,10 +211,16 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                     drift: None,
                 }
             } else {
+                // Unreachable before any write, unreachable after writing, or a timeout.
+                let (class, inventory) = match health % 3 {
+                    0 => ("unreachable", None),
+                    1 => ("unreachable", Some(vec![])),
+                    _ => ("timeout", Some(vec![])),
+                };
                 SyncOutcome::Failed {
-                    class: "unreachable".into(),
+                    class: class.into(),
                     message: "down".into(),
-                    inventory: None,
+                    inventory,
                 }
             };
             Command::FinishSync {
@@ -269,6 +285,20 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
             }
         }
         Step::Recovery(active) => Command::SetRecovery { active },
+        Step::Reach(c, reachable) => {
+            let cluster = format!("fleet/c{c}");
+            let (node, generation) = state.cluster_owner(&cluster).unwrap_or((1, 1));
+            Command::ReportReachability {
+                cluster,
+                node,
+                generation,
+                reachable,
+                at: AT.into(),
+            }
+        }
+        Step::Progress(minutes) => Command::CheckProgress {
+            at: format!("2026-01-01T00:{minutes:02}:00Z"),
+        },
         Step::Recover(c, fence) => {
             let cluster = format!("fleet/c{c}");
             let owner_generation = state

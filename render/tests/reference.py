@@ -91,7 +91,9 @@ def find_remote(root: Path, case_dir: Path) -> str | None:
         kfile = kustomization_file(directory)
         if kfile is None:
             continue
-        doc = yaml.load(kfile.read_text(), Loader) or {}
+        doc = yaml.load(kfile.read_text(), Loader)
+        if not isinstance(doc, dict):
+            continue  # kubectl reports malformed kustomizations itself
         for field in REFERENCE_FIELDS:
             for entry in doc.get(field) or []:
                 if not isinstance(entry, str):

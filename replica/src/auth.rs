@@ -32,6 +32,9 @@ pub struct Principal {
     pub role: Role,
     /// Namespaces it acts in; `*` is all.
     pub tenants: Vec<String>,
+    /// The API is open (no `--admin-token-file`): this caller may do anything, an agent's
+    /// work included.
+    pub open: bool,
 }
 
 impl Principal {
@@ -41,6 +44,7 @@ impl Principal {
             name: "anonymous".into(),
             role: Role::Admin,
             tenants: vec!["*".into()],
+            open: true,
         }
     }
 
@@ -49,6 +53,7 @@ impl Principal {
             name: "the admin token".into(),
             role: Role::Admin,
             tenants: vec!["*".into()],
+            open: false,
         }
     }
 
@@ -57,6 +62,7 @@ impl Principal {
             name: format!("token {id}"),
             role: entry.role,
             tenants: entry.tenants.clone(),
+            open: false,
         }
     }
 
@@ -71,6 +77,9 @@ impl Principal {
     }
 
     fn has(&self, need: Role) -> bool {
+        if self.open {
+            return true;
+        }
         match need {
             Role::Admin => self.role == Role::Admin,
             Role::Writer => matches!(self.role, Role::Admin | Role::Writer),
@@ -237,6 +246,7 @@ mod tests {
             name: "token abc".into(),
             role: Role::Reader,
             tenants: vec!["team-a".into()],
+            open: false,
         };
         assert!(reader.require(Role::Reader, Some("team-a"), "list").is_ok());
         let write = reader

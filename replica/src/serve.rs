@@ -12,7 +12,8 @@
 //!  Agents, Snapshots, Deliveries┼─► HTTP: probes, /metrics (+ agents), /hooks (+ deliveries),
 //!                               │        /ui (+ snapshots)
 //!                               └─► tasks: bootstrap, heartbeat, leader, voters, sources,
-//!                                          syncs (+ agents), the spec source's own
+//!                                          syncs and reachability (+ agents), the spec
+//!                                          source's own
 //! ```
 
 use std::sync::Arc;
@@ -133,6 +134,10 @@ pub async fn start(
         tokio::spawn(node::voters::run(replica.clone())),
         tokio::spawn(crate::worker::sources::run(replica.clone())),
         tokio::spawn(crate::worker::syncs::run(replica.clone(), agents.clone())),
+        tokio::spawn(crate::worker::reachability::run(
+            replica.clone(),
+            agents.clone(),
+        )),
         tokio::spawn(node::stopping::rejoin(replica.clone())),
     ];
     if let Some(source) = spec_source {

@@ -286,7 +286,11 @@ mod tests {
                 panic!("{line:?} is not status");
             };
             assert_eq!(status.server.server, "10.0.0.1:7400", "{line}");
-            assert_eq!(status.server.timeout, Duration::from_secs(3), "{line}");
+            assert_eq!(
+                status.server.timeout,
+                Some(Duration::from_secs(3)),
+                "{line}"
+            );
             assert_eq!(status.output, OutputFormat::Json, "{line}");
         }
         for line in [
@@ -338,14 +342,14 @@ mod tests {
             panic!("not dev");
         };
         assert_eq!(
-            (dev.timeout, dev.output),
+            (dev.wait_limit(), dev.output),
             (Duration::from_secs(600), OutputFormat::Text)
         );
         let Command::Dev(dev) = parse("dev --timeout 2m -o json").command else {
             panic!("not dev");
         };
         assert_eq!(
-            (dev.timeout, dev.output),
+            (dev.wait_limit(), dev.output),
             (Duration::from_secs(120), OutputFormat::Json)
         );
     }

@@ -313,7 +313,7 @@ pub(crate) async fn wait_for_crds(
             continue;
         };
         let api = session.api(resolved, None);
-        let operation = format!("waiting for {} to be established", describe(&crd.reference));
+        let operation = format!("wait for {} to be established", describe(&crd.reference));
         let mut delay = FIRST_POLL;
         loop {
             let live = session
@@ -334,7 +334,7 @@ pub(crate) async fn wait_for_crds(
     }
     for planned in plan.iter_mut().filter(|p| p.resolved.is_none()) {
         let operation = format!(
-            "waiting for kind {} in {} to be discovered",
+            "wait for kind {} in {} to be discovered",
             planned.reference.kind, planned.reference.api_version
         );
         let mut delay = FIRST_POLL;

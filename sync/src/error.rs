@@ -90,13 +90,13 @@ pub enum SyncError {
     Render(#[from] RenderError),
     #[error("invalid kubeconfig for cluster {cluster}: {message}")]
     Kubeconfig { cluster: String, message: String },
-    #[error("cluster {cluster} unreachable while {operation}: {message}")]
+    #[error("cluster {cluster} unreachable: cannot {operation}: {message}")]
     Unreachable {
         cluster: String,
         operation: String,
         message: String,
     },
-    #[error("cluster {cluster} throttled {operation}: {message}")]
+    #[error("cluster {cluster} throttled: cannot {operation} yet: {message}")]
     Throttled {
         cluster: String,
         operation: String,
@@ -123,7 +123,7 @@ pub enum SyncError {
         writer: String,
         ours: u64,
     },
-    #[error("timed out after {} while {operation}", humanize(.after))]
+    #[error("timed out after {} trying to {operation}", humanize(.after))]
     Timeout { operation: String, after: Duration },
     #[error("{object} not ready after {}: {message}", humanize(.after))]
     NotReady {
@@ -132,7 +132,7 @@ pub enum SyncError {
         message: String,
         after: Duration,
     },
-    #[error("cancelled before {operation}")]
+    #[error("cancelled before it could {operation}")]
     Cancelled { operation: String },
     /// Another error whose message quoted a secret value, with the value replaced by `***`
     /// ([`SyncError::redacted`]).

@@ -140,7 +140,7 @@ async fn watch_ready(
         }
         tokio::select! {
             biased;
-            paused = session.pause(limit - now, "waiting for readiness") => {
+            paused = session.pause(limit - now, "wait for readiness") => {
                 if let Err(error) = paused {
                     return Watched::Done(Err(error));
                 }
@@ -212,7 +212,7 @@ pub(crate) async fn wait_ready(
             return Err(not_ready(least, started.elapsed()));
         }
         session
-            .pause(delay.min(limit - now), "waiting for readiness")
+            .pause(delay.min(limit - now), "wait for readiness")
             .await?;
         delay = (delay * 3 / 2).min(LAST_POLL);
         if Instant::now() >= limit {

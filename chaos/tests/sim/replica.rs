@@ -259,6 +259,14 @@ impl Applier for SimTarget {
         self.timing.apply
     }
 
+    fn probe<'a>(
+        &'a self,
+        _cluster: &'a starling_sync::ClusterTarget,
+    ) -> BoxFuture<'a, Result<(), starling_sync::SyncError>> {
+        // The simulated targets always answer.
+        Box::pin(async { Ok(()) })
+    }
+
     fn survey<'a>(
         &'a self,
         _cluster: &'a starling_sync::ClusterTarget,

@@ -40,9 +40,10 @@ pub struct ServerArgs {
         value_name = "HOST:PORT"
     )]
     pub server: String,
-    /// Time limit for connecting and for each request (`10s`, `1m`, `500ms`).
-    #[arg(long, global = true, default_value = "10s", value_parser = parse_timeout)]
-    pub timeout: Duration,
+    /// Time limit for connecting and for each request (`10s`, `1m`, `500ms`; 10s when unset).
+    /// `rollout status --watch` also stops waiting after it.
+    #[arg(long, global = true, value_parser = parse_timeout)]
+    pub timeout: Option<Duration>,
     /// The API token, when the installation requires one (`starling token create`, or the
     /// admin token). Never printed.
     #[arg(long, global = true, env = "STARLING_TOKEN", hide_env_values = true)]
@@ -51,6 +52,16 @@ pub struct ServerArgs {
     /// when it chains to this CA. Unset: plain text (a node started with --insecure).
     #[arg(long, global = true, env = "STARLING_TLS_CA", value_name = "PATH")]
     pub tls_ca: Option<std::path::PathBuf>,
+}
+
+/// The time limit of one call when `--timeout` is not given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl ServerArgs {
+    /// The time limit of a call: `--timeout`, or [`DEFAULT_TIMEOUT`].
+    pub fn call_timeout(&self) -> Duration {
+        self.timeout.unwrap_or(DEFAULT_TIMEOUT)
+    }
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -95,7 +106,8 @@ impl Client {
     /// Connects to `args.server`, failing with one line when it cannot.
     pub async fn connect(args: &ServerArgs) -> anyhow::Result<Client> {
         let uri = server_uri(&args.server)?;
-        let endpoint = Endpoint::from(uri).connect_timeout(args.timeout);
+        let timeout = args.call_timeout();
+        let endpoint = Endpoint::from(uri).connect_timeout(timeout);
         let connecting = match &args.tls_ca {
             None => futures::future::Either::Left(endpoint.connect()),
             Some(ca) => {
@@ -108,7 +120,7 @@ impl Client {
                 )
             }
         };
-        let channel = match tokio::time::timeout(args.timeout, connecting).await {
+        let channel = match tokio::time::timeout(timeout, connecting).await {
             Ok(Ok(channel)) => channel,
             Ok(Err(error)) => {
                 return Err(anyhow!(
@@ -122,7 +134,7 @@ impl Client {
                 return Err(anyhow!(
                     "cannot reach starling at {}: timed out after {}",
                     args.server,
-                    fleet::duration::format_duration(args.timeout)
+                    fleet::duration::format_duration(timeout)
                 ));
             }
         };
@@ -132,7 +144,7 @@ impl Client {
     fn from_channel(channel: Channel, args: &ServerArgs) -> Client {
         Client {
             server: args.server.clone(),
-            timeout: args.timeout,
+            timeout: args.call_timeout(),
             token: args.token.clone(),
             tls: args.tls_ca.is_some(),
             fleet: FleetClient::new(channel.clone())
@@ -153,6 +165,7 @@ impl Client {
     rpc!(fleet::rollout_resume(proto::RolloutRequest) -> proto::RolloutResponse);
     rpc!(fleet::rollout_pin(proto::RolloutPinRequest) -> proto::RolloutResponse);
     rpc!(fleet::cluster_hold(proto::ClusterHoldRequest) -> proto::ClusterHoldResponse);
+    rpc!(fleet::source_poll(proto::SourcePollRequest) -> proto::SourcePollResponse);
     rpc!(admin::token_create(proto::TokenCreateRequest) -> proto::TokenCreateResponse);
     rpc!(admin::token_list() = proto::TokenListRequest {} => proto::TokenListResponse);
     rpc!(admin::token_revoke(proto::TokenRevokeRequest) -> proto::TokenRevokeResponse);
@@ -510,7 +523,7 @@ mod tests {
         drop(listener);
         let args = ServerArgs {
             server: address.to_string(),
-            timeout: TIMEOUT,
+            timeout: Some(TIMEOUT),
             token: None,
             tls_ca: None,
         };

@@ -35,7 +35,7 @@ pub(crate) async fn serve() -> ServerArgs {
     tokio::spawn(router.serve_with_incoming(incoming));
     ServerArgs {
         server: address.to_string(),
-        timeout: std::time::Duration::from_secs(5),
+        timeout: Some(std::time::Duration::from_secs(5)),
         token: None,
         tls_ca: None,
     }
@@ -262,6 +262,14 @@ impl Fleet for CannedNode {
     ) -> Result<Response<proto::ClusterHoldResponse>, Status> {
         Err(Status::unimplemented("cluster hold"))
     }
+
+    async fn source_poll(
+        &self,
+        _request: Request<proto::SourcePollRequest>,
+    ) -> Result<Response<proto::SourcePollResponse>, Status> {
+        // Nothing to wait for: the canned source has served every request.
+        Ok(Response::new(proto::SourcePollResponse { request: 0 }))
+    }
 }
 
 pub(crate) fn canned_status() -> proto::StatusResponse {
@@ -299,6 +307,7 @@ pub(crate) fn canned_status() -> proto::StatusResponse {
                 pending: 50,
                 failed: 0,
                 held: 0,
+                unreachable: 0,
             }),
         }],
         recovering: false,

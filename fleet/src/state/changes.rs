@@ -44,7 +44,7 @@ impl Touch {
                 let before = state.generated_from(&key);
                 Touch::Object { key, before }
             }
-            Command::HoldCluster { cluster, .. } => {
+            Command::HoldCluster { cluster, .. } | Command::ReportReachability { cluster, .. } => {
                 let key = object_key(Kind::Cluster, cluster);
                 let before = state.generated_from(&key);
                 Touch::Object { key, before }
@@ -58,9 +58,9 @@ impl Touch {
                 before: state.generated_from(key),
                 key: key.clone(),
             },
-            Command::SourceResolved { source, .. } | Command::SourceFailed { source, .. } => {
-                Touch::Source(source.clone())
-            }
+            Command::SourceResolved { source, .. }
+            | Command::SourceFailed { source, .. }
+            | Command::SourcePolled { source, .. } => Touch::Source(source.clone()),
             Command::BeginSync { sync, .. } | Command::ReportHealth { sync, .. } => {
                 Touch::Sync(sync.clone())
             }
@@ -69,7 +69,7 @@ impl Touch {
                 Touch::Syncs(syncs.iter().map(|s| s.sync.clone()).collect())
             }
             Command::RestoreHistory { group, .. } => Touch::Group(group.clone()),
-            Command::SetRecovery { .. } => Touch::Admissions,
+            Command::SetRecovery { .. } | Command::CheckProgress { .. } => Touch::Admissions,
             Command::RevokeTickets { .. } | Command::ReleaseTickets { .. } => Touch::Finish,
             Command::PauseRollout { group } | Command::ResumeRollout { group } => {
                 Touch::Group(group.clone())

@@ -46,6 +46,7 @@ pub(super) fn summary_of(members: usize, counts: &Counts) -> RolloutSummary {
         pending: counts.pending + counts.idle,
         failed: counts.failed,
         held: counts.held,
+        unreachable: counts.unreachable,
     }
 }
 
@@ -128,6 +129,7 @@ impl FleetState {
             ..Default::default()
         });
         group.history.truncate(HISTORY_LIMIT);
+        group.ledger.progress_at = Some(self.clock.clone());
         self.observe_rollout(group_key);
     }
 
@@ -143,13 +145,15 @@ impl FleetState {
         }
         let counts = &group.ledger.counts;
         if group.ledger.halted {
-            let reason = format!(
-                "{} clusters failed, more than maxFailures ({})",
-                group.ledger.counted_failures(),
-                group.object.spec.rollout.max_failures.unwrap_or_default()
-            );
+            let reason = group.ledger.halt_reason.clone().unwrap_or_else(|| {
+                format!(
+                    "{} clusters failed, more than maxFailures ({})",
+                    group.ledger.counted_failures(),
+                    group.object.spec.rollout.max_failures.unwrap_or_default()
+                )
+            });
             group.close(RolloutOutcome::Halted, clock, Some(reason));
-        } else if counts.updated + counts.held == group.members.len() as u32 {
+        } else if counts.done() == group.members.len() as u32 {
             group.close(RolloutOutcome::Complete, clock, None);
         }
     }

@@ -129,6 +129,7 @@ impl FleetState {
                     SyncState::Updated => c.updated += 1,
                     SyncState::Failed => c.failed += 1,
                     SyncState::Held => c.held += 1,
+                    SyncState::Unreachable => c.unreachable += 1,
                 }
             }
         }

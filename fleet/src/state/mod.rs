@@ -161,6 +161,9 @@ pub struct SourceEntry {
     /// Incremented by each verified webhook ([`Command::RequestPoll`]): the owner polls at once.
     #[serde(default)]
     pub poll_requests: u64,
+    /// The last poll request a finished poll served ([`Command::SourcePolled`]).
+    #[serde(default)]
+    pub polls_served: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -374,9 +377,16 @@ pub enum Command {
     ResumeRollout {
         group: Key,
     },
-    /// A verified webhook asks the source's owner to poll now rather than at its interval.
+    /// A verified webhook (or `starling rollout status --watch`) asks the source's owner to
+    /// poll now rather than at its interval.
     RequestPoll {
         source: Key,
+    },
+    /// The source's owner finished a poll that started after request `served`
+    /// ([`SourceEntry::poll_requests`]), whether or not the revision changed.
+    SourcePolled {
+        source: Key,
+        served: u64,
     },
     /// `starling cluster hold|release` (standalone mode): sets the Cluster's `spec.hold`.
     HoldCluster {
@@ -420,6 +430,22 @@ pub enum Command {
         history: Vec<crate::resources::RolloutRecord>,
         rollouts: u64,
     },
+    /// A cluster's owner reports whether it answers: a probe of a cluster known unreachable,
+    /// or a pull cluster's agent connecting or staying away past its grace. Sets the Cluster's
+    /// `status.reachable`, and the rollouts file its Syncs again (an `Unreachable` one is
+    /// admitted again once it answers). Only from the owner at its generation.
+    ReportReachability {
+        cluster: Key,
+        node: NodeId,
+        generation: u64,
+        reachable: bool,
+        at: String,
+    },
+    /// The leader's clock tick for rollouts: a rollout that made no progress within its
+    /// `progressDeadline` halts, naming the clusters that hold it and why.
+    CheckProgress {
+        at: String,
+    },
     /// Several commands in one log entry, applied in order (throughput).
     Batch(Vec<Command>),
 }
@@ -437,7 +463,9 @@ impl Command {
             | Command::FinishSync { at, .. }
             | Command::HoldCluster { at, .. }
             | Command::PinRollout { at, .. }
-            | Command::RecoverCluster { at, .. } => Some(at),
+            | Command::RecoverCluster { at, .. }
+            | Command::ReportReachability { at, .. }
+            | Command::CheckProgress { at } => Some(at),
             _ => None,
         }
     }
@@ -626,6 +654,16 @@ impl FleetState {
                     message: format!("source {source} not found"),
                 },
             },
+            Command::SourcePolled { source, served } => match self.sources.get_mut(&source) {
+                Some(entry) if served > entry.polls_served => {
+                    entry.polls_served = served;
+                    Outcome::Ok
+                }
+                Some(_) => Outcome::Applied(ApplyResult::Unchanged),
+                None => Outcome::Rejected {
+                    message: format!("source {source} not found"),
+                },
+            },
             Command::PinRollout {
                 group, revision, ..
             } => self.pin_rollout(&group, revision),
@@ -643,6 +681,14 @@ impl FleetState {
                 history,
                 rollouts,
             } => self.restore_history(&group, history, rollouts),
+            Command::ReportReachability {
+                cluster,
+                node,
+                generation,
+                reachable,
+                at,
+            } => self.report_reachability(&cluster, node, generation, reachable, &at),
+            Command::CheckProgress { at } => self.check_progress(&at),
             Command::Batch(commands) => {
                 return Outcome::Batch(commands.into_iter().map(|c| self.apply(c)).collect());
             }

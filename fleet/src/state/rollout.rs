@@ -16,6 +16,15 @@
 //! A cluster is *unavailable* while Admitted, Applying, Unready or Failed; a group never admits
 //! when its unavailable count has reached `maxUnavailable`. Partitions go in order: a partition
 //! is admitted only when no earlier partition has an unavailable member.
+//!
+//! Clusters that cannot be reached (`rollout.unreachable`, `Skip` by default): a Sync whose
+//! cluster is known unreachable is `Unreachable` instead of Pending, counted apart like a held
+//! one and taking no place in the budget, because this rollout did not make it unavailable; a
+//! sync that finds its cluster unreachable before it wrote anything gives its place back the
+//! same way. It is caught up through admission once its cluster answers again. A sync that
+//! wrote and then failed keeps its place until a retry succeeds, `maxFailures` halts the
+//! rollout, or the rollout makes no progress for `progressDeadline` ([`Command::CheckProgress`],
+//! which halts it naming the clusters that hold it and why).
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +52,9 @@ pub enum SyncState {
     Failed,
     /// The cluster is held (`starling cluster hold`): skipped by the rollout, no writes.
     Held,
+    /// The cluster could not be reached when the rollout came to it (`unreachable: Skip`):
+    /// skipped without a place in the budget, admitted again once it answers.
+    Unreachable,
 }
 
 impl SyncState {
@@ -97,6 +109,8 @@ pub struct Counts {
     pub failed: u32,
     #[serde(default)]
     pub held: u32,
+    #[serde(default)]
+    pub unreachable: u32,
 }
 
 impl Counts {
@@ -110,6 +124,7 @@ impl Counts {
             SyncState::Updated => &mut self.updated,
             SyncState::Failed => &mut self.failed,
             SyncState::Held => &mut self.held,
+            SyncState::Unreachable => &mut self.unreachable,
         }
     }
 
@@ -119,7 +134,12 @@ impl Counts {
     }
 
     pub fn total(&self) -> u32 {
-        self.idle + self.pending + self.unavailable() + self.updated + self.held
+        self.idle + self.pending + self.unavailable() + self.updated + self.held + self.unreachable
+    }
+
+    /// Syncs the rollout is done with: updated, or skipped (held, unreachable).
+    pub fn done(&self) -> u32 {
+        self.updated + self.held + self.unreachable
     }
 }
 
@@ -138,6 +158,13 @@ pub struct Ledger {
     pub halted: bool,
     /// Failures already accepted by an operator's resume.
     pub failure_baseline: u32,
+    /// When the rollout last made progress (started, admitted a cluster, or a cluster became
+    /// updated or was skipped), as the state's clock: the start of `progressDeadline`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_at: Option<String>,
+    /// Why the rollout halted, when it was not `maxFailures`: no progress within its deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halt_reason: Option<String>,
 }
 
 impl Ledger {
@@ -233,6 +260,25 @@ impl FleetState {
             .is_some_and(|entry| self.cluster_held(&super::cluster_key_of(&entry.object)))
     }
 
+    /// Whether a cluster is known unreachable (its last sync, probe or agent said so).
+    pub fn cluster_unreachable(&self, cluster: &str) -> bool {
+        self.clusters
+            .get(cluster)
+            .and_then(|c| c.object.status.as_ref())
+            .and_then(|s| s.reachable)
+            == Some(false)
+    }
+
+    /// Whether the group of a Sync skips clusters that cannot be reached (`unreachable: Skip`,
+    /// the default); `false` for a Sync of its own, which has no budget.
+    pub(super) fn skips_unreachable(&self, key: &str) -> bool {
+        self.syncs
+            .get(key)
+            .and_then(|entry| entry.group.as_ref())
+            .and_then(|group| self.groups.get(group))
+            .is_some_and(|group| !crate::validate::unreachable_counts(&group.object.spec.rollout))
+    }
+
     /// Whether a cluster is held: nothing may write to it.
     pub fn cluster_held(&self, cluster: &str) -> bool {
         self.clusters
@@ -266,6 +312,13 @@ impl FleetState {
                     } else {
                         SyncState::Unready
                     }
+                }
+                Some(_)
+                    if !facts.admitted
+                        && self.skips_unreachable(key)
+                        && self.cluster_unreachable(&super::cluster_key_of(&entry.object)) =>
+                {
+                    SyncState::Unreachable
                 }
                 Some(_) if facts.admitted || entry.group.is_none() => SyncState::Admitted,
                 Some(_) => SyncState::Pending,
@@ -315,10 +368,20 @@ impl FleetState {
         }
         if let Some(group_key) = group {
             if let Some(group) = self.groups.get_mut(&group_key) {
+                let progressed = matches!(
+                    state,
+                    SyncState::Admitted
+                        | SyncState::Updated
+                        | SyncState::Held
+                        | SyncState::Unreachable
+                ) && previous.as_ref().is_none_or(|p| p.state != state);
                 if let Some(previous) = previous {
                     group.ledger.remove(&previous, key);
                 }
                 group.ledger.add(&contribution, key);
+                if progressed {
+                    group.ledger.progress_at = Some(self.clock.clone());
+                }
             }
             self.observe_rollout(&group_key);
         }
@@ -445,6 +508,7 @@ impl FleetState {
         let resumed_halt = !paused && group.ledger.halted;
         if !paused {
             group.ledger.halted = false;
+            group.ledger.halt_reason = None;
             group.ledger.failure_baseline = group.ledger.counts.failed;
         }
         if resumed_halt {
@@ -453,4 +517,138 @@ impl FleetState {
         self.admit(group_key);
         super::Outcome::Ok
     }
+}
+
+/// The names shown in a halt's reason before "and N more".
+const NAMES_SHOWN: usize = 5;
+
+impl FleetState {
+    /// Whether some rollout has gone without progress past its `progressDeadline` at `now`
+    /// (seconds since the epoch): the leader then proposes [`super::Command::CheckProgress`].
+    pub fn rollouts_overdue(&self, now: i64) -> bool {
+        self.groups.values().any(|group| group_overdue(group, now))
+    }
+
+    /// [`super::Command::CheckProgress`]: halts every rollout that made no progress within
+    /// its deadline, with the reason.
+    pub(super) fn check_progress(&mut self, at: &str) -> super::Outcome {
+        let Some(now) = crate::duration::unix_seconds(at) else {
+            return super::Outcome::Rejected {
+                message: format!("{at:?} is not an RFC 3339 time"),
+            };
+        };
+        let overdue: Vec<Key> = self
+            .groups
+            .iter()
+            .filter(|(_, group)| group_overdue(group, now))
+            .map(|(key, _)| key.clone())
+            .collect();
+        if overdue.is_empty() {
+            return super::Outcome::Applied(super::ApplyResult::Unchanged);
+        }
+        for key in overdue {
+            let reason = self.stall_reason(&key);
+            if let Some(group) = self.groups.get_mut(&key) {
+                group.ledger.halted = true;
+                group.ledger.halt_reason = Some(reason);
+            }
+            self.observe_rollout(&key);
+        }
+        super::Outcome::Ok
+    }
+
+    /// Why a rollout makes no progress: the clusters that hold its budget and what they wait
+    /// for, e.g. `no progress for 10m: 2 clusters unreachable hold the whole budget of 2:
+    /// edge-1, edge-2`.
+    fn stall_reason(&self, group_key: &str) -> String {
+        let Some(group) = self.groups.get(group_key) else {
+            return String::new();
+        };
+        let policy = &group.object.spec.rollout;
+        let deadline = crate::duration::format_duration(crate::validate::progress_deadline(policy));
+        let budget = crate::validate::max_unavailable(policy, group.members.len() as u32);
+        let mut holders: Vec<(String, String)> = group
+            .members
+            .iter()
+            .filter_map(|key| {
+                let entry = self.syncs.get(key)?;
+                let cause = match entry.rollout.state {
+                    SyncState::Failed => entry
+                        .object
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .and_then(|m| m.split_once(':'))
+                        .map_or("failed", |(class, _)| class)
+                        .to_string(),
+                    SyncState::Unready => "not ready".to_string(),
+                    SyncState::Applying => "applying".to_string(),
+                    SyncState::Admitted => "not started".to_string(),
+                    _ => return None,
+                };
+                Some((entry.object.spec.cluster_ref.name.clone(), cause))
+            })
+            .collect();
+        holders.sort();
+        let count = holders.len();
+        if count == 0 {
+            return format!(
+                "no progress for {deadline}: no cluster could be admitted ({} pending)",
+                group.ledger.counts.pending
+            );
+        }
+        let clusters = if count == 1 { "cluster" } else { "clusters" };
+        let hold = if count == 1 { "holds" } else { "hold" };
+        let what = if count as u32 >= budget {
+            format!("the whole budget of {budget}")
+        } else {
+            "the rollout".to_string()
+        };
+        let same_cause = holders.iter().all(|(_, cause)| *cause == holders[0].1);
+        let mut names: Vec<String> = holders
+            .iter()
+            .take(NAMES_SHOWN)
+            .map(|(name, cause)| {
+                if same_cause {
+                    name.clone()
+                } else {
+                    format!("{name} ({cause})")
+                }
+            })
+            .collect();
+        if count > NAMES_SHOWN {
+            names.push(format!("and {} more", count - NAMES_SHOWN));
+        }
+        let cause = if same_cause {
+            format!(" {}", holders[0].1)
+        } else {
+            String::new()
+        };
+        format!(
+            "no progress for {deadline}: {count} {clusters}{cause} {hold} {what}: {}",
+            names.join(", ")
+        )
+    }
+}
+
+/// Whether a group's open rollout has gone without progress past its deadline at `now`: not
+/// complete, not paused or halted already.
+fn group_overdue(group: &super::GroupEntry, now: i64) -> bool {
+    if group.ledger.blocked(&group.object)
+        || group.ledger.counts.done() == group.members.len() as u32
+        || group.history.front().map(|r| r.outcome)
+            != Some(crate::resources::RolloutOutcome::Progressing)
+    {
+        return false;
+    }
+    let Some(since) = group
+        .ledger
+        .progress_at
+        .as_deref()
+        .and_then(crate::duration::unix_seconds)
+    else {
+        return false;
+    };
+    let deadline = crate::validate::progress_deadline(&group.object.spec.rollout);
+    now.saturating_sub(since) >= deadline.as_secs() as i64
 }

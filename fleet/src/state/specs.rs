@@ -217,6 +217,7 @@ impl FleetState {
                         owner: None,
                         seq: 0,
                         poll_requests: 0,
+                        polls_served: 0,
                     },
                 );
                 let moves = self.source_placement.add_item(&key, 1);
@@ -502,6 +503,7 @@ impl FleetState {
                     if spec_changed {
                         // A changed spec lifts a halt: it is the operator's answer to it.
                         entry.ledger.halted = false;
+                        entry.ledger.halt_reason = None;
                         entry.ledger.failure_baseline = 0;
                     }
                 }
@@ -730,6 +732,7 @@ impl FleetState {
             // A new revision is a new rollout: earlier failures do not halt it.
             if let Some(group) = self.groups.get_mut(group) {
                 group.ledger.halted = false;
+                group.ledger.halt_reason = None;
                 group.ledger.failure_baseline = 0;
             }
         }

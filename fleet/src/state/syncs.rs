@@ -90,7 +90,9 @@ impl FleetState {
         let kind = match entry.rollout.state {
             SyncState::Admitted | SyncState::Failed => SyncKind::Rollout,
             SyncState::Updated | SyncState::Unready => SyncKind::Drift,
-            SyncState::Pending => return denied(DenyReason::NotAdmitted),
+            SyncState::Pending | SyncState::Unreachable => {
+                return denied(DenyReason::NotAdmitted);
+            }
             SyncState::Idle => return denied(DenyReason::NotEligible),
             SyncState::Held => return denied(DenyReason::Held),
             SyncState::Applying => return denied(DenyReason::InFlight { ticket: 0 }),
@@ -161,10 +163,7 @@ impl FleetState {
             .syncs
             .get(&ticket.sync)
             .map(|s| cluster_key_of(&s.object));
-        let pull = cluster_key
-            .as_ref()
-            .and_then(|key| self.clusters.get(key))
-            .is_some_and(|c| c.object.spec.mode == crate::resources::ClusterMode::Pull);
+        let skips_unreachable = self.skips_unreachable(&ticket.sync);
         if let Some(key) = &cluster_key {
             self.note_reachability(key, &outcome, at);
         }
@@ -229,15 +228,19 @@ impl FleetState {
                 message,
                 inventory,
             } => {
-                entry.rollout.failed = Some(mark);
                 // A failure keeps its slot: the cluster may be half applied, so it stays
                 // unavailable until a retry (at the newest mark) succeeds. A drift re-apply
                 // that failed at a superseded mark queues again like any outdated Sync. A
-                // pull cluster whose agent was away was not touched: it frees its slot, and
-                // the rollout goes on without it.
-                let untouched = pull && class == "unreachable" && inventory.is_none();
+                // cluster that could not be reached before anything was written was not
+                // touched by this rollout: with `unreachable: Skip` it gives its place back,
+                // records no failure and waits, counted apart, until it answers again.
+                let untouched = class == "unreachable" && inventory.is_none();
+                let skip = untouched && skips_unreachable;
+                if !skip {
+                    entry.rollout.failed = Some(mark);
+                }
                 entry.rollout.admitted =
-                    !untouched && (desired == Some(mark) || ticket.kind == SyncKind::Rollout);
+                    !skip && (desired == Some(mark) || ticket.kind == SyncKind::Rollout);
                 status.result = Some(SyncResult::Failed);
                 status.message = Some(format!("{class}: {message}"));
                 failure = entry.group.clone().map(|group| {
@@ -259,6 +262,34 @@ impl FleetState {
         Outcome::Finished { sync: ticket.sync }
     }
 
+    /// [`Command::ReportReachability`].
+    pub(super) fn report_reachability(
+        &mut self,
+        cluster: &str,
+        node: NodeId,
+        generation: u64,
+        reachable: bool,
+        at: &str,
+    ) -> Outcome {
+        match self.clusters.get(cluster) {
+            None => Outcome::Denied {
+                reason: DenyReason::UnknownCluster,
+            },
+            Some(entry) if entry.owner != Some(node) => Outcome::Denied {
+                reason: DenyReason::NotOwner { owner: entry.owner },
+            },
+            Some(entry) if entry.owner_generation != generation => Outcome::Denied {
+                reason: DenyReason::StaleGeneration {
+                    current: entry.owner_generation,
+                },
+            },
+            Some(_) => {
+                self.set_reachable(cluster, reachable, at);
+                Outcome::Ok
+            }
+        }
+    }
+
     /// The Cluster's `status.reachable` (and `lastContact`) from a sync's outcome: a target
     /// that answered is reachable, one that failed as `unreachable` is not. Written only on a
     /// change of `reachable`, so steady syncs do not touch the Cluster.
@@ -268,15 +299,31 @@ impl FleetState {
             SyncOutcome::Failed { class, .. } => class != "unreachable",
             SyncOutcome::Abandoned { .. } => return,
         };
+        self.set_reachable(cluster, reachable, at);
+    }
+
+    /// Records whether a cluster answers. On a change, its other Syncs are filed again: a
+    /// pending one becomes `Unreachable` (out of the queue, no place in the budget), an
+    /// `Unreachable` one pending again, and their groups admit.
+    fn set_reachable(&mut self, cluster: &str, reachable: bool, at: &str) {
         let Some(entry) = self.clusters.get_mut(cluster) else {
             return;
         };
         let status = entry.object.status.get_or_insert_with(Default::default);
-        if status.reachable != Some(reachable) {
-            status.reachable = Some(reachable);
-            if reachable {
-                status.last_contact = Some(at.to_string());
-            }
+        if status.reachable == Some(reachable) {
+            return;
+        }
+        status.reachable = Some(reachable);
+        if reachable {
+            status.last_contact = Some(at.to_string());
+        }
+        let syncs: Vec<Key> = self
+            .cluster_syncs
+            .get(cluster)
+            .map(|syncs| syncs.iter().cloned().collect())
+            .unwrap_or_default();
+        for sync in syncs {
+            self.settle_and_admit(&sync);
         }
     }
 

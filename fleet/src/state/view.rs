@@ -12,10 +12,7 @@ impl FleetState {
     pub fn get(&self, key: &ObjectKey) -> Option<Resource> {
         let k = key_of(&key.namespace, &key.name);
         match key.kind {
-            Kind::Source => self
-                .sources
-                .get(&k)
-                .map(|e| Resource::Source(e.object.clone())),
+            Kind::Source => self.sources.get(&k).map(source_view),
             Kind::Cluster => self
                 .clusters
                 .get(&k)
@@ -36,7 +33,7 @@ impl FleetState {
                 .sources
                 .iter()
                 .filter(|(k, _)| in_namespace(k))
-                .map(|(_, e)| Resource::Source(e.object.clone()))
+                .map(|(_, e)| source_view(e))
                 .collect(),
             Kind::Cluster => self
                 .clusters
@@ -107,6 +104,11 @@ impl FleetState {
                 "disaster recovery in progress (starling recover)".into()
             }
             SyncState::Held => format!("cluster {cluster} is held (starling cluster release)"),
+            SyncState::Unreachable => format!(
+                "cluster {cluster} could not be reached when the rollout came to it: it takes no \
+                 place in the budget (rollout.unreachable: Skip) and is admitted again once it \
+                 answers"
+            ),
             SyncState::Idle if entry.retiring => "being deleted with prune".into(),
             SyncState::Idle if entry.object.spec.template.suspend => "suspended".into(),
             SyncState::Idle if !self.clusters.contains_key(&cluster) => {
@@ -123,11 +125,14 @@ impl FleetState {
             }
             SyncState::Idle => "its source has no revision yet".into(),
             SyncState::Pending => match group {
-                Some(g) if g.ledger.halted => {
-                    "the rollout is halted (starling rollout resume)".into()
-                }
+                Some(g) if g.ledger.halted => match &g.ledger.halt_reason {
+                    Some(reason) => {
+                        format!("the rollout is halted: {reason} (starling rollout resume)")
+                    }
+                    None => "the rollout is halted (starling rollout resume)".into(),
+                },
                 Some(g) if g.ledger.blocked(&g.object) => "the rollout is paused".into(),
-                Some(_) => "waiting for admission (budget or an earlier partition)".into(),
+                Some(g) => waiting_for_admission(g, entry.rollout.partition),
                 None => String::new(),
             },
             _ => String::new(),
@@ -168,7 +173,9 @@ impl FleetState {
             RolloutPhase::Halted
         } else if group.ledger.blocked(&group.object) {
             RolloutPhase::Paused
-        } else if target.is_some() && summary.updated + summary.held == summary.total {
+        } else if target.is_some()
+            && summary.updated + summary.held + summary.unreachable == summary.total
+        {
             RolloutPhase::Complete
         } else {
             RolloutPhase::Progressing
@@ -271,4 +278,44 @@ fn redacted(secret: &k8s_openapi::api::core::v1::Secret) -> k8s_openapi::api::co
     copy.data = (!data.is_empty()).then_some(data);
     copy.string_data = None;
     copy
+}
+
+/// Why a pending Sync of `group` in `partition` is not admitted yet: the budget is taken, or
+/// an earlier partition still has clusters in rollout.
+fn waiting_for_admission(group: &super::GroupEntry, partition: u32) -> String {
+    let counts = &group.ledger.counts;
+    let budget =
+        crate::validate::max_unavailable(&group.object.spec.rollout, group.members.len() as u32);
+    let unavailable = counts.unavailable();
+    if unavailable >= budget {
+        return format!(
+            "waiting for admission: the budget of {budget} is taken ({} in progress, {} failed)",
+            counts.admitted + counts.applying + counts.unready,
+            counts.failed
+        );
+    }
+    let earlier: u32 = group
+        .ledger
+        .unavailable_by_partition
+        .range(..partition)
+        .map(|(_, count)| count)
+        .sum();
+    if earlier > 0 {
+        return format!(
+            "waiting for admission: {earlier} clusters of an earlier partition are still in rollout"
+        );
+    }
+    "waiting for admission".into()
+}
+
+/// A Source with the poll requests its owner has served.
+fn source_view(entry: &super::SourceEntry) -> Resource {
+    let mut object = entry.object.clone();
+    if entry.polls_served > 0 {
+        object
+            .status
+            .get_or_insert_with(Default::default)
+            .observed_poll_request = Some(entry.polls_served);
+    }
+    Resource::Source(object)
 }

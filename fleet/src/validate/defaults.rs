@@ -103,6 +103,22 @@ pub fn rollout_jitter(policy: &RolloutPolicy) -> Duration {
     duration_or(policy.jitter.as_deref(), Duration::ZERO)
 }
 
+/// How long a rollout may go without progress before it halts.
+pub const DEFAULT_PROGRESS_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A rollout's `progressDeadline`, or [`DEFAULT_PROGRESS_DEADLINE`].
+pub fn progress_deadline(policy: &RolloutPolicy) -> Duration {
+    duration_or(
+        policy.progress_deadline.as_deref(),
+        DEFAULT_PROGRESS_DEADLINE,
+    )
+}
+
+/// Whether clusters that cannot be reached take a place in the budget (`unreachable: Count`).
+pub fn unreachable_counts(policy: &RolloutPolicy) -> bool {
+    policy.unreachable == Some(crate::resources::UnreachablePolicy::Count)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -454,6 +454,12 @@ fn check_rollout(problems: &mut Problems, prefix: &str, rollout: &RolloutPolicy)
         rollout.jitter.as_deref(),
         true,
     );
+    check_duration(
+        problems,
+        &format!("{prefix}.progressDeadline"),
+        rollout.progress_deadline.as_deref(),
+        false,
+    );
 }
 
 fn describe_int_or_string(value: &IntOrString) -> String {

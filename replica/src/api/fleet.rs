@@ -300,6 +300,7 @@ impl proto::fleet_server::Fleet for FleetService {
                             pending: status.summary.pending,
                             failed: status.summary.failed,
                             held: status.summary.held,
+                            unreachable: status.summary.unreachable,
                         }),
                     })
                 })
@@ -422,6 +423,29 @@ impl proto::fleet_server::Fleet for FleetService {
             })
             .await?;
         Ok(Response::new(proto::ClusterHoldResponse { revision }))
+    }
+
+    async fn source_poll(
+        &self,
+        request: Request<proto::SourcePollRequest>,
+    ) -> Result<Response<proto::SourcePollResponse>, Status> {
+        let caller = principal(&request)?;
+        let request = request.into_inner();
+        let namespace = namespace_or_default(&request.namespace);
+        // Reading a rollout's progress needs a poll; a reader may ask for one.
+        caller.require(Role::Reader, Some(namespace), "ask a source to poll")?;
+        let source = key_of(namespace, &request.name);
+        self.propose_operation(Command::RequestPoll {
+            source: source.clone(),
+        })
+        .await?;
+        let request = self.replica.raft.reader().read(|state| {
+            state
+                .sources
+                .get(&source)
+                .map_or(0, |entry| entry.poll_requests)
+        });
+        Ok(Response::new(proto::SourcePollResponse { request }))
     }
 }
 

@@ -16,6 +16,11 @@ pub trait Applier: Send + Sync + 'static {
     /// The longest one request to a cluster may take (how long a write can still land after
     /// the sync that sent it was stopped).
     fn request_timeout(&self) -> Duration;
+    /// Whether a target answers ([`SyncEngine::probe`]): reads only.
+    fn probe<'a>(
+        &'a self,
+        cluster: &'a starling_sync::ClusterTarget,
+    ) -> BoxFuture<'a, Result<(), starling_sync::SyncError>>;
     /// Reads what a target holds for `starling recover` ([`SyncEngine::survey`]): reads only.
     fn survey<'a>(
         &'a self,
@@ -43,5 +48,12 @@ impl Applier for SyncEngine {
         syncs: &'a [String],
     ) -> BoxFuture<'a, Result<starling_sync::TargetSurvey, starling_sync::SyncError>> {
         Box::pin(SyncEngine::survey(self, cluster, syncs))
+    }
+
+    fn probe<'a>(
+        &'a self,
+        cluster: &'a starling_sync::ClusterTarget,
+    ) -> BoxFuture<'a, Result<(), starling_sync::SyncError>> {
+        Box::pin(SyncEngine::probe(self, cluster))
     }
 }

@@ -4,7 +4,9 @@
 //! a member of the fleet state. A newly elected leader starts a fresh detector: a node it has
 //! not heard from since the election is declared Down after the election grace (the rest of
 //! any lease an earlier leader could have granted), any other after `down_after` of silence. It also runs the ticket
-//! watch ([`super::tickets`]): releasing revoked tickets and taking back unheld ones.
+//! watch ([`super::tickets`]): releasing revoked tickets and taking back unheld ones; and the
+//! rollouts' clock: every [`PROGRESS_CHECK`] it looks for a rollout that made no progress
+//! within its `progressDeadline` and proposes [`Command::CheckProgress`], which halts it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,11 +22,14 @@ use super::{Replica, lock};
 
 /// How often the leader looks at liveness (within the detector's slack).
 const TICK: Duration = Duration::from_millis(50);
+/// How often the leader looks for rollouts past their progress deadline.
+const PROGRESS_CHECK: Duration = Duration::from_secs(2);
 
 pub async fn run(replica: Arc<Replica>) {
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tickets: Option<TicketWatch> = None;
+    let mut last_progress_check = Instant::now();
     loop {
         ticker.tick().await;
         if !replica.raft.is_leader() {
@@ -50,6 +55,21 @@ pub async fn run(replica: Arc<Replica>) {
         commands.extend(replica.raft.reader().read(|state| {
             tickets.commands(state, replica.id(), &own_running, &reports, Instant::now())
         }));
+        if last_progress_check.elapsed() >= PROGRESS_CHECK {
+            last_progress_check = Instant::now();
+            let now = super::system_now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            if replica
+                .raft
+                .reader()
+                .read(|state| state.rollouts_overdue(now))
+            {
+                commands.push(Command::CheckProgress {
+                    at: Replica::now_rfc3339(),
+                });
+            }
+        }
         if commands.is_empty() {
             continue;
         }

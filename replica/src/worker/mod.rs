@@ -9,6 +9,7 @@ pub(crate) mod drift;
 pub(crate) mod fair;
 mod plan;
 pub(crate) mod prepare;
+pub(crate) mod reachability;
 pub(crate) mod sources;
 pub(crate) mod syncs;
 

@@ -46,26 +46,22 @@ struct Watched {
     poll_requests: u64,
     /// A webhook arrived while a poll was running: poll again as soon as it ends.
     poll_again: bool,
+    /// The last poll request committed as served ([`Command::SourcePolled`]).
+    served: u64,
 }
 
 pub(crate) async fn run(replica: Arc<Replica>) {
     let mut watched: BTreeMap<Key, Watched> = BTreeMap::new();
-    let mut polls: JoinSet<(
-        Key,
-        SourceWatcher,
-        ExpectedRevision,
-        source::PollOutcome,
-        Duration,
-    )> = JoinSet::new();
+    let mut polls: JoinSet<PollDone> = JoinSet::new();
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             Some(done) = polls.join_next(), if !polls.is_empty() => {
-                if let Ok((key, watcher, expected, outcome, took)) = done {
-                    replica.metrics.source_fetch_duration.observe(took.as_secs_f64());
-                    finish_poll(&replica, &mut watched, key, watcher, expected, outcome).await;
+                if let Ok(done) = done {
+                    replica.metrics.source_fetch_duration.observe(done.took.as_secs_f64());
+                    finish_poll(&replica, &mut watched, done).await;
                 }
                 continue;
             }
@@ -115,6 +111,7 @@ pub(crate) async fn run(replica: Arc<Replica>) {
                                     .and_then(|status| status.revision.clone()),
                                 poll_requests: requests,
                                 poll_again: false,
+                                served: 0,
                             },
                         );
                     }
@@ -134,6 +131,7 @@ pub(crate) async fn run(replica: Arc<Replica>) {
                                     resolved_from: None,
                                     poll_requests: requests,
                                     poll_again: false,
+                                    served: 0,
                                 },
                             );
                         }
@@ -173,23 +171,43 @@ pub(crate) async fn run(replica: Arc<Replica>) {
                 Some(revision) => ExpectedRevision::Revision(revision.clone()),
                 None => ExpectedRevision::Unresolved,
             };
+            // Every request made before this poll starts is served by it.
+            let serving = entry.poll_requests;
             polls.spawn(async move {
                 let started = Instant::now();
                 let outcome = watcher.poll_async().await;
-                (key, watcher, expected, outcome, started.elapsed())
+                PollDone {
+                    key,
+                    watcher,
+                    expected,
+                    outcome,
+                    took: started.elapsed(),
+                    serving,
+                }
             });
         }
     }
 }
 
-async fn finish_poll(
-    replica: &Replica,
-    watched: &mut BTreeMap<Key, Watched>,
+/// A finished poll, and the last poll request it serves.
+struct PollDone {
     key: Key,
     watcher: SourceWatcher,
     expected: ExpectedRevision,
     outcome: source::PollOutcome,
-) {
+    took: Duration,
+    serving: u64,
+}
+
+async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, done: PollDone) {
+    let PollDone {
+        key,
+        watcher,
+        expected,
+        outcome,
+        serving,
+        ..
+    } = done;
     let at = Replica::now_rfc3339();
     let mut command = None;
     if outcome.changed
@@ -233,7 +251,19 @@ async fn finish_poll(
         Instant::now() + watcher.next_delay(seed)
     };
     entry.watcher = Some(watcher);
+    // After the revision: a `rollout status --watch` that asked for this poll sees the new
+    // revision's rollout begin before it sees the request served.
+    let polled = (serving > entry.served).then(|| {
+        entry.served = serving;
+        Command::SourcePolled {
+            source: key.clone(),
+            served: serving,
+        }
+    });
     let Some(command) = command else {
+        if let Some(polled) = polled {
+            report_polled(replica, &key, polled).await;
+        }
         return;
     };
     let resolved = match &command {
@@ -253,6 +283,9 @@ async fn finish_poll(
             {
                 entry.resolved_from = Some(revision);
             }
+            if let Some(polled) = polled {
+                report_polled(replica, &key, polled).await;
+            }
         }
         Err(error) => {
             tracing::warn!(source = %key, %error, "cannot commit the source's revision; retrying");
@@ -260,6 +293,12 @@ async fn finish_poll(
             // which sees the change again.
             watched.remove(&key);
         }
+    }
+}
+
+async fn report_polled(replica: &Replica, key: &str, polled: Command) {
+    if let Err(error) = replica.raft.propose(polled).await {
+        tracing::warn!(source = %key, %error, "cannot record that a requested poll finished");
     }
 }
 

@@ -220,7 +220,7 @@ pub async fn build_client(
             .and_then(|connector| client_over(config, connector, idle))
     };
     let client =
-        built.map_err(|error| SyncError::from_kube(&target.name, "building its client", error))?;
+        built.map_err(|error| SyncError::from_kube(&target.name, "build its client", error))?;
     Ok((client, namespace))
 }
 
@@ -326,7 +326,7 @@ mod tests {
             .apiserver_version()
             .await
             .expect_err("nothing listens on port 1");
-        let error = SyncError::from_kube("edge", "asking its version", error);
+        let error = SyncError::from_kube("edge", "ask its version", error);
         assert_eq!(
             error.class(),
             crate::error::ErrorClass::Unreachable,

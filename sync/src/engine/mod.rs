@@ -115,7 +115,7 @@ impl SyncEngine {
                 {
                     Ok(outcome) => outcome,
                     Err(_) => Err(SyncError::Timeout {
-                        operation: "syncing".to_owned(),
+                        operation: "sync".to_owned(),
                         after: timeout,
                     }),
                 }
@@ -352,6 +352,29 @@ impl SyncEngine {
             health: least_status(&health),
             objects: health,
         })
+    }
+
+    /// Whether a target answers at all: its API server's version, read with a client of its
+    /// own (not cached) and the request time-out. For clusters known unreachable, to notice
+    /// when they come back.
+    pub async fn probe(&self, cluster: &ClusterTarget) -> Result<(), SyncError> {
+        let probe = async {
+            let (client, _) =
+                crate::client::build_client(cluster, "probe", 0, &self.config.clients).await?;
+            client
+                .apiserver_version()
+                .await
+                .map(drop)
+                .map_err(|error| SyncError::from_kube(&cluster.name, "probe", error))
+        };
+        let bound = self.config.clients.request_timeout + self.config.clients.connect_timeout;
+        match tokio::time::timeout(bound, probe).await {
+            Ok(result) => result.map_err(|error| error.redacted(&cluster.redactor())),
+            Err(_) => Err(SyncError::Timeout {
+                operation: "probe".to_owned(),
+                after: bound,
+            }),
+        }
     }
 
     /// What a target holds for `starling recover`, with reads only: its fence and, for each

@@ -161,7 +161,7 @@ fn each_rollout_is_recorded_with_its_trigger_outcome_failures_and_halt_reason() 
             .contains("maxFailures (1)")
     );
     assert_eq!(halted.failures.len(), 4);
-    assert!(halted.failures[0].contains("unreachable: connection refused"));
+    assert!(halted.failures[0].contains("timeout: timed out"));
 
     // A resume after a halt is a rollout of its own; a new commit supersedes it.
     state.apply(Command::ResumeRollout {

@@ -104,9 +104,9 @@ fn finish_failed(state: &mut FleetState, ticket: u64) -> Outcome {
     state.apply(Command::FinishSync {
         ticket,
         outcome: SyncOutcome::Failed {
-            class: "unreachable".into(),
-            message: "connection refused".into(),
-            inventory: None,
+            class: "timeout".into(),
+            message: "timed out after 5m while waiting for readiness".into(),
+            inventory: Some(vec![]),
         },
         at: AT.into(),
     })
@@ -641,6 +641,7 @@ mod recovery;
 mod retire;
 mod tenancy;
 mod tickets;
+mod unreachable;
 
 /// Found by chaos seed 15: a replica that became the source's owner resolved from the revision
 /// it had applied (v1), while the previous owner had just committed v2; its v1 was committed

@@ -11,6 +11,7 @@ const STATE_COLOURS = {
   W: ["#6e7681", "pending"],
   F: ["#f85149", "failed"],
   H: ["#e5a50a", "held"],
+  X: ["#8957e5", "unreachable"],
 };
 // Colours by revision: the target is green, older ones walk through other hues.
 const REVISION_COLOURS = ["#2ea043", "#a371f7", "#db61a2", "#3fb950", "#d29922", "#79c0ff"];
@@ -22,7 +23,7 @@ window.starlingView = {
   snapshots: 0,
   revision: 0,
   cells: 0,
-  counts: { updated: 0, inProgress: 0, pending: 0, failed: 0, held: 0, total: 0 },
+  counts: { updated: 0, inProgress: 0, pending: 0, failed: 0, held: 0, unreachable: 0, total: 0 },
   lastRenderMs: 0,
 };
 
@@ -77,7 +78,7 @@ function render(snapshot) {
   ctx.clearRect(0, 0, width, height);
   ctx.textBaseline = "top";
   const hits = [];
-  const counts = { updated: 0, inProgress: 0, pending: 0, failed: 0, held: 0, total: 0 };
+  const counts = { updated: 0, inProgress: 0, pending: 0, failed: 0, held: 0, unreachable: 0, total: 0 };
   let y = 8;
   for (const group of snapshot.groups) {
     const s = group.summary;
@@ -86,6 +87,7 @@ function render(snapshot) {
     counts.pending += s.pending;
     counts.failed += s.failed;
     counts.held += s.held || 0;
+    counts.unreachable += s.unreachable || 0;
     counts.total += s.total;
     ctx.fillStyle = "#d8dee6";
     ctx.font = "bold 13px system-ui, sans-serif";
@@ -123,7 +125,8 @@ function render(snapshot) {
   sv.lastRenderMs = elapsed;
   document.getElementById("summary").textContent =
     `${counts.total} clusters: ${counts.updated} updated, ${counts.inProgress} in progress, ` +
-    `${counts.pending} pending, ${counts.failed} failed, ${counts.held} held`;
+    `${counts.pending} pending, ${counts.failed} failed, ${counts.held} held, ` +
+    `${counts.unreachable} unreachable`;
   return elapsed;
 }
 

@@ -90,7 +90,7 @@ async fn require_viewer(
 }
 
 /// A cell's state letter: `U` updated, `P` in progress (admitted, applying, not ready yet),
-/// `W` waiting (pending admission, idle), `F` failed, `H` held.
+/// `W` waiting (pending admission, idle), `F` failed, `H` held, `X` unreachable (skipped).
 fn state_code(state: SyncState) -> char {
     match state {
         SyncState::Updated => 'U',
@@ -98,6 +98,7 @@ fn state_code(state: SyncState) -> char {
         SyncState::Pending | SyncState::Idle => 'W',
         SyncState::Failed => 'F',
         SyncState::Held => 'H',
+        SyncState::Unreachable => 'X',
     }
 }
 
