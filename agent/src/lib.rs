@@ -416,9 +416,10 @@ impl Agent {
                     let jobs = jobs.clone();
                     let channel = channel.clone();
                     running.spawn(async move {
-                        let outcome = agent.run_job(&job.job_json, channel, cancel, heard).await;
+                        let outcome_json = agent
+                            .answer_job(&job.job_json, channel, cancel, heard)
+                            .await;
                         lock(&jobs).remove(&job.job);
-                        let outcome_json = serde_json::to_vec(&outcome).unwrap_or_default();
                         let _ = outbound
                             .send(proto::AgentMessage {
                                 message: Some(proto::agent_message::Message::Result(
@@ -446,7 +447,42 @@ impl Agent {
         result
     }
 
-    /// Runs one job; every error becomes the outcome the owner records.
+    /// Answers one job: a sync's outcome, or a survey's answer for `starling recover`, as
+    /// JSON.
+    async fn answer_job(
+        &self,
+        json: &[u8],
+        channel: tonic::transport::Channel,
+        cancel: CancellationToken,
+        heard: Arc<Mutex<tokio::time::Instant>>,
+    ) -> Vec<u8> {
+        if let Ok(AgentJob {
+            cluster_name,
+            cluster_namespace,
+            labels,
+            survey: Some(syncs),
+            ..
+        }) = serde_json::from_slice::<AgentJob>(json)
+        {
+            let target = ClusterTarget {
+                name: cluster_name,
+                namespace: cluster_namespace,
+                labels,
+                connection: self.connection.clone(),
+            };
+            tracing::info!(cluster = %target.name, syncs = syncs.len(), "reading the cluster back for recovery");
+            let answer: starling_sync::SurveyAnswer = self
+                .engine
+                .survey(&target, &syncs)
+                .await
+                .map_err(|error| error.to_string());
+            return serde_json::to_vec(&answer).unwrap_or_default();
+        }
+        let outcome = self.run_job(json, channel, cancel, heard).await;
+        serde_json::to_vec(&outcome).unwrap_or_default()
+    }
+
+    /// Runs one sync job; every error becomes the outcome the owner records.
     async fn run_job(
         &self,
         json: &[u8],

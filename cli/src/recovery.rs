@@ -82,8 +82,14 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
         let timeout = args.server.call_timeout().max(TRANSFER_TIMEOUT);
         let reply = client.with_timeout(timeout).import(backup).await?;
         emit(&format!(
-            "imported {} objects and {} rollout histories from a backup at state revision {}\nrecovery is on: nothing rolls out until `starling recover` has read the target clusters",
-            reply.objects, reply.histories, reply.backup_revision
+            "imported {} and {} from a backup at state revision {}\nrecovery is on: nothing rolls out until `starling recover` has read the target clusters\n",
+            plural(reply.objects as usize, "object", "objects"),
+            plural(
+                reply.histories as usize,
+                "rollout history",
+                "rollout histories"
+            ),
+            reply.backup_revision
         ))
     })
 }
@@ -102,14 +108,33 @@ pub fn recover(args: RecoverArgs) -> anyhow::Result<()> {
     })
 }
 
+/// `1 object`, `2 objects`.
+fn plural(count: usize, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}
+
 fn recovered(reply: &proto::RecoverResponse) -> String {
     let mut text = format!(
-        "recovered {} clusters: {} syncs already at their desired revision (nothing to write), {} to roll out, {} without an inventory on their target\nowner generations continue above the highest fence found ({})",
-        reply.clusters, reply.current, reply.rolling_out, reply.without_mirror, reply.highest_fence
+        "recovered {}: {} already at their desired revision (nothing to write), {} to roll out, {} without an inventory on their target\nowner generations continue above the highest fence found ({})\n",
+        plural(reply.clusters as usize, "cluster", "clusters"),
+        plural(reply.current as usize, "sync", "syncs"),
+        reply.rolling_out,
+        reply.without_mirror,
+        reply.highest_fence
     );
+    if reply.pending > 0 {
+        text.push_str(&format!(
+            "{} could not be read now and {} RecoveryPending: nothing is written to them until their owner reads them back, which it keeps trying; the rest of the fleet rolls on\n",
+            plural(reply.pending as usize, "cluster", "clusters"),
+            if reply.pending == 1 { "is" } else { "are" }
+        ));
+        for reason in &reply.pending_reasons {
+            text.push_str(&format!("  {reason}\n"));
+        }
+    }
     if !reply.unresolved_sources.is_empty() {
         text.push_str(&format!(
-            "\nsources without a revision yet (their syncs roll out once they resolve): {}",
+            "sources without a revision yet (their syncs roll out once they resolve): {}\n",
             reply.unresolved_sources.join(", ")
         ));
     }
@@ -149,7 +174,14 @@ mod tests {
             highest_fence: 4,
             unresolved_sources: vec!["default/apps".into()],
             revision: 9,
+            pending: 1,
+            pending_reasons: vec!["default/edge-1: unreachable".into()],
         });
+        assert!(text.ends_with('\n'), "{text:?}");
+        assert!(
+            text.contains("1 cluster could not be read now and is RecoveryPending"),
+            "{text}"
+        );
         assert!(
             text.contains("recovered 3 clusters: 2 syncs already"),
             "{text}"

@@ -91,6 +91,8 @@ enum Step {
     Reach(u8, bool),
     /// The leader's progress check, this many minutes after the start.
     Progress(u8),
+    /// `starling recover` ends, the clusters of this bit mask not read back.
+    FinishRecovery(u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -113,6 +115,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..8, 0u8..4).prop_map(|(c, f)| Step::Recover(c, f)),
         2 => (0u8..8, any::<bool>()).prop_map(|(c, r)| Step::Reach(c, r)),
         1 => (0u8..60).prop_map(Step::Progress),
+        1 => any::<u8>().prop_map(Step::FinishRecovery),
     ]
 }
 
@@ -296,6 +299,12 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 at: AT.into(),
             }
         }
+        Step::FinishRecovery(mask) => Command::FinishRecovery {
+            pending: (0..8u8)
+                .filter(|bit| mask & (1 << bit) != 0)
+                .map(|c| format!("fleet/c{c}"))
+                .collect(),
+        },
         Step::Progress(minutes) => Command::CheckProgress {
             at: format!("2026-01-01T00:{minutes:02}:00Z"),
         },
@@ -332,10 +341,14 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
 }
 
 /// Whether a command can legitimately make a group less available without any admission:
-/// readiness dropping, a drift re-apply failing, or a paused cluster coming back unhealthy.
+/// readiness dropping, a drift re-apply failing, or a cluster that comes back unhealthy (a
+/// paused one resumed, a held one released, a RecoveryPending one read back holding objects
+/// that are not ready).
 fn may_degrade(state: &FleetState, command: &Command) -> bool {
     match command {
         Command::ReportHealth { .. } => true,
+        Command::HoldCluster { hold: false, .. } => true,
+        Command::RecoverCluster { .. } => !state.recovering,
         Command::UpsertSpec { resource, .. } => match resource.as_ref() {
             Resource::Cluster(cluster) => state
                 .clusters

@@ -231,6 +231,10 @@ impl ApiError {
         ApiError::new(ErrorKind::Unavailable, message)
     }
 
+    pub fn deadline_exceeded(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::DeadlineExceeded, message)
+    }
+
     pub fn conflict(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorKind::Conflict, message)
     }

@@ -39,7 +39,9 @@ pub(crate) use starling_sync::AgentJob;
 pub(crate) type Outbound = mpsc::Sender<Result<proto::Dispatch, Status>>;
 type Inbound = mpsc::Receiver<Result<proto::Dispatch, Status>>;
 
-type Pending = Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<SyncOutcome>>>>;
+/// The jobs an agent was sent and not answered yet: their answers arrive as JSON (a
+/// [`SyncOutcome`], or a survey's [`starling_sync::SurveyAnswer`]).
+type Pending = Arc<std::sync::Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
 
 /// One agent's stream on this replica.
 struct Session {
@@ -68,9 +70,9 @@ pub struct SessionHandle {
 impl SessionHandle {
     /// An agent's verdict on job `job`; an unknown job (already cancelled, or never sent on
     /// this session) is ignored.
-    pub fn finish(&self, job: u64, outcome: SyncOutcome) -> bool {
+    pub fn finish(&self, job: u64, answer: Vec<u8>) -> bool {
         match lock(&self.pending).remove(&job) {
-            Some(waiter) => waiter.send(outcome).is_ok(),
+            Some(waiter) => waiter.send(answer).is_ok(),
             None => false,
         }
     }
@@ -194,10 +196,21 @@ impl Agents {
             lock(&pending).remove(&id);
             return unreachable(format!("the agent of pull cluster {cluster} disconnected"));
         }
+        let decode = |answer: Vec<u8>| {
+            serde_json::from_slice::<SyncOutcome>(&answer).unwrap_or_else(|error| {
+                SyncOutcome::Failed {
+                    class: "invalid".into(),
+                    message: format!(
+                        "the agent of pull cluster {cluster} sent an unreadable result: {error}"
+                    ),
+                    inventory: None,
+                }
+            })
+        };
         let mut outcome = outcome;
         tokio::select! {
             result = &mut outcome => {
-                return result.unwrap_or_else(|_| unreachable(format!(
+                return result.map(decode).unwrap_or_else(|_| unreachable(format!(
                     "the agent of pull cluster {cluster} disconnected mid-sync"
                 )));
             }
@@ -208,10 +221,50 @@ impl Agents {
         };
         let _ = sender.send(Ok(stop)).await;
         match tokio::time::timeout(CANCEL_WAIT, outcome).await {
-            Ok(Ok(outcome)) => outcome,
+            Ok(Ok(answer)) => decode(answer),
             _ => {
                 lock(&pending).remove(&id);
                 abandoned("stopped; the agent did not answer")
+            }
+        }
+    }
+
+    /// Reads pull cluster `cluster` back through its connected agent for `starling recover`:
+    /// its fence and the inventory mirrors of `job.survey`'s Syncs. Fails at once when no agent
+    /// of the cluster is connected here, and after `limit` without an answer.
+    pub async fn survey(
+        &self,
+        cluster: &str,
+        job: &AgentJob,
+        limit: Duration,
+    ) -> Result<starling_sync::TargetSurvey, String> {
+        let (sender, pending) = self
+            .session(cluster)
+            .ok_or_else(|| format!("the agent of pull cluster {cluster} is not connected"))?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (waiter, answer) = oneshot::channel();
+        lock(&pending).insert(id, waiter);
+        let json = serde_json::to_vec(job).map_err(|error| error.to_string())?;
+        let dispatch = proto::Dispatch {
+            message: Some(proto::dispatch::Message::Job(proto::Job {
+                job: id,
+                job_json: json,
+            })),
+        };
+        if sender.send(Ok(dispatch)).await.is_err() {
+            lock(&pending).remove(&id);
+            return Err(format!("the agent of pull cluster {cluster} disconnected"));
+        }
+        match tokio::time::timeout(limit, answer).await {
+            Ok(Ok(answer)) => serde_json::from_slice::<starling_sync::SurveyAnswer>(&answer)
+                .map_err(|error| format!("the agent sent an unreadable survey: {error}"))?,
+            Ok(Err(_)) => Err(format!("the agent of pull cluster {cluster} disconnected")),
+            Err(_) => {
+                lock(&pending).remove(&id);
+                Err(format!(
+                    "the agent of pull cluster {cluster} did not answer within {}",
+                    humantime::format_duration(limit)
+                ))
             }
         }
     }
@@ -243,6 +296,7 @@ mod tests {
             wait: true,
             retire: false,
             record_digest: None,
+            survey: None,
         }
     }
 
@@ -290,10 +344,10 @@ mod tests {
             health: Default::default(),
             drift: None,
         };
-        assert!(session.finish(id, done.clone()));
+        assert!(session.finish(id, serde_json::to_vec(&done).unwrap()));
         assert_eq!(running.await.expect("joined"), done);
         // A result for a job this session never had is ignored.
-        assert!(!session.finish(id + 100, done));
+        assert!(!session.finish(id + 100, serde_json::to_vec(&done).unwrap()));
     }
 
     #[tokio::test]
@@ -339,7 +393,7 @@ mod tests {
             reason: "cancelled".into(),
             inventory: None,
         };
-        session.finish(id, abandoned.clone());
+        session.finish(id, serde_json::to_vec(&abandoned).unwrap());
         assert_eq!(running.await.expect("joined"), abandoned);
     }
 }

@@ -241,3 +241,171 @@ async fn losing_every_replica_recovers_from_the_targets_without_writing_to_them(
     assert_eq!(history["history"][0]["revision"], v3.as_str());
     assert_eq!(history["history"][0]["outcome"], "Complete");
 }
+
+/// Points the agent of pull cluster `cluster` at new replica addresses (a new installation
+/// after the disaster), as an operator updates the Upstream's Secret.
+fn point_agent_at(sim: &FleetSim, cluster: &str, addresses: &str) {
+    let secret = sim
+        .get_object(cluster, "v1", "Secret", Some(SYSTEM), "starling-upstream")
+        .expect("read the upstream secret")
+        .expect("the upstream secret exists");
+    let mut secret = secret;
+    secret["stringData"] = serde_json::json!({"addresses": addresses});
+    sim.set_object(cluster, secret)
+        .expect("update the upstream secret");
+}
+
+/// Regression (issue 33, parts 2 and 3): `starling recover` refused to finish while any target
+/// was unreadable, read pull clusters through kubeconfigs they do not have, and a second
+/// `recover` on a running fleet froze every rollout. Now: what can be read is recovered, the
+/// rest is RecoveryPending (no write to it) while the fleet rolls on, each is read back when it
+/// answers (a push cluster by its owner, a pull cluster through its agent), above its fence,
+/// and a `recover` with nothing pending is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_finishes_while_clusters_are_down_and_reads_them_back_later() {
+    const PUSH: usize = 5;
+    const PULL: usize = 2;
+    let fixture = demo_fixture(fleetsim::Config {
+        clusters: PUSH + PULL,
+        ready_delay: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
+    let names = sim.cluster_names();
+    let pull: Vec<String> = names[PUSH..].to_vec();
+    let manifests = demo_manifests(sim, &url, "    interval: 1h\n", "    maxUnavailable: 2\n");
+    let manifests: Vec<&str> = manifests
+        .split("---\n")
+        .filter(|doc| {
+            !pull.iter().any(|name| {
+                doc.contains(&format!("\"{name}-kubeconfig\""))
+                    || doc.contains(&format!("{{name: {name},"))
+            })
+        })
+        .collect();
+    let group = Group::start_together(3, Options::default());
+    group.wait_for_members(3).await;
+    group
+        .apply(1, &manifests.join("---\n"))
+        .await
+        .expect("specs applied");
+    let addresses = |group: &Group| {
+        group
+            .running()
+            .map(|n| n.grpc.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut agents = harness::pull::Agents::new();
+    for (index, name) in pull.iter().enumerate() {
+        std::fs::write(
+            agents.kubeconfig(name),
+            sim.kubeconfig(name).expect("kubeconfig"),
+        )
+        .expect("write kubeconfig");
+        harness::pull::enrol(
+            &agents.kubeconfig(name),
+            name,
+            &addresses(&group),
+            "",
+            None,
+            index,
+        )
+        .await;
+        agents.spawn(name);
+    }
+    let v1 = group
+        .wait_complete("demo", "", (PUSH + PULL) as u32, 0)
+        .await;
+    let fences_before = fences(sim);
+
+    // The disaster, with a backup; one push cluster is down and one agent away meanwhile.
+    let backup_dir = tempfile::tempdir().expect("temp dir");
+    let backup = backup_dir.path().join("starling.backup");
+    let backup_path = backup.to_str().expect("utf-8 path");
+    group.cli(&["export", "-f", backup_path]);
+    drop(group);
+    for name in &pull {
+        agents.kill(name);
+    }
+    let (push_down, pull_away) = (names[0].clone(), pull[1].clone());
+    sim.set_down(&push_down, true).expect("down");
+
+    let group = Group::start_together(
+        3,
+        Options {
+            extra_args: vec!["--recovery".into()],
+            ..Options::default()
+        },
+    );
+    group.wait_for_members(3).await;
+    group.cli(&["import", backup_path]);
+    // The agent that is back connects to the new installation.
+    point_agent_at(sim, &pull[0], &addresses(&group));
+    agents.spawn(&pull[0]);
+    let since = last_audit_seq(sim);
+    let recovered = group.cli(&["recover"]);
+    assert!(recovered.ends_with('\n'), "{recovered:?}");
+    assert!(
+        recovered.contains("RecoveryPending") && recovered.contains(&push_down),
+        "{recovered}"
+    );
+    assert!(!group.status().await.expect("status").recovering);
+
+    // The fleet rolls on without the pending clusters, writing nothing to them.
+    demo.commit("v2", "nginx:1.28", "v2").expect("commit");
+    wait_until(
+        Duration::from_secs(90),
+        "v2 on every cluster read back",
+        || async {
+            harness::config_versions(sim)
+                .iter()
+                .filter(|(name, _)| *name != push_down && *name != pull_away)
+                .all(|(_, version)| version == "v2")
+        },
+    )
+    .await;
+    for cluster in [&push_down, &pull_away] {
+        let written = starling_writes(sim, since)
+            .into_iter()
+            .filter(|w| &w.cluster == cluster)
+            .count();
+        assert_eq!(written, 0, "{cluster} was written while RecoveryPending");
+    }
+    let described = group.cli(&["describe", "sync", &format!("demo-{push_down}")]);
+    assert!(described.contains("RecoveryPending"), "{described}");
+
+    // A second `recover` on a running fleet touches only what is pending; with nothing
+    // pending it is refused.
+    sim.set_down(&push_down, false).expect("up");
+    point_agent_at(sim, &pull_away, &addresses(&group));
+    agents.spawn(&pull_away);
+    wait_until(
+        Duration::from_secs(90),
+        "the pending clusters read back and caught up",
+        || async {
+            harness::config_versions(sim)
+                .iter()
+                .all(|(_, version)| version == "v2")
+        },
+    )
+    .await;
+    let fences_after = fences(sim);
+    for cluster in [&push_down, &pull_away] {
+        assert!(
+            fences_after[cluster] > fences_before[cluster],
+            "{cluster}: fence {} is not above {}",
+            fences_after[cluster],
+            fences_before[cluster]
+        );
+    }
+    let again = group.cli_output(&["recover"]);
+    assert!(!again.status.success(), "a second recover must be refused");
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(said.contains("not recovering"), "{said}");
+    assert!(!said.contains("no leader"), "{said}");
+    group
+        .wait_complete("demo", &v1, (PUSH + PULL) as u32, 0)
+        .await;
+}

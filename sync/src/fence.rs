@@ -28,7 +28,7 @@ const WRITER_KEY: &str = "writer";
 const MAX_ROUNDS: usize = 8;
 
 /// What the fence holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FenceState {
     pub generation: u64,
     pub writer: String,

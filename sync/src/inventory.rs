@@ -39,14 +39,14 @@ const DIGEST_KEY: &str = "digest";
 
 /// What the last completed sync of a Sync applied: its revision and render digest
 /// (`FleetState::render_digest`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MirrorRecord {
     pub revision: String,
     pub digest: String,
 }
 
 /// A Sync's inventory mirror as stored on its target.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mirror {
     pub objects: Vec<ObjectRef>,
     /// Absent before the first completed sync, and in format 1.

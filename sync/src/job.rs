@@ -27,4 +27,11 @@ pub struct AgentJob {
     pub retire: bool,
     /// The render digest recorded on the target with the revision.
     pub record_digest: Option<String>,
+    /// `Some`: not a sync but a read for `starling recover`: the fence and these Syncs'
+    /// inventory mirrors ([`crate::SyncEngine::survey`]); the answer is a [`SurveyAnswer`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survey: Option<Vec<String>>,
 }
+
+/// What an agent answers to a survey job.
+pub type SurveyAnswer = Result<crate::TargetSurvey, String>;

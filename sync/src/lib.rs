@@ -37,7 +37,7 @@ pub use engine::{
     SYSTEM_NAMESPACE, SurveyedSync, SyncEngine, SyncFailure, SyncReport, SyncRequest, TargetSurvey,
 };
 pub use error::{ErrorClass, SyncError};
-pub use job::AgentJob;
+pub use job::{AgentJob, SurveyAnswer};
 pub use outcome::{class_named, outcome_of, redact_outcome};
 pub use readiness::ObjectHealth;
 pub use render::{ArtifactSource, RenderError, RenderOptions, RenderedObject};

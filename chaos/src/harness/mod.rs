@@ -278,6 +278,20 @@ impl Group {
             .map(|r| r.into_inner())
     }
 
+    /// Runs the `starling` CLI against the first running node; returns its whole output,
+    /// whether it succeeded or not (for refusals).
+    pub fn cli_output(&self, args: &[&str]) -> std::process::Output {
+        let node = self.running().next().expect("a running node");
+        let mut command = Command::new(binary());
+        command
+            .args(["--server", &node.grpc, "--timeout", "30s"])
+            .args(args);
+        if let Some(token) = &self.options.admin_token {
+            command.env("STARLING_TOKEN", token);
+        }
+        command.output().expect("run starling")
+    }
+
     /// Runs the `starling` CLI against the first running node; returns stdout, or panics with
     /// stderr.
     pub fn cli(&self, args: &[&str]) -> String {

@@ -69,7 +69,9 @@ impl Touch {
                 Touch::Syncs(syncs.iter().map(|s| s.sync.clone()).collect())
             }
             Command::RestoreHistory { group, .. } => Touch::Group(group.clone()),
-            Command::SetRecovery { .. } | Command::CheckProgress { .. } => Touch::Admissions,
+            Command::SetRecovery { .. }
+            | Command::FinishRecovery { .. }
+            | Command::CheckProgress { .. } => Touch::Admissions,
             Command::RevokeTickets { .. } | Command::ReleaseTickets { .. } => Touch::Finish,
             Command::PauseRollout { group } | Command::ResumeRollout { group } => {
                 Touch::Group(group.clone())

@@ -249,6 +249,11 @@ pub struct FleetState {
     /// granted until `starling recover` has read back what the targets hold.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recovering: bool,
+    /// Clusters `starling recover` could not read back yet ([`Command::FinishRecovery`]):
+    /// nothing writes to them (their Syncs are `Unreachable`, out of every budget) until a
+    /// later read succeeds ([`Command::RecoverCluster`]), while the rest of the fleet rolls on.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub recovery_pending: BTreeSet<Key>,
     /// API tokens by id ([`Command::CreateToken`]): digests only.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tokens: BTreeMap<String, TokenEntry>,
@@ -405,6 +410,12 @@ pub enum Command {
     /// import`, or `starling recover` itself) or off (`starling recover` finished).
     SetRecovery {
         active: bool,
+    },
+    /// `starling recover` read back every target it could: recovery ends for the fleet, and
+    /// the clusters it could not read stay pending, written to by nothing until a later read
+    /// of theirs succeeds.
+    FinishRecovery {
+        pending: Vec<Key>,
     },
     /// `starling token create`: a new API token (its digest).
     CreateToken {
@@ -668,6 +679,7 @@ impl FleetState {
                 group, revision, ..
             } => self.pin_rollout(&group, revision),
             Command::SetRecovery { active } => self.set_recovery(active),
+            Command::FinishRecovery { pending } => self.finish_recovery(pending),
             Command::CreateToken { id, entry } => self.create_token(id, entry),
             Command::RevokeToken { id } => self.revoke_token(&id),
             Command::RecoverCluster {
@@ -744,6 +756,7 @@ impl FleetState {
             return Vec::new();
         }
         let mut cluster = String::new();
+        let pending = &self.recovery_pending;
         self.actionable
             .iter()
             .chain(self.retiring.iter())
@@ -759,9 +772,11 @@ impl FleetState {
                     .unwrap_or("default");
                 let reference = &sync.object.spec.cluster_ref;
                 write_key(&mut cluster, reference.namespace_or(own), &reference.name);
-                self.clusters
-                    .get(&cluster)
-                    .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
+                !pending.contains(&cluster)
+                    && self
+                        .clusters
+                        .get(&cluster)
+                        .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
             })
             .cloned()
             .collect()

@@ -82,11 +82,12 @@ impl FleetState {
         syncs: Vec<RecoveredSync>,
         at: &str,
     ) -> Outcome {
-        if !self.recovering {
+        if !self.recovering && !self.recovery_pending.contains(cluster) {
             return Outcome::Rejected {
-                message:
-                    "the installation is not recovering: `starling recover` turns recovery on first"
-                        .into(),
+                message: format!(
+                    "cluster {cluster} is not waiting for recovery: `starling recover` reads back \
+                     an installation that lost every replica, or the clusters it could not read then"
+                ),
             };
         }
         let Some(entry) = self.clusters.get_mut(cluster) else {
@@ -116,10 +117,41 @@ impl FleetState {
                 self.revoke_ticket_of(&sync);
             }
         }
+        let recovered_now = self.recovery_pending.remove(cluster);
         for recovered in syncs {
             self.recover_sync(cluster, recovered, at);
         }
+        if recovered_now {
+            // Read back after the rest: its Syncs rejoin their rollouts, through admission.
+            let syncs: Vec<Key> = self
+                .cluster_syncs
+                .get(cluster)
+                .map(|syncs| syncs.iter().cloned().collect())
+                .unwrap_or_default();
+            for sync in syncs {
+                self.settle_and_admit(&sync);
+            }
+        }
         Outcome::Ok
+    }
+
+    /// `FinishRecovery`: recovery ends; the clusters not read back stay pending.
+    pub(super) fn finish_recovery(&mut self, pending: Vec<Key>) -> Outcome {
+        self.recovery_pending.extend(
+            pending
+                .into_iter()
+                .filter(|key| self.clusters.contains_key(key)),
+        );
+        let syncs: Vec<Key> = self
+            .recovery_pending
+            .iter()
+            .flat_map(|cluster| self.cluster_syncs.get(cluster).into_iter().flatten())
+            .cloned()
+            .collect();
+        for sync in syncs {
+            self.settle(&sync);
+        }
+        self.set_recovery(false)
     }
 
     fn recover_sync(&mut self, cluster: &str, recovered: RecoveredSync, at: &str) {

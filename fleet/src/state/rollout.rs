@@ -313,6 +313,14 @@ impl FleetState {
                         SyncState::Unready
                     }
                 }
+                // Not read back since the disaster yet: nothing may write to it.
+                Some(_)
+                    if self
+                        .recovery_pending
+                        .contains(&super::cluster_key_of(&entry.object)) =>
+                {
+                    SyncState::Unreachable
+                }
                 Some(_)
                     if !facts.admitted
                         && self.skips_unreachable(key)
@@ -332,12 +340,14 @@ impl FleetState {
         let Some(state) = self.derive_state(key) else {
             return;
         };
-        if matches!(state, SyncState::Idle | SyncState::Held)
-            && let Some(entry) = self.syncs.get_mut(key)
+        if matches!(
+            state,
+            SyncState::Idle | SyncState::Held | SyncState::Unreachable
+        ) && let Some(entry) = self.syncs.get_mut(key)
         {
-            // An idle or held Sync gives its admission slot back and forgets its failure: it
-            // queues again, through admission, when it can work (its status keeps the last
-            // error).
+            // An idle, held or skipped Sync gives its admission slot back and forgets its
+            // failure: it queues again, through admission, when it can work (its status keeps
+            // the last error).
             entry.rollout.admitted = false;
             entry.rollout.failed = None;
         }

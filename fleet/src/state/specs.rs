@@ -261,6 +261,7 @@ impl FleetState {
         if self.clusters.remove(key).is_none() {
             return false;
         }
+        self.recovery_pending.remove(key);
         // Removing an item can move others when the bound tightens.
         let moves = self.cluster_placement.remove_item(key);
         self.apply_cluster_moves(&moves);

@@ -28,6 +28,12 @@ impl FleetState {
         let Some(entry) = self.syncs.get(sync) else {
             return denied(DenyReason::UnknownSync);
         };
+        if self
+            .recovery_pending
+            .contains(&cluster_key_of(&entry.object))
+        {
+            return denied(DenyReason::Recovering);
+        }
         let current_spec = entry.object.metadata.generation.unwrap_or(1);
         if spec_generation.is_some_and(|g| g != current_spec) {
             // The holder read an older spec than the one committed: it must read again.

@@ -7,16 +7,16 @@ use super::{FleetState, Key, key_of};
 use crate::manifest::{Kind, ObjectKey, Resource};
 use crate::resources::{RolloutPhase, Sync, SyncGroup, SyncGroupStatus};
 
+/// The condition of a Cluster `starling recover` has not read back yet.
+pub const RECOVERY_PENDING: &str = "RecoveryPending";
+
 impl FleetState {
     /// One object with its status, or `None`. Secrets are returned without data.
     pub fn get(&self, key: &ObjectKey) -> Option<Resource> {
         let k = key_of(&key.namespace, &key.name);
         match key.kind {
             Kind::Source => self.sources.get(&k).map(source_view),
-            Kind::Cluster => self
-                .clusters
-                .get(&k)
-                .map(|e| Resource::Cluster(e.object.clone())),
+            Kind::Cluster => self.clusters.get(&k).map(|e| self.cluster_view(&k, e)),
             Kind::Sync => self.sync_view(&k).map(Resource::Sync),
             Kind::SyncGroup => self.group_view(&k).map(Resource::SyncGroup),
             Kind::Secret => self.secrets.get(&k).map(|s| Resource::Secret(redacted(s))),
@@ -39,7 +39,7 @@ impl FleetState {
                 .clusters
                 .iter()
                 .filter(|(k, _)| in_namespace(k))
-                .map(|(_, e)| Resource::Cluster(e.object.clone()))
+                .map(|(k, e)| self.cluster_view(k, e))
                 .collect(),
             Kind::Sync => self
                 .syncs
@@ -62,6 +62,27 @@ impl FleetState {
                 .map(|(_, s)| Resource::Secret(redacted(s)))
                 .collect(),
         }
+    }
+
+    /// A Cluster with its status, and the condition `RecoveryPending` while `starling
+    /// recover` has not read it back.
+    fn cluster_view(&self, key: &str, entry: &super::ClusterEntry) -> Resource {
+        let mut object = entry.object.clone();
+        if self.recovery_pending.contains(key) {
+            let status = object.status.get_or_insert_with(Default::default);
+            status.conditions.retain(|c| c.type_ != RECOVERY_PENDING);
+            status.conditions.push(crate::resources::Condition {
+                type_: RECOVERY_PENDING.into(),
+                status: "True".into(),
+                reason: "NotReadBack".into(),
+                message: "starling recover could not read this cluster: nothing is written to it \
+                          until its owner reads it back, which it keeps trying"
+                    .into(),
+                last_transition_time: None,
+                observed_generation: object.metadata.generation,
+            });
+        }
+        Resource::Cluster(object)
     }
 
     /// The full Secret, data included: for the node's own use (kubeconfigs, credentials).
@@ -104,6 +125,11 @@ impl FleetState {
                 "disaster recovery in progress (starling recover)".into()
             }
             SyncState::Held => format!("cluster {cluster} is held (starling cluster release)"),
+            SyncState::Unreachable if self.recovery_pending.contains(&cluster) => format!(
+                "cluster {cluster} has not been read back since the disaster (RecoveryPending): \
+                 nothing is written to it until its owner reads it, which it retries in the \
+                 background"
+            ),
             SyncState::Unreachable => format!(
                 "cluster {cluster} could not be reached when the rollout came to it: it takes no \
                  place in the budget (rollout.unreachable: Skip) and is admitted again once it \

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use fleet::manifest::Resource;
 use fleet::resources::{Cluster, ClusterMode};
-use fleet::state::{Command, Role, SyncOutcome, key_of};
+use fleet::state::{Command, Role, key_of};
 use futures::{Stream, StreamExt};
 use proto::ApiError;
 use tonic::{Request, Response, Status, Streaming};
@@ -279,14 +279,9 @@ impl AgentService {
                     message = inbound.message() => match message {
                         Ok(Some(proto::AgentMessage {
                             message: Some(proto::agent_message::Message::Result(result)),
-                        })) => match serde_json::from_slice::<SyncOutcome>(&result.outcome_json) {
-                            Ok(outcome) => {
-                                handle.finish(result.job, outcome);
-                            }
-                            Err(error) => {
-                                tracing::warn!(%cluster, %error, "an agent sent an unreadable result");
-                            }
-                        },
+                        })) => {
+                            handle.finish(result.job, result.outcome_json);
+                        }
                         Ok(Some(_)) => {}
                         Ok(None) | Err(_) => break,
                     },

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::manifest::Resource;
-use fleet::state::{FleetState, Key, RecoveredSync, SNAPSHOT_FORMAT, SyncState};
+use fleet::state::{FleetState, Key, SNAPSHOT_FORMAT, SyncState};
 use fleet::{Command, Outcome};
 use futures::StreamExt;
 use proto::ApiError;
@@ -44,6 +44,8 @@ const DEFAULT_CONCURRENCY: usize = 64;
 const DEFAULT_SOURCE_WAIT: Duration = Duration::from_secs(120);
 /// How long `Recover` waits for tickets granted before recovery began to finish.
 const TICKET_WAIT: Duration = Duration::from_secs(120);
+/// Pending clusters named in `Recover`'s answer.
+const PENDING_SHOWN: usize = 10;
 
 /// The stream `Admin.Export` answers with.
 pub(crate) type ExportStream =
@@ -270,33 +272,53 @@ struct Survey {
 }
 
 /// `Recover`: reads back what every target holds and records it, then turns recovery off.
+/// Targets that cannot be read now (down, or pull clusters, whose agents their owners ask)
+/// stay RecoveryPending: nothing writes to them until their owner reads them back
+/// ([`crate::worker::reachability`]), and the rest of the fleet rolls on. On an installation
+/// that is not recovering, only the clusters still pending are read; with none pending it is
+/// refused, since it would stop every rollout of a fleet that is running.
 pub(crate) async fn recover(
     replica: &Arc<Replica>,
     request: proto::RecoverRequest,
 ) -> Result<proto::RecoverResponse, Status> {
     let reader = replica.raft.reader();
-    if !reader.read(|state| state.recovering) {
-        propose_all(replica, vec![Command::SetRecovery { active: true }]).await?;
+    let (recovering, pending) =
+        reader.read(|state| (state.recovering, state.recovery_pending.clone()));
+    if !recovering && pending.is_empty() {
+        return Err(status(ApiError::failed_precondition(
+            "this installation is not recovering and every cluster has been read back: \
+             `starling recover` is for an installation that lost every replica (started with \
+             --recovery, or after `starling import`); run now, it would stop every rollout",
+        )));
     }
-    wait_for(replica, TICKET_WAIT, |state| {
-        state.tickets.is_empty() && state.revoked.is_empty()
-    })
-    .await
-    .map_err(|_| {
-        status(ApiError::unavailable(format!(
-            "syncs granted before recovery began did not finish within {TICKET_WAIT:?}; recovery stays on: retry `starling recover`"
-        )))
-    })?;
-    let source_wait = match request.source_wait_seconds {
-        0 => DEFAULT_SOURCE_WAIT,
-        seconds => Duration::from_secs(u64::from(seconds)),
-    };
-    // Until the Sources resolve, no target's revision can be compared with what is desired.
-    let _ = wait_for(replica, source_wait, |state| {
-        unresolved_sources(state).is_empty()
-    })
-    .await;
-    let (surveys, unresolved) = reader.read(|state| (surveys(state), unresolved_sources(state)));
+    if recovering {
+        wait_for(replica, TICKET_WAIT, |state| {
+            state.tickets.is_empty() && state.revoked.is_empty()
+        })
+        .await
+        .map_err(|_| {
+            status(ApiError::deadline_exceeded(format!(
+                "syncs granted before recovery began did not finish within {TICKET_WAIT:?}; recovery stays on: retry `starling recover`"
+            )))
+        })?;
+        let source_wait = match request.source_wait_seconds {
+            0 => DEFAULT_SOURCE_WAIT,
+            seconds => Duration::from_secs(u64::from(seconds)),
+        };
+        // Until the Sources resolve, no target's revision can be compared with what is
+        // desired.
+        let _ = wait_for(replica, source_wait, |state| {
+            unresolved_sources(state).is_empty()
+        })
+        .await;
+    }
+    let (surveys, unresolved) = reader.read(|state| {
+        let mut surveys = surveys(state);
+        if !recovering {
+            surveys.retain(|survey| pending.contains(&survey.cluster));
+        }
+        (surveys, unresolved_sources(state))
+    });
     let concurrency = match request.concurrency {
         0 => DEFAULT_CONCURRENCY,
         n => n as usize,
@@ -306,12 +328,15 @@ pub(crate) async fn recover(
         .map(|survey| {
             let engine = engine.clone();
             async move {
-                let target = survey
-                    .target
-                    .map_err(|e| format!("{}: {e}", survey.cluster))?;
-                let read = engine.survey(&target, &survey.syncs).await;
-                read.map(|read| (survey.cluster.clone(), read))
-                    .map_err(|error| format!("{}: {error}", survey.cluster))
+                let cluster = survey.cluster.clone();
+                let read = match survey.target {
+                    Err(reason) => Err(reason),
+                    Ok(target) => engine
+                        .survey(&target, &survey.syncs)
+                        .await
+                        .map_err(|error| error.to_string()),
+                };
+                (cluster, read)
             }
         })
         .buffer_unordered(concurrency);
@@ -319,67 +344,44 @@ pub(crate) async fn recover(
         unresolved_sources: unresolved,
         ..Default::default()
     };
-    let mut failed = Vec::new();
+    let mut unread: Vec<(Key, String)> = Vec::new();
     let mut recovered: Vec<Key> = Vec::new();
     let mut commands = Vec::new();
     let at = Replica::now_rfc3339();
-    while let Some(read) = reads.next().await {
-        let (cluster, survey) = match read {
-            Ok(read) => read,
-            Err(error) => {
-                failed.push(error);
+    while let Some((cluster, read)) = reads.next().await {
+        let survey = match read {
+            Ok(survey) => survey,
+            Err(reason) => {
+                unread.push((cluster, reason));
                 continue;
             }
         };
-        let fence = survey.fence.map_or(0, |f| f.generation);
         response.clusters += 1;
-        response.highest_fence = response.highest_fence.max(fence);
-        let syncs: Vec<RecoveredSync> = survey
-            .syncs
-            .into_iter()
-            .filter_map(|surveyed| {
-                let Some(mirror) = surveyed.mirror else {
-                    response.without_mirror += 1;
-                    return None;
-                };
-                let record = mirror.record;
-                Some(RecoveredSync {
-                    sync: surveyed.sync,
-                    inventory: mirror.objects,
-                    revision: record.as_ref().map(|r| r.revision.clone()),
-                    digest: record.map(|r| r.digest),
-                    health: surveyed.health,
-                })
-            })
-            .collect();
-        recovered.extend(syncs.iter().map(|s| s.sync.clone()));
-        commands.push(Command::RecoverCluster {
-            cluster,
-            fence,
-            syncs,
-            at: at.clone(),
-        });
+        let (command, syncs) =
+            crate::worker::reachability::recover_command(cluster, survey, &at, &mut response);
+        recovered.extend(syncs);
+        commands.push(command);
         if commands.len() >= BATCH {
             propose_all(replica, std::mem::take(&mut commands)).await?;
         }
     }
     propose_all(replica, commands).await?;
-    if !failed.is_empty() {
-        failed.sort();
-        let shown: Vec<&str> = failed.iter().take(10).map(String::as_str).collect();
-        return Err(status(ApiError::unavailable(format!(
-            "{} of {} targets could not be read, so recovery stays on (nothing is written to any cluster): {}{}. Retry `starling recover` once they answer, or delete the Clusters that are gone",
-            failed.len(),
-            failed.len() + response.clusters as usize,
-            shown.join("; "),
-            if failed.len() > shown.len() {
-                "; …"
-            } else {
-                ""
-            }
-        ))));
+    unread.sort();
+    response.pending = unread.len() as u32;
+    response.pending_reasons = unread
+        .iter()
+        .take(PENDING_SHOWN)
+        .map(|(cluster, reason)| format!("{cluster}: {reason}"))
+        .collect();
+    if unread.len() > PENDING_SHOWN {
+        response
+            .pending_reasons
+            .push(format!("and {} more", unread.len() - PENDING_SHOWN));
     }
-    propose_all(replica, vec![Command::SetRecovery { active: false }]).await?;
+    if recovering {
+        let pending = unread.into_iter().map(|(cluster, _)| cluster).collect();
+        propose_all(replica, vec![Command::FinishRecovery { pending }]).await?;
+    }
     reader.read(|state| {
         for sync in &recovered {
             match state.sync_state(sync) {
@@ -401,15 +403,21 @@ fn surveys(state: &FleetState) -> Vec<Survey> {
         .map(|(key, entry)| {
             let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
             let object = &entry.object;
-            let target =
-                crate::worker::prepare::connection(state, namespace, object).map(|connection| {
-                    ClusterTarget {
-                        name: object.metadata.name.clone().unwrap_or_default(),
-                        namespace: namespace.to_string(),
-                        labels: object.metadata.labels.clone().unwrap_or_default(),
-                        connection,
-                    }
-                });
+            let pull = object.spec.mode == fleet::resources::ClusterMode::Pull;
+            let target = if pull {
+                Err(
+                    "a pull cluster: its owner reads it through its agent once connected"
+                        .to_string(),
+                )
+            } else {
+                crate::worker::prepare::connection(state, namespace, object)
+            };
+            let target = target.map(|connection| ClusterTarget {
+                name: object.metadata.name.clone().unwrap_or_default(),
+                namespace: namespace.to_string(),
+                labels: object.metadata.labels.clone().unwrap_or_default(),
+                connection,
+            });
             Survey {
                 cluster: key.clone(),
                 target,

@@ -460,6 +460,7 @@ async fn pull_sync(
         wait: request.wait,
         retire: request.retire,
         record_digest: request.record.as_ref().map(|r| r.digest.clone()),
+        survey: None,
     };
     let outcome = shared
         .agents

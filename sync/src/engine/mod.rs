@@ -430,15 +430,15 @@ impl SyncEngine {
     }
 }
 
-/// What one target holds, as [`SyncEngine::survey`] read it.
-#[derive(Clone, Debug)]
+/// What one target holds, as [`SyncEngine::survey`] read it (also sent back by an agent).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TargetSurvey {
     pub fence: Option<FenceState>,
     pub syncs: Vec<SurveyedSync>,
 }
 
 /// One Sync's mirror on a target and the health of the objects it lists.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SurveyedSync {
     pub sync: String,
     pub mirror: Option<Mirror>,

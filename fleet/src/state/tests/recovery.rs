@@ -175,3 +175,87 @@ fn roll_out(state: &mut FleetState, revision: &str) {
         sync_round(state, revision, false);
     }
 }
+
+/// Regression (issue 33, part 2): recovery could only finish once every target was readable.
+/// Now it finishes with the unread clusters pending: nothing is written to them, the others
+/// roll out, and each joins when it is read back above its fence.
+#[test]
+fn recovery_finishes_with_unread_clusters_pending_and_they_join_when_read_back() {
+    let mut old = fleet(4, "2", "");
+    resolve(&mut old, "main@sha1:aaa");
+    roll_out(&mut old, "main@sha1:aaa");
+    let mut state = fleet(4, "2", "");
+    state.apply(Command::SetRecovery { active: true });
+    resolve(&mut state, "main@sha1:bbb");
+    for cluster in ["fleet/c000", "fleet/c001"] {
+        let syncs = state.cluster_syncs[cluster]
+            .iter()
+            .map(|s| held_by_target(&old, s))
+            .collect();
+        state.apply(Command::RecoverCluster {
+            cluster: cluster.into(),
+            fence: 3,
+            syncs,
+            at: AT.into(),
+        });
+    }
+    let pending = vec!["fleet/c002".to_string(), "fleet/c003".to_string()];
+    assert_eq!(
+        state.apply(Command::FinishRecovery {
+            pending: pending.clone(),
+        }),
+        Outcome::Ok
+    );
+    assert!(!state.recovering);
+    state.check_invariants().unwrap();
+    for cluster in &pending {
+        let sync = format!("fleet/app-{}", cluster.trim_start_matches("fleet/"));
+        assert_eq!(state.sync_state(&sync), Some(SyncState::Unreachable));
+        assert!(state.explain_state(&sync).contains("RecoveryPending"));
+        assert_eq!(
+            begin(&mut state, &sync, "main@sha1:bbb"),
+            Outcome::Denied {
+                reason: DenyReason::Recovering
+            }
+        );
+    }
+    // The rest rolls out, and the rollout completes without the pending clusters.
+    for _ in 0..4 {
+        sync_round(&mut state, "main@sha1:bbb", false);
+    }
+    let status = state.group_status("fleet/app").unwrap();
+    assert_eq!(status.phase, Some(RolloutPhase::Complete));
+    assert_eq!(status.summary.unreachable, 2);
+
+    // One is read back later: above its fence, and it rolls out through the budget.
+    let syncs = state.cluster_syncs["fleet/c002"]
+        .iter()
+        .map(|s| held_by_target(&old, s))
+        .collect();
+    assert_eq!(
+        state.apply(Command::RecoverCluster {
+            cluster: "fleet/c002".into(),
+            fence: 9,
+            syncs,
+            at: AT.into(),
+        }),
+        Outcome::Ok
+    );
+    assert_eq!(state.clusters["fleet/c002"].owner_generation, 10);
+    assert!(!state.recovery_pending.contains("fleet/c002"));
+    assert_eq!(
+        state.sync_state("fleet/app-c002"),
+        Some(SyncState::Admitted)
+    );
+    let ticket = granted(begin(&mut state, "fleet/app-c002", "main@sha1:bbb"));
+    assert_eq!(ticket.generation, 10);
+    state.check_invariants().unwrap();
+    // A cluster that is neither pending nor recovering cannot be "recovered" again.
+    let outcome = state.apply(Command::RecoverCluster {
+        cluster: "fleet/c000".into(),
+        fence: 1,
+        syncs: vec![],
+        at: AT.into(),
+    });
+    assert!(matches!(outcome, Outcome::Rejected { .. }), "{outcome:?}");
+}
