@@ -26,6 +26,7 @@ use starling_sync::{ArtifactSource, ClusterTarget, Connection, SyncEngine, SyncR
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
+mod cache;
 mod error;
 
 pub use error::AgentError;
@@ -72,8 +73,6 @@ struct Enrolment {
 /// First and longest pause between attempts to reach the replicas.
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// Artifacts kept in the cache; older ones are removed.
-const CACHED_ARTIFACTS: usize = 8;
 /// Time limit of a unary call to a replica.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -82,8 +81,7 @@ struct Agent {
     enrolment: Enrolment,
     connection: Connection,
     engine: SyncEngine,
-    store: Arc<source::ArtifactStore>,
-    cached: Mutex<Vec<source::Digest>>,
+    cache: Arc<cache::Cache>,
     connector: Option<starling_transport::Connector>,
     slots: Arc<Semaphore>,
     _cache: Option<tempfile::TempDir>,
@@ -136,8 +134,7 @@ pub async fn run(
         enrolment,
         connection,
         engine,
-        store: Arc::new(store),
-        cached: Mutex::new(Vec::new()),
+        cache: cache::Cache::new(Arc::new(store)),
         connector,
         slots: Arc::new(Semaphore::new(args.concurrency.max(1))),
         _cache: temp,
@@ -502,11 +499,17 @@ impl Agent {
         let Ok(_slot) = self.slots.clone().acquire_owned().await else {
             return failed("unreachable", "the agent is stopping".into());
         };
+        let mut _pinned = None;
         let artifact = if job.retire {
             ArtifactSource::Directory(PathBuf::new())
         } else {
-            match self.artifact(&job.artifact, channel).await {
-                Ok(path) => ArtifactSource::Archive(path),
+            let cluster = format!("{}/{}", job.cluster_namespace, job.cluster_name);
+            match self.artifact(&job.artifact, &cluster, channel).await {
+                Ok((path, pinned)) => {
+                    // Held until the job ends: the cache keeps what a running job uses.
+                    _pinned = Some(pinned);
+                    ArtifactSource::Archive(path)
+                }
                 Err(error) => return failed("unreachable", format!("{error:#}")),
             }
         };
@@ -545,20 +548,26 @@ impl Agent {
     }
 
     /// The artifact `digest`, from the cache or fetched from the replica (digest verified).
+    /// The artifact `digest`, pinned for the job, from the cache or fetched from the replica
+    /// (digest verified). The job's cluster (`namespace/name`) tells the replica which of its
+    /// artifacts this is.
     async fn artifact(
         &self,
         digest: &str,
+        cluster: &str,
         channel: tonic::transport::Channel,
-    ) -> Result<PathBuf, AgentError> {
+    ) -> Result<(PathBuf, cache::Pinned), AgentError> {
         let digest: source::Digest = digest
             .parse()
             .map_err(|_| AgentError::Artifact("the job names no valid artifact digest".into()))?;
-        if !self.store.contains(&digest) {
+        let pinned = self.cache.pin(digest);
+        if !self.cache.store().contains(&digest) {
             let mut client = proto::agent_client::AgentClient::new(channel)
                 .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
             let chunks = client
                 .fetch_artifact(self.request(proto::FetchRequest {
                     digest: digest.to_string(),
+                    cluster: cluster.to_string(),
                 }))
                 .await
                 .map_err(|status| {
@@ -569,24 +578,16 @@ impl Agent {
                 })?
                 .into_inner()
                 .map(|chunk| chunk.map(|c| c.data));
-            self.store
+            self.cache
+                .store()
                 .import_stream(digest, proto::limits::MAX_ARTIFACT_BYTES, chunks)
                 .await
                 .map_err(|error| {
                     AgentError::Artifact(format!("cannot fetch artifact {digest}: {error}"))
                 })?;
-            let evicted = {
-                let mut cached = lock(&self.cached);
-                cached.retain(|d| *d != digest);
-                cached.push(digest);
-                let excess = cached.len().saturating_sub(CACHED_ARTIFACTS);
-                cached.drain(..excess).collect::<Vec<_>>()
-            };
-            for old in evicted {
-                let _ = std::fs::remove_file(self.store.path_of(&old));
-            }
+            self.cache.fetched(digest);
         }
-        Ok(self.store.path_of(&digest))
+        Ok((self.cache.path_of(&digest), pinned))
     }
 }
 

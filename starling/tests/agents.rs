@@ -261,4 +261,40 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
         .expect_err("a second agent took the cluster over");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     assert!(refused.message().contains("holds it"), "{refused:?}");
+
+    // Artifacts go only to the agent of a cluster whose Sync uses them (regression: any agent
+    // token was served any digest).
+    let rollout = group.rollout("demo").await.expect("rollout");
+    let sources = cli(&group, ADMIN, &["get", "source", "demo", "-o", "json"]);
+    let source: serde_json::Value = serde_json::from_slice(&sources.stdout).expect("json");
+    let digest = source["status"]["artifact"]["digest"]
+        .as_str()
+        .expect("an artifact")
+        .to_string();
+    assert!(!rollout.target_revision.is_empty());
+    let fetch = |token: String, cluster: String, digest: String| {
+        let node = node.clone();
+        async move {
+            let mut client = proto::agent_client::AgentClient::new(harness::channel(&node));
+            client
+                .fetch_artifact(harness::with_token(
+                    proto::FetchRequest { digest, cluster },
+                    Some(&token),
+                ))
+                .await
+                .map(|_| ())
+        }
+    };
+    let held = format!("default/{}", pull[0]);
+    fetch(token.clone(), held.clone(), digest.clone())
+        .await
+        .expect("the holder fetches its cluster's artifact");
+    let foreign = fetch(other.clone(), held.clone(), digest.clone())
+        .await
+        .expect_err("another token is refused");
+    assert_eq!(foreign.code(), tonic::Code::PermissionDenied, "{foreign:?}");
+    let unrelated = fetch(token.clone(), held, format!("sha256:{}", "0".repeat(64)))
+        .await
+        .expect_err("an artifact no Sync of the cluster uses");
+    assert!(unrelated.message().contains("no Sync"), "{unrelated:?}");
 }

@@ -54,8 +54,15 @@ impl AgentService {
 type DispatchStream = Pin<Box<dyn Stream<Item = Result<proto::Dispatch, Status>> + Send>>;
 
 /// Refuses unless `caller` is an agent serving `namespace`, and the pull Cluster `key` exists
-/// and is claimed by it.
-fn check_claim(state: &fleet::FleetState, caller: &Principal, key: &str) -> Result<(), Status> {
+/// and is claimed by it. With `named` (operator mode, where the Cluster is made in the
+/// management cluster) the Cluster must name the agent that may serve it: an unannotated one
+/// is claimed by nobody, not by the first agent token of its tenant.
+fn check_claim(
+    state: &fleet::FleetState,
+    caller: &Principal,
+    key: &str,
+    named: bool,
+) -> Result<(), Status> {
     let (namespace, name) = key.split_once('/').ok_or_else(|| {
         Status::invalid_argument(format!("{key:?} is not <namespace>/<name> of a Cluster"))
     })?;
@@ -82,6 +89,12 @@ fn check_claim(state: &fleet::FleetState, caller: &Principal, key: &str) -> Resu
                 caller.name
             )))
         }
+        None if named && !caller.open => Err(Status::permission_denied(format!(
+            "{} may not act for Cluster {key}: it names no agent; annotate it in the \
+             management cluster with {AGENT_ANNOTATION}: \"{}\" (the id `starling token list` \
+             shows) to let this agent serve it",
+            caller.name, caller.name
+        ))),
         _ => Ok(()),
     }
 }
@@ -118,12 +131,13 @@ impl proto::agent_server::Agent for AgentService {
         let mut commands = Vec::new();
         let mut registered = Vec::new();
         let at = Replica::now_rfc3339();
+        let named = self.spec_source.is_some();
         for namespace in &request.namespaces {
             caller.require(Role::Agent, Some(namespace), "register a cluster")?;
             let key = key_of(namespace, &request.cluster);
             let existing = self.replica.raft.reader().read(|state| {
                 if state.clusters.contains_key(&key) {
-                    check_claim(state, &caller, &key)?;
+                    check_claim(state, &caller, &key, named)?;
                 }
                 Ok::<_, Status>(state.clusters.get(&key).map(|c| c.object.clone()))
             })?;
@@ -210,7 +224,7 @@ impl proto::agent_server::Agent for AgentService {
         };
         let me = self.replica.id();
         let owner = self.replica.raft.reader().read(|state| {
-            check_claim(state, &caller, &hello)?;
+            check_claim(state, &caller, &hello, self.spec_source.is_some())?;
             let (owner, _) = state.cluster_owner(&hello).ok_or_else(|| {
                 Status::unavailable(format!("Cluster {hello} has no owner yet; retry"))
             })?;
@@ -249,6 +263,32 @@ impl proto::agent_server::Agent for AgentService {
             )));
         }
         let digest = super::artifacts::digest(&request.get_ref().digest)?;
+        if !caller.open {
+            // Only what a Sync on a cluster this agent holds rolls out.
+            let cluster = &request.get_ref().cluster;
+            let named = self.spec_source.is_some();
+            self.replica.raft.reader().read(|state| {
+                check_claim(state, &caller, cluster, named)?;
+                let wanted = state
+                    .cluster_syncs
+                    .get(cluster.as_str())
+                    .is_some_and(|syncs| {
+                        syncs.iter().any(|sync| {
+                            state
+                                .artifact_of(sync)
+                                .is_some_and(|artifact| artifact.digest == digest.to_string())
+                        })
+                    });
+                if wanted {
+                    Ok(())
+                } else {
+                    Err(Status::permission_denied(format!(
+                        "{} may not fetch artifact {digest}: no Sync of Cluster {cluster} uses it",
+                        caller.name
+                    )))
+                }
+            })?;
+        }
         if !self.replica.store.contains(&digest) {
             crate::worker::artifacts::from_peers(&self.replica, &digest)
                 .await
@@ -339,5 +379,69 @@ impl AgentService {
         let mut client = proto::agent_client::AgentClient::new(channel);
         let response = client.attach(request).await?;
         Ok(Box::pin(response.into_inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_with_pull_cluster(annotation: Option<&str>) -> fleet::FleetState {
+        let mut state = fleet::FleetState::default();
+        let annotations = annotation
+            .map(|a| format!("\n  annotations: {{\"{AGENT_ANNOTATION}\": \"{a}\"}}"))
+            .unwrap_or_default();
+        let yaml = format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: edge-1\n  namespace: team-a{annotations}\nspec: {{mode: pull}}\n"
+        );
+        for resource in fleet::manifest::parse_manifests(&yaml).expect("manifest") {
+            state.apply(Command::UpsertSpec {
+                resource: Box::new(resource),
+                at: "2026-01-01T00:00:00Z".into(),
+            });
+        }
+        state.apply(Command::CreateToken {
+            id: "abc".into(),
+            entry: fleet::state::TokenEntry {
+                digest: String::new(),
+                role: Role::Agent,
+                tenants: vec!["team-a".into()],
+                description: String::new(),
+                created: String::new(),
+            },
+        });
+        state
+    }
+
+    fn agent(name: &str) -> Principal {
+        Principal {
+            name: name.into(),
+            role: Role::Agent,
+            tenants: vec!["team-a".into()],
+            open: false,
+        }
+    }
+
+    /// Regression (issue 33, part 4): in operator mode an unannotated pull Cluster made in the
+    /// management cluster was claimed by the first agent token of its tenant.
+    #[test]
+    fn in_operator_mode_a_pull_cluster_must_name_its_agent() {
+        let unnamed = state_with_pull_cluster(None);
+        let refused = check_claim(&unnamed, &agent("token abc"), "team-a/edge-1", true)
+            .expect_err("an unannotated Cluster is claimed by nobody");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert!(
+            refused.message().contains(AGENT_ANNOTATION),
+            "{}",
+            refused.message()
+        );
+        // Standalone, the first agent to register claims it (and Register records the claim).
+        assert!(check_claim(&unnamed, &agent("token abc"), "team-a/edge-1", false).is_ok());
+
+        let named = state_with_pull_cluster(Some("token abc"));
+        assert!(check_claim(&named, &agent("token abc"), "team-a/edge-1", true).is_ok());
+        let other = check_claim(&named, &agent("token xyz"), "team-a/edge-1", true)
+            .expect_err("another token");
+        assert!(other.message().contains("holds it"), "{}", other.message());
     }
 }

@@ -107,6 +107,7 @@ pub(crate) async fn from_peers(
         let Ok(reply) = client
             .fetch(proto::FetchRequest {
                 digest: digest.to_string(),
+                cluster: String::new(),
             })
             .await
         else {
