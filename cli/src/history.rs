@@ -110,7 +110,8 @@ pub fn previous_revision(object: &Value) -> Option<String> {
 /// The full revision of the history that `given` names: itself, or a unique prefix of one
 /// (as `rollout history` shortens them).
 pub fn expand_revision(object: &Value, given: &str) -> Result<String, String> {
-    let mut revisions: Vec<&str> = records(object)
+    let history = records(object);
+    let mut revisions: Vec<&str> = history
         .iter()
         .filter_map(|record| record.get("revision").and_then(Value::as_str))
         .collect();
@@ -119,17 +120,43 @@ pub fn expand_revision(object: &Value, given: &str) -> Result<String, String> {
     if revisions.contains(&given) {
         return Ok(given.to_owned());
     }
-    match revisions
+    // A rollout's ID, as the history lists it.
+    let by_id = given.parse::<u64>().ok().and_then(|id| {
+        history
+            .iter()
+            .find(|record| record.get("id").and_then(Value::as_u64) == Some(id))
+            .and_then(|record| record.get("revision").and_then(Value::as_str))
+    });
+    // A prefix of the revision (`main@sha1:33c1`), or of its git commit (`33c19d`, or the
+    // whole 40 hex digits).
+    let sha = |revision: &str| {
+        revision
+            .rsplit_once(":")
+            .map_or("", |(_, sha)| sha)
+            .to_owned()
+    };
+    let looks_like_sha = given.len() >= 4 && given.chars().all(|c| c.is_ascii_hexdigit());
+    let matches: Vec<&str> = revisions
         .iter()
-        .filter(|revision| revision.starts_with(given))
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [one] => Ok((**one).to_owned()),
-        [] => Err(format!(
-            "{given} is not a revision this syncgroup rolled out (`starling rollout history`)"
+        .copied()
+        .filter(|revision| {
+            revision.starts_with(given)
+                || (looks_like_sha && sha(revision).starts_with(&given.to_ascii_lowercase()))
+        })
+        .collect();
+    match (by_id, matches.as_slice()) {
+        (Some(revision), []) => Ok(revision.to_owned()),
+        (Some(revision), [one]) if *one == revision => Ok(revision.to_owned()),
+        (Some(_), _) => Err(format!(
+            "{given} is both a rollout ID and the start of a commit of the history; give more \
+             of the commit, or the revision as `rollout history` shows it"
         )),
-        several => Err(format!(
+        (None, [one]) => Ok((*one).to_owned()),
+        (None, []) => Err(format!(
+            "{given} is not a revision, commit or rollout ID this syncgroup rolled out \
+             (`starling rollout history`)"
+        )),
+        (None, several) => Err(format!(
             "{given} names {} revisions of the history; give more of it",
             several.len()
         )),
@@ -213,6 +240,28 @@ mod tests {
             expand_revision(&group(), "v2")
                 .unwrap_err()
                 .contains("not a revision")
+        );
+    }
+
+    /// Regression (issue 33, part 5): only the revision as the history shows it was taken; a
+    /// short or full git commit and a rollout ID are what kubectl users type.
+    #[test]
+    fn undo_takes_a_commit_short_or_full_and_a_rollout_id() {
+        for given in ["bbbb", "BBBBBBBB", "bbbbbbbbbbbbbbbbbbbb"] {
+            assert_eq!(
+                expand_revision(&group(), given).unwrap(),
+                "main@sha1:bbbbbbbbbbbbbbbbbbbb",
+                "{given}"
+            );
+        }
+        assert_eq!(
+            expand_revision(&group(), "1").unwrap(),
+            "main@sha1:aaaaaaaaaaaaaaaaaaaa"
+        );
+        assert!(
+            expand_revision(&group(), "77")
+                .unwrap_err()
+                .contains("not a revision, commit or rollout ID")
         );
     }
 }

@@ -60,7 +60,8 @@ pub struct HistoryArgs {
 pub struct UndoArgs {
     #[command(flatten)]
     pub target: Target,
-    /// The revision to go back to (as `rollout history` shows it).
+    /// The revision to go back to: as `rollout history` shows it (a unique prefix is
+    /// enough), its git commit (short or full), or the rollout's ID in the history.
     #[arg(long, value_name = "REVISION")]
     pub to_revision: Option<String>,
 }
@@ -217,6 +218,8 @@ pub struct RolloutView {
     pub halt_reason: Option<String>,
     /// `spec.rollout.pinnedRevision` (`starling rollout undo`).
     pub pinned: Option<String>,
+    /// While pinned: the source's newest revision, waiting for `starling rollout unpin`.
+    pub waiting: Option<String>,
     /// Conditions that are not `True`, as `type: reason: message`.
     pub problems: Vec<String>,
 }
@@ -285,6 +288,7 @@ impl RolloutView {
                 .pointer("/spec/rollout/pinnedRevision")
                 .and_then(Value::as_str)
                 .map(String::from),
+            waiting: text("/status/waitingRevision"),
             problems,
         }
     }
@@ -434,6 +438,7 @@ pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Re
             },
             "haltReason": view.halt_reason,
             "pinnedRevision": view.pinned,
+            "waitingRevision": view.waiting,
             "problems": view.problems,
         }));
     }
@@ -446,6 +451,13 @@ pub fn render(view: &RolloutView, format: ReportFormat, bar: bool) -> anyhow::Re
     if let Some(pinned) = &view.pinned {
         text.push_str(&format!(
             "  pinned:   to {pinned} (starling rollout unpin {} to follow the source)\n",
+            view.name
+        ));
+    }
+    if let Some(waiting) = &view.waiting {
+        text.push_str(&format!(
+            "  waiting:  {waiting} is newer at the source; it rolls out after \
+             `starling rollout unpin {}`\n",
             view.name
         ));
     }
@@ -609,6 +621,26 @@ mod tests {
              paused:   requested, not yet in effect\n  clusters: 4/10 (40%) updated, 2 in progress, 4 pending, 3 failed\n  \
              Ready: Halted: 3 clusters failed, more than maxFailures 2\n"
         );
+    }
+
+    #[test]
+    fn a_pinned_group_says_a_newer_revision_waits_at_the_source() {
+        let mut object = testing::syncgroup_json("web", "Complete", 10);
+        object["spec"]["rollout"] = json!({"pinnedRevision": "main@sha1:aaa"});
+        object["status"]["waitingRevision"] = json!("main@sha1:bbb");
+        let view = RolloutView::from_object("default", "web", &object);
+        let text = render(&view, ReportFormat::Text, false).unwrap();
+        assert!(
+            text.contains(
+                "  pinned:   to main@sha1:aaa (starling rollout unpin web to follow the source)\n  \
+                 waiting:  main@sha1:bbb is newer at the source; it rolls out after `starling \
+                 rollout unpin web`\n"
+            ),
+            "{text}"
+        );
+        let json: Value =
+            serde_json::from_str(&render(&view, ReportFormat::Json, false).unwrap()).unwrap();
+        assert_eq!(json["waitingRevision"], "main@sha1:bbb");
     }
 
     #[test]

@@ -606,6 +606,10 @@ pub enum RolloutPhase {
 pub struct SyncGroupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_revision: Option<String>,
+    /// While the group is pinned (`starling rollout undo`): the source's newest revision, when
+    /// it is not the pinned one. It waits until `starling rollout unpin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_revision: Option<String>,
     #[serde(default)]
     pub summary: RolloutSummary,
     #[serde(default, skip_serializing_if = "Option::is_none")]

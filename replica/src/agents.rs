@@ -154,6 +154,7 @@ impl Agents {
         let abandoned = |reason: &str| SyncOutcome::Abandoned {
             reason: reason.into(),
             inventory: None,
+            applied: false,
         };
         let deadline = tokio::time::Instant::now() + grace;
         let (sender, pending) = loop {
@@ -392,6 +393,7 @@ mod tests {
         let abandoned = SyncOutcome::Abandoned {
             reason: "cancelled".into(),
             inventory: None,
+            applied: false,
         };
         session.finish(id, serde_json::to_vec(&abandoned).unwrap());
         assert_eq!(running.await.expect("joined"), abandoned);

@@ -104,9 +104,10 @@ async fn hold_history_undo_and_unpin() {
     let table = starling(&group, &["rollout", "history", "demo"]);
     assert!(table.contains("Commit"), "{table}");
 
-    // Undo: back to v1 with the budget. The leader is killed mid-rollback and the rollback
-    // goes on.
-    let out = starling(&group, &["rollout", "undo", "demo"]);
+    // Undo: back to v1 with the budget, named by its short git commit as a kubectl user
+    // would. The leader is killed mid-rollback and the rollback goes on.
+    let short = &v1[v1.find("sha1:").expect("a git revision") + 5..][..7];
+    let out = starling(&group, &["rollout", "undo", "demo", "--to-revision", short]);
     assert!(out.contains(&format!("pinned to {v1}")), "{out}");
     let leader = group.status().await.expect("status").leader_id;
     let mut group = group;
@@ -133,6 +134,17 @@ async fn hold_history_undo_and_unpin() {
     let status = group.rollout("demo").await.expect("rollout");
     assert_eq!(status.target_revision, v1);
     assert_eq!(status.phase, "Complete");
+    // ... and the group says it is waiting.
+    let source = starling(&group, &["get", "source", "demo", "-o", "json"]);
+    let newest = serde_json::from_str::<Value>(&source).expect("source json")["status"]["revision"]
+        .as_str()
+        .expect("a revision")
+        .to_owned();
+    let status = starling(&group, &["rollout", "status", "demo"]);
+    assert!(
+        status.contains(&format!("waiting:  {newest} is newer at the source")),
+        "{status}"
+    );
 
     // Released, the held cluster catches up to the pinned revision; unpinned, every cluster
     // goes to v3.

@@ -24,9 +24,14 @@ pub fn redact_outcome(outcome: SyncOutcome, redactor: &Redactor) -> SyncOutcome 
             message: redactor.scrub(&message),
             inventory,
         },
-        SyncOutcome::Abandoned { reason, inventory } => SyncOutcome::Abandoned {
+        SyncOutcome::Abandoned {
+            reason,
+            inventory,
+            applied,
+        } => SyncOutcome::Abandoned {
             reason: redactor.scrub(&reason),
             inventory,
+            applied,
         },
         SyncOutcome::Succeeded {
             inventory,
@@ -62,6 +67,7 @@ pub fn outcome_of(result: Result<SyncReport, SyncFailure>) -> (SyncOutcome, Opti
                 SyncOutcome::Abandoned {
                     reason: failure.error.to_string(),
                     inventory,
+                    applied: failure.applied_all,
                 },
                 Some(ErrorClass::Cancelled),
             )

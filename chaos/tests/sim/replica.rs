@@ -197,10 +197,11 @@ impl SimTarget {
     fn cancelled(&self, request: &SyncRequest, started: tokio::time::Instant) -> SyncFailure {
         SyncFailure {
             error: SyncError::Cancelled {
-                operation: format!("syncing {}", request.sync),
+                operation: format!("sync {}", request.sync),
             },
             inventory: None,
             applied: 0,
+            applied_all: false,
             duration: started.elapsed(),
             requests: 0,
             retries: 0,

@@ -506,6 +506,11 @@ pub enum SyncOutcome {
     Abandoned {
         reason: String,
         inventory: Option<Vec<ObjectRef>>,
+        /// Every object of the revision was applied before the sync was stopped: only the
+        /// wait for readiness was cut short (a hold, a revoked ticket). The Sync then reports
+        /// the revision its target holds.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        applied: bool,
     },
 }
 

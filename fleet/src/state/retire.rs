@@ -122,7 +122,9 @@ impl FleetState {
                 keep(status, inventory);
                 self.settle(sync);
             }
-            SyncOutcome::Abandoned { reason, inventory } => {
+            SyncOutcome::Abandoned {
+                reason, inventory, ..
+            } => {
                 status.message = Some(format!("pruning on deletion abandoned: {reason}"));
                 keep(status, inventory);
                 self.settle(sync);

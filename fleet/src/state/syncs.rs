@@ -187,15 +187,45 @@ impl FleetState {
         status.observed_generation = Some(generation);
         let mut failure = None;
         match outcome {
-            SyncOutcome::Abandoned { reason, inventory } => {
+            SyncOutcome::Abandoned {
+                reason,
+                inventory,
+                applied,
+            } => {
                 // The apply may be half done, whatever the revision is now: a rollout keeps
                 // its slot (the cluster stays unavailable) and is retried at the newest mark.
                 entry.rollout.admitted = ticket.kind == SyncKind::Rollout;
-                status.message = Some(format!("abandoned: {reason}"));
                 if let Some(partial) = inventory {
                     let merged: BTreeSet<ObjectRef> =
                         status.inventory.drain(..).chain(partial).collect();
                     status.inventory = merged.into_iter().collect();
+                }
+                // Every object was applied and only the wait was cut short (a hold): report
+                // what the target holds, not the revision before.
+                let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
+                if applied && newer {
+                    entry.rollout.applied = Some(mark);
+                    entry.rollout.health = ResourceStatus::InProgress;
+                    status.resources_least_status = Some(ResourceStatus::InProgress);
+                    if status.last_applied_revision.as_deref() != Some(ticket.revision.as_str()) {
+                        let history = &mut status.revision_history;
+                        history.insert(
+                            0,
+                            AppliedRevision {
+                                revision: ticket.revision.clone(),
+                                applied_at: at.to_string(),
+                            },
+                        );
+                        history.truncate(super::history::REVISIONS_KEPT);
+                    }
+                    status.last_applied_revision = Some(ticket.revision.clone());
+                    status.result = Some(SyncResult::Succeeded);
+                    status.message = Some(format!(
+                        "applied {}; stopped before its objects were ready: {reason}",
+                        ticket.revision
+                    ));
+                } else {
+                    status.message = Some(format!("abandoned: {reason}"));
                 }
             }
             SyncOutcome::Succeeded {

@@ -188,12 +188,16 @@ impl FleetState {
     pub fn group_status(&self, key: &str) -> Option<SyncGroupStatus> {
         let group = self.groups.get(key)?;
         let summary = super::history::summary_of(group.members.len(), &group.ledger.counts);
-        let target = match &group.pin {
-            Some(pin) => Some(pin.revision.clone()),
-            None => self
-                .group_source(key)
-                .and_then(|source| self.source_target(&source))
-                .map(|t| t.revision),
+        let newest = self
+            .group_source(key)
+            .and_then(|source| self.source_target(&source))
+            .map(|t| t.revision);
+        let (target, waiting) = match &group.pin {
+            Some(pin) => {
+                let waiting = newest.filter(|newest| *newest != pin.revision);
+                (Some(pin.revision.clone()), waiting)
+            }
+            None => (newest, None),
         };
         let phase = if group.ledger.halted {
             RolloutPhase::Halted
@@ -213,6 +217,7 @@ impl FleetState {
         }
         Some(SyncGroupStatus {
             target_revision: target,
+            waiting_revision: waiting,
             summary,
             phase: Some(phase),
             observed_generation: group.object.metadata.generation,

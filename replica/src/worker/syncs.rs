@@ -186,6 +186,7 @@ async fn release_orphans(replica: &Replica, running: &BTreeSet<Key>) {
             outcome: SyncOutcome::Abandoned {
                 reason: "the node restarted or lost the sync".into(),
                 inventory: None,
+                applied: false,
             },
             at: at.clone(),
         })

@@ -49,6 +49,8 @@ struct Progress {
     session: Option<Arc<Session>>,
     inventory: Option<Vec<ObjectRef>>,
     applied: usize,
+    /// Every object of the render is applied; what is left is the wait and the prune.
+    applied_all: bool,
 }
 
 /// Applies Syncs to clusters; one per node, shared by all its sync workers.
@@ -147,6 +149,7 @@ impl SyncEngine {
                     error,
                     inventory: progress.inventory,
                     applied: progress.applied,
+                    applied_all: progress.applied_all,
                     duration,
                     requests,
                     retries,
@@ -280,6 +283,7 @@ impl SyncEngine {
             });
         }
         // Applied: the wait for readiness does not hold an apply slot.
+        progress.applied_all = !request.retire;
         request.apply_slot.release();
         if request.wait {
             let resolved: Vec<_> = planned.iter().map(|p| p.resolved.clone()).collect();

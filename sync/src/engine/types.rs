@@ -295,6 +295,9 @@ pub struct SyncFailure {
     /// so that nothing applied is ever forgotten by the next prune. `None`: keep the previous.
     pub inventory: Option<Vec<ObjectRef>>,
     pub applied: usize,
+    /// Every object of the render was applied before the failure (a cancellation during the
+    /// wait for readiness): the target holds the new revision.
+    pub applied_all: bool,
     pub duration: Duration,
     pub requests: u64,
     pub retries: u64,

@@ -124,6 +124,7 @@ fn a_hold_mid_sync_frees_the_budget_slot_once_the_sync_gives_its_ticket_back() {
         outcome: SyncOutcome::Abandoned {
             reason: "cluster held".into(),
             inventory: None,
+            applied: false,
         },
         at: AT.into(),
     });
@@ -205,6 +206,7 @@ fn undo_pins_the_group_to_an_earlier_revision_until_unpinned() {
     ));
     let status = state.group_status("fleet/app").unwrap();
     assert_eq!(status.target_revision.as_deref(), Some("main@sha1:aaa"));
+    assert_eq!(status.waiting_revision.as_deref(), Some("main@sha1:bbb"));
     assert_eq!(status.history[0].trigger, RolloutTrigger::Rollback);
     assert_eq!(state.actionable.len(), 2);
     let sync = state.actionable.iter().next().cloned().unwrap();
@@ -236,8 +238,20 @@ fn undo_pins_the_group_to_an_earlier_revision_until_unpinned() {
         state.group_status("fleet/app").unwrap().phase,
         Some(RolloutPhase::Complete)
     );
+    assert_eq!(
+        state
+            .group_status("fleet/app")
+            .unwrap()
+            .waiting_revision
+            .as_deref(),
+        Some("main@sha1:ccc")
+    );
     // Unpinned, the group follows the source again.
     pin(&mut state, None);
+    assert_eq!(
+        state.group_status("fleet/app").unwrap().waiting_revision,
+        None
+    );
     assert_eq!(
         state.group_status("fleet/app").unwrap().history[0].trigger,
         RolloutTrigger::Unpin

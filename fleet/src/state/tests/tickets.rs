@@ -53,6 +53,7 @@ fn a_cluster_moving_between_live_nodes_waits_for_the_old_ticket_to_be_released()
         outcome: SyncOutcome::Abandoned {
             reason: "ticket revoked".into(),
             inventory: Some(vec![applied.clone()]),
+            applied: false,
         },
         at: AT.into(),
     });
@@ -119,6 +120,7 @@ fn an_abandoned_or_failed_rollout_at_a_superseded_revision_keeps_its_slot() {
             SyncOutcome::Abandoned {
                 reason: "lease lapsed".into(),
                 inventory: None,
+                applied: false,
             }
         } else {
             SyncOutcome::Failed {
@@ -147,4 +149,41 @@ fn an_abandoned_or_failed_rollout_at_a_superseded_revision_keeps_its_slot() {
             Some(SyncState::Admitted | SyncState::Failed)
         ));
     }
+}
+
+/// Regression (issue 33, part 5): a cluster held in the middle of its sync had the new
+/// objects, yet its Sync reported the old revision as applied. A sync stopped after applying
+/// everything reports what its target holds.
+#[test]
+fn a_sync_stopped_after_applying_everything_reports_the_revision_its_target_holds() {
+    let mut state = fleet(2, "100%", "");
+    resolve(&mut state, "main@sha1:aaa");
+    let sync = "fleet/app-c000";
+    let ticket = granted(begin(&mut state, sync, "main@sha1:aaa"));
+    state.apply(Command::HoldCluster {
+        cluster: "fleet/c000".into(),
+        hold: true,
+        at: AT.into(),
+    });
+    state.apply(Command::FinishSync {
+        ticket: ticket.id,
+        outcome: SyncOutcome::Abandoned {
+            reason: "cancelled before it could wait for readiness".into(),
+            inventory: Some(vec![]),
+            applied: true,
+        },
+        at: AT.into(),
+    });
+    let status = state.syncs[sync].object.status.clone().unwrap();
+    assert_eq!(
+        status.last_applied_revision.as_deref(),
+        Some("main@sha1:aaa")
+    );
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.starts_with("applied main@sha1:aaa; stopped before its objects were ready"),
+        "{message}"
+    );
+    assert_eq!(state.sync_state(sync), Some(SyncState::Held));
+    state.check_invariants().unwrap();
 }
