@@ -1,7 +1,9 @@
 //! The fleet view (`/ui`) in a real browser: headless Chromium, driven over the DevTools
 //! protocol, against real `starling node` processes, fleetsim and `git daemon`. The page must
-//! show the right counts, change the colour of its cells when a commit rolls out without
-//! reloading, and draw 10,000 cells within a time measured in the browser. Screenshots go to
+//! show the right counts, draw the last rollout's chart from the history when opened after it,
+//! size its cells to the fleet (30, 1,000 and 10,000 clusters), change the colour of its cells
+//! when a commit rolls out without reloading, and draw 10,000 cells within a time measured in
+//! the browser. Screenshots go to
 //! `target/tmp/test-artifacts/` (and to `docs/fleet-view.png` with
 //! `STARLING_UPDATE_SCREENSHOT=1`).
 //!
@@ -295,6 +297,42 @@ async fn the_fleet_view_shows_the_fleet_live_and_draws_ten_thousand_cells_quickl
     assert_eq!(pixels.len(), CLUSTERS);
     assert!(pixels.iter().all(|p| p == GREEN), "{pixels:?}");
 
+    // The page opened after the rollout: its chart is drawn from the rollout history, with a
+    // count axis from 0 and a time axis, and its caption above the plot, clear of the lines.
+    let chart = page.eval("starlingView.timeline").await;
+    assert!(chart["points"].as_u64().unwrap_or(0) >= 1, "{chart}");
+    let labels: Vec<&str> = chart["labels"]
+        .as_array()
+        .expect("labels")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(labels.contains(&"0"), "{labels:?}");
+    assert!(
+        labels.contains(&CLUSTERS.to_string().as_str()),
+        "{labels:?}"
+    );
+    assert!(
+        labels
+            .iter()
+            .filter(|l| l.matches(':').count() == 2)
+            .count()
+            >= 2,
+        "a time axis: {labels:?}"
+    );
+    assert!(
+        chart["captionBottom"].as_f64() < chart["plotTop"].as_f64(),
+        "{chart}"
+    );
+    // Cells sized to the fleet: 30 clusters get large, named cells, and all of them fit.
+    let layout = page.eval("starlingView.layout").await;
+    assert!(layout["cell"].as_u64().unwrap_or(0) >= 48, "{layout}");
+    assert!(
+        layout["height"].as_f64() <= layout["room"].as_f64(),
+        "{layout}"
+    );
+    page.screenshot("fleet-view-30.png").await;
+
     // A commit rolls out: cells change colour while the page stays the same document.
     page.eval("window.__notReloaded = true").await;
     demo.commit("v2", "nginx:1.28", "v2").expect("commit");
@@ -337,6 +375,23 @@ async fn the_fleet_view_shows_the_fleet_live_and_draws_ten_thousand_cells_quickl
     );
     assert_eq!(page.eval("starlingView.cells").await, json!(10_000));
     page.screenshot("fleet-view-10000.png").await;
+    // Small cells for a large fleet, every one of them in the window; the same at 1,000.
+    for (clusters, smallest) in [(10_000, 3), (1_000, 10)] {
+        if clusters != 10_000 {
+            page.eval(&format!("starling.render(starling.synthetic({clusters}))"))
+                .await;
+            page.screenshot(&format!("fleet-view-{clusters}.png")).await;
+        }
+        let layout = page.eval("starlingView.layout").await;
+        assert!(
+            layout["cell"].as_u64().unwrap_or(0) >= smallest,
+            "{clusters}: {layout}"
+        );
+        assert!(
+            layout["height"].as_f64() <= layout["room"].as_f64(),
+            "{clusters} cells do not fit in the window: {layout}"
+        );
+    }
 
     // Back to the fleet; a click on a cell shows that cluster's details.
     page.eval("fetch('/ui/api/snapshot').then((r) => r.json()).then((s) => starling.render(s))")

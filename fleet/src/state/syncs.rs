@@ -207,18 +207,7 @@ impl FleetState {
                     entry.rollout.applied = Some(mark);
                     entry.rollout.health = ResourceStatus::InProgress;
                     status.resources_least_status = Some(ResourceStatus::InProgress);
-                    if status.last_applied_revision.as_deref() != Some(ticket.revision.as_str()) {
-                        let history = &mut status.revision_history;
-                        history.insert(
-                            0,
-                            AppliedRevision {
-                                revision: ticket.revision.clone(),
-                                applied_at: at.to_string(),
-                            },
-                        );
-                        history.truncate(super::history::REVISIONS_KEPT);
-                    }
-                    status.last_applied_revision = Some(ticket.revision.clone());
+                    record_applied(status, &ticket.revision, at);
                     status.result = Some(SyncResult::Succeeded);
                     status.message = Some(format!(
                         "applied {}; stopped before its objects were ready: {reason}",
@@ -237,18 +226,7 @@ impl FleetState {
                 let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
                 if newer {
                     entry.rollout.applied = Some(mark);
-                    if status.last_applied_revision.as_deref() != Some(ticket.revision.as_str()) {
-                        let history = &mut status.revision_history;
-                        history.insert(
-                            0,
-                            AppliedRevision {
-                                revision: ticket.revision.clone(),
-                                applied_at: at.to_string(),
-                            },
-                        );
-                        history.truncate(super::history::REVISIONS_KEPT);
-                    }
-                    status.last_applied_revision = Some(ticket.revision.clone());
+                    record_applied(status, &ticket.revision, at);
                     status.inventory = inventory;
                     entry.rollout.health = health;
                     status.resources_least_status = Some(health);
@@ -636,4 +614,21 @@ impl FleetState {
         }
         None
     }
+}
+
+/// Records that a Sync's target now holds `revision`: its revision history gains an entry
+/// when the revision changed (newest first, bounded).
+fn record_applied(status: &mut crate::resources::SyncStatus, revision: &str, at: &str) {
+    if status.last_applied_revision.as_deref() != Some(revision) {
+        let history = &mut status.revision_history;
+        history.insert(
+            0,
+            AppliedRevision {
+                revision: revision.to_owned(),
+                applied_at: at.to_owned(),
+            },
+        );
+        history.truncate(super::history::REVISIONS_KEPT);
+    }
+    status.last_applied_revision = Some(revision.to_owned());
 }

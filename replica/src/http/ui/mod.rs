@@ -124,6 +124,83 @@ struct GroupView {
     budget: u32,
     summary: fleet::resources::RolloutSummary,
     partitions: Vec<PartitionView>,
+    /// The newest rollout, for the chart; none before the first.
+    chart: Option<RolloutChart>,
+}
+
+/// A group's newest rollout over time, drawn from the state (its history record and each
+/// Sync's revision history), so a page opened after the rollout shows it too.
+#[derive(Debug, Serialize)]
+struct RolloutChart {
+    id: u64,
+    revision: String,
+    trigger: String,
+    outcome: String,
+    /// Unix seconds.
+    started: i64,
+    /// Unix seconds: when it finished, or the state's clock while it runs.
+    ended: i64,
+    total: u32,
+    /// `[seconds since the start, clusters holding the revision]`, a step each time one got
+    /// it; at most [`CHART_POINTS`] steps.
+    updated: Vec<(i64, u32)>,
+}
+
+/// The most steps a chart carries, whatever the fleet's size.
+const CHART_POINTS: usize = 240;
+
+/// The chart of a group's newest rollout: when each member got its revision.
+fn chart(state: &FleetState, group: &fleet::state::GroupEntry) -> Option<RolloutChart> {
+    let record = group.history.front()?;
+    let started = fleet::duration::unix_seconds(&record.started_at)?;
+    let ended = record
+        .finished_at
+        .as_deref()
+        .or(Some(state.clock.as_str()))
+        .and_then(fleet::duration::unix_seconds)
+        .unwrap_or(started)
+        .max(started);
+    let mut times: Vec<i64> = group
+        .members
+        .iter()
+        .filter_map(|member| state.syncs.get(member)?.object.status.as_ref())
+        .filter(|status| status.last_applied_revision.as_deref() == Some(&record.revision))
+        .filter_map(|status| {
+            let entry = status
+                .revision_history
+                .iter()
+                .find(|entry| entry.revision == record.revision)?;
+            let at = fleet::duration::unix_seconds(&entry.applied_at)?;
+            Some((at - started).clamp(0, ended - started))
+        })
+        .collect();
+    times.sort_unstable();
+    Some(RolloutChart {
+        id: record.id,
+        revision: record.revision.clone(),
+        trigger: format!("{:?}", record.trigger),
+        outcome: format!("{:?}", record.outcome),
+        started,
+        ended,
+        total: group.members.len() as u32,
+        updated: steps(&times, ended - started),
+    })
+}
+
+/// A cumulative count from sorted offsets: one step per distinct offset, or per bucket of the
+/// span when there would be more than [`CHART_POINTS`].
+fn steps(times: &[i64], span: i64) -> Vec<(i64, u32)> {
+    let bucket = (span / CHART_POINTS as i64 + 1).max(1);
+    let mut steps: Vec<(i64, u32)> = Vec::new();
+    for (index, time) in times.iter().enumerate() {
+        let at = time - time % bucket;
+        let count = index as u32 + 1;
+        match steps.last_mut() {
+            Some(last) if last.0 == at => last.1 = count,
+            _ => steps.push((at, count)),
+        }
+    }
+    steps
 }
 
 #[derive(Serialize)]
@@ -224,6 +301,7 @@ fn build(state: &FleetState) -> String {
             budget: fleet::validate::max_unavailable(&group.object.spec.rollout, total),
             summary: status.summary,
             partitions,
+            chart: chart(state, group),
         });
     }
     // Targets are revisions too, so the page can colour by revision against them.
@@ -360,5 +438,21 @@ mod tests {
         assert_eq!(group["partitions"][1]["clusters"], "c1 c2 c3");
         assert_eq!(group["partitions"][1]["states"], "WWW");
         assert_eq!(snapshot["revisions"][0], "main@sha1:aaa");
+        let chart = &group["chart"];
+        assert_eq!(chart["id"], 1);
+        assert_eq!(chart["revision"], "main@sha1:aaa");
+        assert_eq!(chart["trigger"], "Commit");
+        assert_eq!(chart["total"], 4);
+        assert_eq!(chart["updated"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn chart_steps_are_cumulative_and_bounded() {
+        assert_eq!(steps(&[0, 0, 3, 7], 10), [(0, 2), (3, 3), (7, 4)]);
+        let many: Vec<i64> = (0..100_000).map(|i| i / 10).collect();
+        let chart = steps(&many, 10_000);
+        assert!(chart.len() <= CHART_POINTS + 1, "{}", chart.len());
+        assert_eq!(chart.last().unwrap().1, 100_000);
+        assert!(chart.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
     }
 }
