@@ -528,6 +528,8 @@ impl Agent {
             job.template.clone(),
         );
         request.revision = job.revision.clone();
+        request.installation = job.installation.clone();
+        request.adopt = job.adopt;
         request.previous_inventory = job.previous_inventory.clone();
         request.wait = job.wait;
         request.retire = job.retire;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fleetsim::AuditRecord;
 use fleetsim::checks::{Check, check};
 
-use crate::world::World;
+use crate::world::{Disaster, World};
 
 /// Successful writes by Starling (with its writer header) to the demo app.
 fn app_writes(records: &[AuditRecord]) -> impl Iterator<Item = &AuditRecord> {
@@ -91,8 +91,126 @@ const SAME_SYNC: Duration = Duration::from_millis(100);
 /// that is up to date does outside the budget (after a restart, every Sync is checked), and is
 /// not counted.
 pub fn within_budget(records: &[AuditRecord], budget: u32) -> Check {
+    let (most, at) = most_at_once(app_writes(records).filter(|r| r.verb != "delete"));
+    let violations = if most > budget {
+        vec![format!(
+            "{most} clusters written at once (at {at} µs since the epoch), budget {budget}"
+        )]
+    } else {
+        Vec::new()
+    };
+    check(
+        "clusters in rollout never above maxUnavailable",
+        &violations,
+        &format!("at most {most} clusters written at once, budget {budget}"),
+    )
+}
+
+/// Prunes of clusters a group lets go of (here: deleted) go through the group's budget too, in
+/// places of their own: the most `removed` clusters pruned at once (their delete bursts after
+/// their deletion, counted as in [`within_budget`]) never exceeds the largest budget in force.
+pub fn prunes_within_budget(
+    records: &[AuditRecord],
+    removed: &[(String, u64)],
+    budget: u32,
+) -> Check {
+    let (most, at) = most_at_once(app_writes(records).filter(|r| {
+        r.verb == "delete"
+            && removed
+                .iter()
+                .any(|(cluster, since)| *cluster == r.cluster && r.seq > *since)
+    }));
+    let violations = if most > budget {
+        vec![format!(
+            "{most} clusters pruned at once (at {at} µs since the epoch), budget {budget}"
+        )]
+    } else {
+        Vec::new()
+    };
+    check(
+        "clusters pruning never above maxUnavailable",
+        &violations,
+        &format!("at most {most} clusters pruned at once, budget {budget}"),
+    )
+}
+
+/// Nothing Starling applied stays on a deleted cluster: within `timeout` (the prunes that
+/// waited for a cluster to come back finish after the heal), no removed cluster holds the demo
+/// app's ConfigMap or Deployment.
+pub async fn removed_pruned(world: &World, timeout: Duration) -> Check {
+    let sim = &world.fixture.sim;
+    let deadline = Instant::now() + timeout;
+    let left = || -> Vec<String> {
+        world
+            .removed
+            .iter()
+            .filter(|(cluster, _)| {
+                let config =
+                    sim.get_object(cluster, "v1", "ConfigMap", Some("demo"), "demo-config");
+                let deployment =
+                    sim.get_object(cluster, "apps/v1", "Deployment", Some("demo"), "demo-web");
+                matches!(config, Ok(Some(_))) || matches!(deployment, Ok(Some(_)))
+            })
+            .map(|(cluster, _)| format!("{cluster} still holds the demo app after its deletion"))
+            .collect()
+    };
+    let mut violations = left();
+    while !violations.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        violations = left();
+    }
+    check(
+        "a deleted cluster is pruned",
+        &violations,
+        &format!(
+            "{} deleted cluster(s), nothing left on them",
+            world.removed.len()
+        ),
+    )
+}
+
+/// An installation never writes to a target another installation holds: no fence on any
+/// target was written with the second installation's identity, and no object carrying its
+/// app's greeting was written ([`crate::world::SHADOW_GREETING`]).
+pub fn installations_keep_out(records: &[AuditRecord], shadow: Option<&str>) -> Check {
+    let name = "an installation never writes to a target fenced by another";
+    let Some(shadow) = shadow else {
+        return check(name, &[], "no second installation in this schedule");
+    };
+    let mut violations = Vec::new();
+    for record in records
+        .iter()
+        .filter(|r| (200..300).contains(&r.status) && !r.dry_run)
+    {
+        let Some(object) = &record.request_object else {
+            continue;
+        };
+        if record.name.as_deref() == Some("starling-fence")
+            && object["data"]["installation"] == shadow
+        {
+            violations.push(format!(
+                "{}: the fence written by the second installation {shadow} (seq {})",
+                record.cluster, record.seq
+            ));
+        }
+        if object["data"]["greeting"] == crate::world::SHADOW_GREETING {
+            violations.push(format!(
+                "{}: {} {:?} written with the second installation's app (seq {})",
+                record.cluster, record.kind, record.name, record.seq
+            ));
+        }
+    }
+    check(
+        name,
+        &violations,
+        &format!("the second installation {shadow} wrote nothing"),
+    )
+}
+
+/// The most clusters with a burst of `writes` in progress at once, and when.
+fn most_at_once<'a>(writes: impl Iterator<Item = &'a AuditRecord>) -> (u32, u64) {
     let mut by_cluster: BTreeMap<&str, Vec<&AuditRecord>> = BTreeMap::new();
-    for record in app_writes(records) {
+    for record in writes {
         by_cluster.entry(&record.cluster).or_default().push(record);
     }
     let gap = SAME_SYNC.as_micros() as u64;
@@ -134,18 +252,7 @@ pub fn within_budget(records: &[AuditRecord], budget: u32) -> Check {
             at = *time;
         }
     }
-    let violations = if most as u32 > budget {
-        vec![format!(
-            "{most} clusters written at once (at {at} µs since the epoch), budget {budget}"
-        )]
-    } else {
-        Vec::new()
-    };
-    check(
-        "clusters in rollout never above maxUnavailable",
-        &violations,
-        &format!("at most {most} clusters written at once, budget {budget}"),
-    )
+    (most.max(0) as u32, at)
 }
 
 /// Every object of every answering replica (whole objects: every replica applies the same
@@ -321,6 +428,49 @@ async fn owners(world: &World) -> Vec<String> {
         }
     }
     out
+}
+
+/// Disaster recovery writes to no target before it is recovered: nothing at all between the
+/// loss of every replica and `starling recover`'s answer, and afterwards only at owner
+/// generations above the fence the target held before the disaster (a cluster recovery could
+/// not read stays below it, so any write to it before its read-back shows here).
+pub fn no_write_before_recovery(records: &[AuditRecord], disasters: &[Disaster]) -> Check {
+    let mut violations = Vec::new();
+    for (index, disaster) in disasters.iter().enumerate() {
+        let until = disasters.get(index + 1).map_or(u64::MAX, |next| next.since);
+        for record in records.iter().filter(|r| {
+            r.writer.is_some() && !r.dry_run && r.seq > disaster.since && r.seq <= until
+        }) {
+            let what = format!(
+                "{} {} {}/{} by {} at generation {:?} (seq {})",
+                record.cluster,
+                record.verb,
+                record.kind,
+                record.name.as_deref().unwrap_or("-"),
+                record.writer.as_deref().unwrap_or("?"),
+                record.generation,
+                record.seq
+            );
+            if record.seq <= disaster.recovered {
+                violations.push(format!("during recovery: {what}"));
+                continue;
+            }
+            let Some(fence) = disaster.fences.get(&record.cluster) else {
+                continue;
+            };
+            if record.generation.is_none_or(|g| g <= *fence as i64) {
+                violations.push(format!("not above the fence {fence} it had: {what}"));
+            }
+        }
+    }
+    check(
+        "no write during recovery to a cluster not yet recovered",
+        &violations,
+        &format!(
+            "{} disaster(s): no write until recovered, then only above each target's fence",
+            disasters.len()
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -26,7 +26,8 @@ struct Args {
     /// The first seed (default: drawn from the clock, and printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// The CI form: 100 clusters, a 15 s fault window, 10 faults, 3 replicas.
+    /// The CI form: 100 clusters and 4 pull clusters, a 15 s fault window, 10 faults, 3
+    /// replicas.
     #[arg(long)]
     short: bool,
     /// Replicas per schedule (3 or 5); default: 5 for every fourth seed, else 3.
@@ -35,6 +36,10 @@ struct Args {
     /// Clusters at the start of each schedule (default 200, 100 with --short).
     #[arg(long)]
     clusters: Option<usize>,
+    /// Pull clusters besides them, each with its own `starling agent` process (default 8, 4
+    /// with --short).
+    #[arg(long)]
+    pull: Option<usize>,
     /// How long faults are injected (default 30s, 15s with --short).
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
@@ -82,6 +87,7 @@ impl Args {
                 .unwrap_or(Duration::from_secs(if short { 15 } else { 30 })),
             faults: self.faults.unwrap_or(if short { 10 } else { 15 }),
             down_after: self.down_after,
+            pull: self.pull.unwrap_or(if short { 4 } else { 8 }),
         }
     }
 }

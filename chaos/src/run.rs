@@ -50,6 +50,16 @@ enum Undo {
     ClearClusters(Vec<String>),
     GitUp,
     Resume,
+    /// A killed agent started again.
+    AgentBack(String),
+    /// A cluster relabelled back into the SyncGroup's selector.
+    Reselect(String),
+    /// The clusters a disaster left pending reachable again: the push cluster up, the agent
+    /// started.
+    EndPending {
+        down: Option<String>,
+        away: Option<String>,
+    },
 }
 
 /// Runs `schedule` and judges it.
@@ -84,6 +94,16 @@ pub async fn run(schedule: &Schedule, config: &RunConfig) -> anyhow::Result<Outc
             .with_context(|| format!("cannot keep the evidence in {}", dir.display()))?;
         outcome.evidence = Some(dir);
         return Ok(outcome);
+    }
+    // The window is over and its faults undone, but the clusters unreachable throughout are
+    // still away: the rollout must complete for every other cluster (or halt with a reason).
+    let reachable = settle_reachable(&world, config.converge_timeout).await;
+    world.log(match &reachable {
+        Ok(how) => format!("without the clusters away throughout: {how}"),
+        Err(stall) => format!("without the clusters away throughout, stalled: {stall}"),
+    });
+    if let Err(error) = world.heal().await {
+        world.log(format!("healing failed: {error:#}"));
     }
     let healed = Instant::now();
     let converged = converge(&world, config.converge_timeout).await;
@@ -125,12 +145,53 @@ pub async fn run(schedule: &Schedule, config: &RunConfig) -> anyhow::Result<Outc
             sampled.0, world.ledger.largest_budget
         ),
     ));
+    checks.push(check(
+        "a rollout completes for every reachable cluster or halts with a reason",
+        reachable
+            .as_ref()
+            .err()
+            .map(|e| vec![e.clone()])
+            .as_deref()
+            .unwrap_or_default(),
+        &format!(
+            "{} cluster(s) unreachable throughout: {}",
+            world.unreachable_throughout.len(),
+            reachable.as_deref().unwrap_or("stalled")
+        ),
+    ));
+    checks.push(check(
+        "a recover on a running fleet is refused and freezes nothing",
+        &world.recover_violations,
+        "every recover on the running fleet was refused or limited to pending clusters",
+    ));
+    checks.push(invariants::removed_pruned(&world, Duration::from_secs(60)).await);
     let records = world.fixture.sim.audit(&fleetsim::AuditFilter::default());
+    if !world.disasters.is_empty() {
+        checks.push(invariants::no_write_before_recovery(
+            &records,
+            &world.disasters,
+        ));
+    }
     checks.extend(fleetsim::checks::writer_checks(&records));
     checks.push(invariants::revisions_forward(&records));
     checks.push(invariants::within_budget(
         &records,
         world.ledger.largest_budget,
+    ));
+    let left: Vec<(String, u64)> = world
+        .removed
+        .iter()
+        .chain(&world.deselected)
+        .cloned()
+        .collect();
+    checks.push(invariants::prunes_within_budget(
+        &records,
+        &left,
+        world.ledger.largest_budget,
+    ));
+    checks.push(invariants::installations_keep_out(
+        &records,
+        world.shadow.as_ref().map(|s| s.installation.as_str()),
     ));
     checks.extend(invariants::replicas_agree(&world).await);
 
@@ -254,9 +315,11 @@ async fn inject(
             fault,
             duration,
         } => {
+            // Clusters down throughout stay down: clearing their faults would end that early.
             let names: Vec<String> = clusters
                 .iter()
                 .map(|i| world.initial[i % world.initial.len()].clone())
+                .filter(|name| !world.unreachable_throughout.contains(name))
                 .collect();
             let injected = match fault {
                 TargetFault::Latency { ms } => fleetsim::Fault::Latency { ms: *ms },
@@ -307,8 +370,113 @@ async fn inject(
             let name = world.remove_cluster(*cluster).await?;
             world.log(format!("cluster {name} removed"));
         }
+        Fault::KillAgent { agent, down_for } => {
+            if world.pull.is_empty() {
+                return Ok(());
+            }
+            let name = world.pull[agent % world.pull.len()].clone();
+            if world.unreachable_throughout.contains(&name) || !world.agents.is_running(&name) {
+                world.log(format!("{fault:?}: agent of {name} not running, skipped"));
+                return Ok(());
+            }
+            world.agents.kill(&name);
+            world.log(format!("agent of {name} killed"));
+            undos.push((now + *down_for, Undo::AgentBack(name)));
+        }
+        Fault::RecoverAgain => recover_again(world).await,
+        Fault::Disaster {
+            down,
+            away,
+            pending_for,
+        } => {
+            // Clusters away throughout stay away: they are not the ones brought back.
+            let down = Some(world.initial[down % world.initial.len()].clone())
+                .filter(|name| !world.unreachable_throughout.contains(name));
+            let away = (!world.pull.is_empty())
+                .then(|| world.pull[away % world.pull.len()].clone())
+                .filter(|name| !world.unreachable_throughout.contains(name));
+            let said = world.disaster(down.as_deref(), away.as_deref()).await?;
+            world.log(format!("recovered: {}", said.trim()));
+            undos.push((
+                world.elapsed() + *pending_for,
+                Undo::EndPending { down, away },
+            ));
+        }
+        Fault::Deselect { cluster, out_for } => {
+            let name = world.initial[cluster % world.initial.len()].clone();
+            if !world.ledger.clusters.contains(&name)
+                || world.unreachable_throughout.contains(&name)
+                || world.out.contains(&name)
+            {
+                world.log(format!(
+                    "{fault:?}: {name} removed, away or out already, skipped"
+                ));
+                return Ok(());
+            }
+            world.relabel(&name, true).await?;
+            world.log(format!("{name} relabelled out of the selector"));
+            undos.push((now + *out_for, Undo::Reselect(name)));
+        }
+        Fault::Shadow { clusters } => {
+            let names = world.start_shadow(clusters).await?;
+            world.log(match names.is_empty() {
+                true => "second installation: no cluster held yet, skipped".to_string(),
+                false => format!("second installation pointed at {}", names.join(", ")),
+            });
+        }
     }
     Ok(())
+}
+
+/// `starling recover` on the running fleet. Nothing is pending in these schedules, so it
+/// must be refused, saying the installation is not recovering; an answer that cannot be had
+/// (no leader during a kill) is no verdict. Either way the fleet must not be left recovering.
+async fn recover_again(world: &mut World) {
+    let Some(node) = world.answering().first().copied() else {
+        world.log("recover on the running fleet: no node answers, skipped");
+        return;
+    };
+    let address = world.group.nodes[&node].grpc.clone();
+    let output = match tokio::process::Command::new(crate::harness::binary())
+        .args(["--server", &address, "--timeout", "5s", "recover"])
+        .output()
+        .await
+    {
+        Ok(output) => output,
+        Err(error) => {
+            world.log(format!(
+                "recover on the running fleet: cannot run the CLI: {error}"
+            ));
+            return;
+        }
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let said = said.trim().to_string();
+    world.log(format!("recover on the running fleet: {said}"));
+    if output.status.success() {
+        world.recover_violations.push(format!(
+            "a recover with nothing pending was accepted: {said}"
+        ));
+    } else if !["not recovering", "no leader", "timed out", "unavailable"]
+        .iter()
+        .any(|allowed| said.contains(allowed))
+    {
+        world
+            .recover_violations
+            .push(format!("a recover was refused for another reason: {said}"));
+    }
+    if let Some(leader) = world.leader().await
+        && world
+            .status_of(leader)
+            .await
+            .is_some_and(|status| status.recovering)
+    {
+        world.recovery_left_on(&said);
+    }
 }
 
 fn schedule_allows_two(world: &World) -> bool {
@@ -352,8 +520,99 @@ async fn finish(
             world.ledger.paused = false;
             world.log("rollout resumed");
         }
+        Undo::EndPending { down, away } => {
+            if let Some(name) = &down {
+                world.fixture.sim.set_down(name, false)?;
+            }
+            if let Some(name) = &away
+                && !world.agents.is_running(name)
+            {
+                world.agents.spawn(name);
+            }
+            world.log(format!("pending clusters back: {down:?} {away:?}"));
+        }
+        Undo::AgentBack(name) => {
+            if !world.agents.is_running(&name) {
+                world.agents.spawn(&name);
+            }
+            world.log(format!("agent of {name} started again"));
+        }
+        Undo::Reselect(name) => {
+            if world.ledger.clusters.contains(&name) {
+                world.relabel(&name, false).await?;
+                world.log(format!("{name} relabelled back into the selector"));
+            } else {
+                world.out.remove(&name);
+            }
+        }
     }
     Ok(())
+}
+
+/// Waits until the newest version runs on every cluster of the ledger but those unreachable
+/// throughout, and the rollout is Complete (counting those as unreachable); or until the
+/// rollout halts with a reason. Says which, or what is missing at the time-out.
+async fn settle_reachable(world: &World, timeout: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + timeout;
+    let want_version = format!("v{}", world.ledger.version);
+    loop {
+        let behind = clusters_behind(world, &want_version, true);
+        let rollout = rollout_state(world).await;
+        let complete = rollout.as_ref().is_some_and(|r| {
+            let summary = r.summary.unwrap_or_default();
+            r.phase == "Complete"
+                && r.target_revision.contains(&world.ledger.commit)
+                && summary.total as usize == world.ledger.clusters.len()
+                && (summary.updated + summary.unreachable) as usize == summary.total as usize
+        });
+        if behind.is_empty() && complete {
+            let unreachable = rollout
+                .and_then(|r| r.summary)
+                .map_or(0, |summary| summary.unreachable);
+            return Ok(format!("Complete, {unreachable} unreachable"));
+        }
+        if rollout.as_ref().is_some_and(|r| r.phase == "Halted") {
+            return match halt_reason(world).await {
+                Some(reason) if !reason.is_empty() => Ok(format!("Halted: {reason}")),
+                _ => Err(format!("Halted without a reason: {rollout:?}")),
+            };
+        }
+        if Instant::now() > deadline {
+            let shown: Vec<_> = behind.iter().take(10).cloned().collect();
+            return Err(format!(
+                "after {timeout:?}: {} reachable cluster(s) behind {want_version} ({}); rollout {:?}",
+                behind.len(),
+                shown.join(", "),
+                rollout
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The clusters of the ledger not at `want_version` with the newest greeting, said for a
+/// report; with `reachable_only`, those away throughout are left out.
+fn clusters_behind(world: &World, want_version: &str, reachable_only: bool) -> Vec<String> {
+    world
+        .deployed()
+        .into_iter()
+        .filter(|(name, _)| !reachable_only || !world.unreachable_throughout.contains(name))
+        .filter(|(_, (version, greeting))| {
+            version != want_version || *greeting != world.ledger.greeting
+        })
+        .map(|(name, (version, greeting))| format!("{name} has {version:?}/{greeting:?}"))
+        .collect()
+}
+
+/// The halt reason of the newest rollout, from the leader's copy of the SyncGroup.
+async fn halt_reason(world: &World) -> Option<String> {
+    let leader = world.leader().await?;
+    let objects = world.objects(leader).await?;
+    objects
+        .get("SyncGroup/default/demo")?
+        .pointer("/status/history/0/haltReason")?
+        .as_str()
+        .map(String::from)
 }
 
 /// Waits until every cluster of the ledger runs the newest version with the newest greeting
@@ -362,14 +621,7 @@ async fn converge(world: &World, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let want_version = format!("v{}", world.ledger.version);
     loop {
-        let behind: Vec<String> = world
-            .deployed()
-            .into_iter()
-            .filter(|(_, (version, greeting))| {
-                *version != want_version || *greeting != world.ledger.greeting
-            })
-            .map(|(name, (version, greeting))| format!("{name} has {version:?}/{greeting:?}"))
-            .collect();
+        let behind = clusters_behind(world, &want_version, false);
         let rollout = rollout_state(world).await;
         let complete = rollout.as_ref().is_some_and(|r| {
             let summary = r.summary.unwrap_or_default();
@@ -404,7 +656,8 @@ async fn rollout_state(world: &World) -> Option<proto::Rollout> {
         .find(|r| r.name == "demo")
 }
 
-/// Injects the schedule's faults at their times, undoes them, and heals everything.
+/// Injects the schedule's faults at their times and undoes them; the clusters unreachable
+/// throughout stay so ([`World::heal`] ends that).
 async fn drive(world: &mut World, schedule: &Schedule) -> anyhow::Result<()> {
     let mut undos: Vec<(Duration, Undo)> = Vec::new();
     for step in &schedule.steps {
@@ -427,7 +680,6 @@ async fn drive(world: &mut World, schedule: &Schedule) -> anyhow::Result<()> {
         let (_, undo) = undos.remove(0);
         finish(world, undo, &mut undos).await?;
     }
-    world.heal().await?;
     Ok(())
 }
 
@@ -475,6 +727,12 @@ async fn keep_evidence(
         }
         if let Some(metrics) = crate::harness::http_get(&world.group.nodes[&id].http, "/metrics") {
             std::fs::write(dir.join(format!("node-{id}-metrics.txt")), metrics)?;
+        }
+    }
+    for name in &world.pull {
+        let log = world.agents.log_path(name);
+        if log.exists() {
+            std::fs::copy(&log, dir.join(format!("agent-{name}.log")))?;
         }
     }
     std::fs::write(dir.join("audit.json"), serde_json::to_vec_pretty(records)?)?;

@@ -23,6 +23,8 @@ pub struct Shape {
     pub faults: usize,
     /// The replicas' `--down-after`.
     pub down_after: Duration,
+    /// Pull clusters besides `clusters`, each served by its own `starling agent`.
+    pub pull: usize,
 }
 
 /// Which replica a node fault hits, resolved when it fires.
@@ -83,6 +85,27 @@ pub enum Fault {
     AddCluster,
     /// A cluster of the initial fleet leaves it.
     RemoveCluster { cluster: usize },
+    /// The agent of a pull cluster (an index into the pull clusters) killed, then started
+    /// again.
+    KillAgent { agent: usize, down_for: Duration },
+    /// `starling recover` on the running fleet: refused with nothing pending, and never
+    /// a frozen fleet.
+    RecoverAgain,
+    /// Every replica and its disk lost at once. From a backup taken just before: fresh
+    /// replicas with `--recovery`, `starling import`, `starling recover`, while one push
+    /// cluster is down and one agent is killed (an index into each); both come back
+    /// `pending_for` after the recovery, and are read back then.
+    Disaster {
+        down: usize,
+        away: usize,
+        pending_for: Duration,
+    },
+    /// A cluster of the initial fleet relabelled out of the SyncGroup's selector (its objects
+    /// are pruned through the budget), then back in after `out_for`.
+    Deselect { cluster: usize, out_for: Duration },
+    /// A second installation (one replica) pointed at a few clusters the first holds, for the
+    /// rest of the schedule: it must never write to them.
+    Shadow { clusters: Vec<usize> },
 }
 
 impl Fault {
@@ -113,6 +136,12 @@ pub struct Schedule {
     pub seed: u64,
     pub shape: Shape,
     pub steps: Vec<Step>,
+    /// Push clusters (indices into the initial fleet) down from before the fault window to
+    /// its end: unreachable for every rollout of the window.
+    pub down_throughout: Vec<usize>,
+    /// Pull clusters (indices into the pull clusters) whose agent is away for the whole
+    /// window.
+    pub away_throughout: Vec<usize>,
 }
 
 const GREETINGS: [&str; 5] = ["hello", "hola", "salut", "ciao", "hallo"];
@@ -143,7 +172,7 @@ impl Schedule {
         }];
         for _ in 0..shape.faults {
             let at = millis(&mut rng, 0, window);
-            let fault = match rng.random_range(0..100) {
+            let fault = match rng.random_range(0..110) {
                 0..=14 => Fault::Kill {
                     target: target(&mut rng),
                     down_for: millis(&mut rng, 200, 4_000),
@@ -197,6 +226,12 @@ impl Schedule {
                     duration: millis(&mut rng, 500, 4_000),
                 },
                 88..=93 => Fault::AddCluster,
+                100..=104 if shape.pull > 0 => Fault::KillAgent {
+                    agent: rng.random_range(0..shape.pull),
+                    down_for: millis(&mut rng, 500, 5_000),
+                },
+                100..=104 => continue,
+                105..=109 => Fault::RecoverAgain,
                 _ => {
                     let cluster = rng.random_range(0..shape.clusters);
                     if removed.contains(&cluster) {
@@ -231,7 +266,65 @@ impl Schedule {
             }
         }
         steps.sort_by_key(|s| s.at);
-        Schedule { seed, shape, steps }
+        // Every other schedule keeps one or two push clusters down throughout, and one agent
+        // away throughout when there are pull clusters.
+        let mut down_throughout = Vec::new();
+        if rng.random_bool(0.5) {
+            for _ in 0..rng.random_range(1..=2) {
+                let cluster = rng.random_range(0..shape.clusters);
+                if !down_throughout.contains(&cluster) && !removed.contains(&cluster) {
+                    down_throughout.push(cluster);
+                }
+            }
+        }
+        let away_throughout = if shape.pull > 0 && rng.random_bool(0.5) {
+            vec![rng.random_range(0..shape.pull)]
+        } else {
+            Vec::new()
+        };
+        // One schedule in four loses every replica in the middle of its window.
+        if rng.random_bool(0.25) {
+            let at = shape.window / 3 + millis(&mut rng, 0, window / 3);
+            steps.push(Step {
+                at,
+                fault: Fault::Disaster {
+                    down: rng.random_range(0..shape.clusters),
+                    away: rng.random_range(0..shape.pull.max(1)),
+                    pending_for: millis(&mut rng, 1_000, 5_000),
+                },
+            });
+            steps.sort_by_key(|s| s.at);
+        }
+        // Drawn after every other fault, so that each seed's earlier faults stay as they were.
+        if rng.random_bool(0.3) {
+            let cluster = rng.random_range(0..shape.clusters);
+            if !removed.contains(&cluster) && !down_throughout.contains(&cluster) {
+                steps.push(Step {
+                    at: millis(&mut rng, 0, window * 2 / 3),
+                    fault: Fault::Deselect {
+                        cluster,
+                        out_for: millis(&mut rng, 1_000, 5_000),
+                    },
+                });
+            }
+        }
+        if rng.random_bool(0.25) {
+            let clusters = (0..2)
+                .map(|_| rng.random_range(0..shape.clusters))
+                .collect();
+            steps.push(Step {
+                at: millis(&mut rng, window / 4, window / 2),
+                fault: Fault::Shadow { clusters },
+            });
+        }
+        steps.sort_by_key(|s| s.at);
+        Schedule {
+            seed,
+            shape,
+            steps,
+            down_throughout,
+            away_throughout,
+        }
     }
 }
 
@@ -239,9 +332,15 @@ impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {} replicas, {} clusters, {:?} window",
-            self.seed, self.shape.replicas, self.shape.clusters, self.shape.window
+            "seed {}: {} replicas, {} clusters and {} pull clusters, {:?} window",
+            self.seed, self.shape.replicas, self.shape.clusters, self.shape.pull, self.shape.window
         )?;
+        if !self.down_throughout.is_empty() {
+            writeln!(f, "  down throughout: clusters {:?}", self.down_throughout)?;
+        }
+        if !self.away_throughout.is_empty() {
+            writeln!(f, "  away throughout: agents {:?}", self.away_throughout)?;
+        }
         for step in &self.steps {
             writeln!(f, "  +{:>6.2}s {:?}", step.at.as_secs_f64(), step.fault)?;
         }
@@ -260,6 +359,7 @@ mod tests {
             window: Duration::from_secs(20),
             faults: 30,
             down_after: Duration::from_secs(3),
+            pull: 4,
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use proto::fleet_client::FleetClient;
 
+use crate::harness::pull::{Agents, enrol};
 use crate::harness::{self, DemoFixture, Group, Options};
 use crate::schedule::{Schedule, Target};
 
@@ -20,6 +21,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(2);
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 /// `starling node --max-voters` default.
 const MAX_VOTERS: usize = 5;
+/// The replicas' `--agent-grace`: how soon an agent that went away leaves its cluster
+/// unreachable.
+const AGENT_GRACE: &str = "3s";
 
 /// The workers log at debug, so that a stall can be explained from the logs.
 const NODE_LOG: &str = "info,starling_replica::worker=debug,starling_sync=debug,openraft=warn";
@@ -54,14 +58,64 @@ impl Ledger {
     }
 }
 
+/// A disaster as the targets saw it: the audit sequence numbers around the recovery and the
+/// fence each target held before it.
+#[derive(Debug)]
+pub struct Disaster {
+    /// The last audit record before the replicas were killed.
+    pub since: u64,
+    /// The last audit record when `starling recover` had answered.
+    pub recovered: u64,
+    /// Each target's fence generation before the disaster.
+    pub fences: BTreeMap<String, u64>,
+}
+
+/// The label that takes a cluster out of the SyncGroup's selector ([`Fault::Deselect`]).
+pub const OUT_LABEL: &str = "chaos-out";
+/// The greeting the second installation's SyncGroup writes: any write carrying it on a
+/// target is a write by an installation that does not hold it.
+pub const SHADOW_GREETING: &str = "second-installation";
+
+/// A second installation (one replica) pointed at clusters the first one holds.
+pub struct Shadow {
+    pub group: Group,
+    /// Its identity (`starling status`).
+    pub installation: String,
+    pub clusters: Vec<String>,
+}
+
 pub struct World {
     pub fixture: DemoFixture,
     pub group: Group,
     pub ledger: Ledger,
     /// Nodes stopped with SIGSTOP.
     pub stopped: BTreeSet<u64>,
-    /// Initial cluster names, in order (schedules name clusters by index).
+    /// Initial push cluster names, in order (schedules name clusters by index).
     pub initial: Vec<String>,
+    /// Pull cluster names, in order (schedules name agents by index).
+    pub pull: Vec<String>,
+    /// The agents of the pull clusters.
+    pub agents: Agents,
+    /// Clusters unreachable for the whole fault window: push clusters down, pull clusters
+    /// whose agent is away.
+    pub unreachable_throughout: BTreeSet<String>,
+    /// What a `recover` on the running fleet did wrong (it must be refused, or limited to
+    /// pending clusters, and never freeze the fleet).
+    pub recover_violations: Vec<String>,
+    /// Every replica lost so far ([`World::disaster`]).
+    pub disasters: Vec<Disaster>,
+    /// The clusters deleted so far, each with the last audit sequence before its deletion:
+    /// what Starling applied to them must be pruned.
+    pub removed: Vec<(String, u64)>,
+    /// Clusters relabelled out of the SyncGroup's selector now ([`Fault::Deselect`]).
+    pub out: BTreeSet<String>,
+    /// Clusters relabelled out so far, each with the last audit sequence before: their prunes
+    /// go through the budget too.
+    pub deselected: Vec<(String, u64)>,
+    /// A second installation pointed at a few of the clusters ([`Fault::Shadow`]).
+    pub shadow: Option<Shadow>,
+    /// Where the backups of the disasters go.
+    backups: tempfile::TempDir,
     /// What happened, with times from the start of the fault window.
     pub timeline: Vec<String>,
     started: Instant,
@@ -73,7 +127,7 @@ impl World {
     pub async fn start(schedule: &Schedule, workers: usize) -> anyhow::Result<World> {
         let shape = &schedule.shape;
         let fixture = harness::demo_fixture(fleetsim::Config {
-            clusters: shape.clusters,
+            clusters: shape.clusters + shape.pull,
             ready_delay: Duration::from_millis(200),
             latency: Duration::from_millis(2),
             audit_level: fleetsim::AuditLevel::Request,
@@ -84,19 +138,24 @@ impl World {
             shape.replicas,
             Options {
                 down_after: shape.down_after,
-                extra_args: vec!["--max-concurrent-syncs".into(), workers.to_string()],
+                extra_args: vec![
+                    "--max-concurrent-syncs".into(),
+                    workers.to_string(),
+                    format!("--agent-grace={AGENT_GRACE}"),
+                ],
                 log: Some(NODE_LOG.into()),
                 ..Options::default()
             },
         );
-        let initial = fixture.sim.cluster_names();
+        let mut initial = fixture.sim.cluster_names();
+        let pull = initial.split_off(shape.clusters);
         let ledger = Ledger {
             version: 1,
             commit: String::new(),
             greeting: "hello".into(),
             budget_percent: 10,
             largest_budget: 0,
-            clusters: initial.iter().cloned().collect(),
+            clusters: initial.iter().chain(&pull).cloned().collect(),
             paused: false,
             added: 0,
         };
@@ -106,6 +165,16 @@ impl World {
             ledger,
             stopped: BTreeSet::new(),
             initial,
+            pull,
+            agents: Agents::quiet(),
+            unreachable_throughout: BTreeSet::new(),
+            recover_violations: Vec::new(),
+            removed: Vec::new(),
+            out: BTreeSet::new(),
+            deselected: Vec::new(),
+            shadow: None,
+            disasters: Vec::new(),
+            backups: tempfile::tempdir()?,
             timeline: Vec::new(),
             started: Instant::now(),
         };
@@ -120,7 +189,78 @@ impl World {
             manifests.push_str(&world.cluster_manifest(&name)?);
         }
         world.apply(&manifests).await.context("the demo specs")?;
+        world.enrol_agents().await?;
+        // Unreachable for the whole window: push clusters down, agents killed once their
+        // cluster is registered.
+        for index in &schedule.down_throughout {
+            let name = world.initial[index % world.initial.len()].clone();
+            world.fixture.sim.set_down(&name, true)?;
+            world.unreachable_throughout.insert(name);
+        }
+        for index in &schedule.away_throughout {
+            let name = world.pull[index % world.pull.len()].clone();
+            world.agents.kill(&name);
+            world.unreachable_throughout.insert(name);
+        }
         Ok(world)
+    }
+
+    /// Enrols every pull cluster (its Upstream and capability Secret, as the agent chart
+    /// installs them) and starts its agent; waits until each has registered its Cluster. The
+    /// installation is open, so the agents present no token.
+    async fn enrol_agents(&mut self) -> anyhow::Result<()> {
+        if self.pull.is_empty() {
+            return Ok(());
+        }
+        let addresses: Vec<String> = self.group.nodes.values().map(|n| n.grpc.clone()).collect();
+        let addresses = addresses.join(",");
+        for (index, name) in self.pull.clone().iter().enumerate() {
+            std::fs::write(
+                self.agents.kubeconfig(name),
+                self.fixture.sim.kubeconfig(name)?,
+            )?;
+            enrol(
+                &self.agents.kubeconfig(name),
+                name,
+                &addresses,
+                "",
+                None,
+                index,
+            )
+            .await;
+            self.agents.spawn(name);
+        }
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            let registered = match self.objects_of_any().await {
+                Some(objects) => self
+                    .pull
+                    .iter()
+                    .filter(|name| objects.contains_key(&format!("Cluster/default/{name}")))
+                    .count(),
+                None => 0,
+            };
+            if registered == self.pull.len() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{registered} of {} agents registered their cluster within {FORM_TIMEOUT:?}",
+                    self.pull.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The objects as the first answering node holds them.
+    async fn objects_of_any(&self) -> Option<BTreeMap<String, serde_json::Value>> {
+        for id in self.answering() {
+            if let Some(objects) = self.objects(id).await {
+                return Some(objects);
+            }
+        }
+        None
     }
 
     /// Waits until every replica is a Live member and the voters are as many as they can be.
@@ -171,7 +311,7 @@ impl World {
     /// The SyncGroup as the ledger says it is.
     pub fn group_manifest(&self) -> String {
         format!(
-            "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n      GREETING: \"{}\"\n  rollout:\n    maxUnavailable: \"{}%\"\n---\n",
+            "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{matchExpressions: [{{key: {OUT_LABEL}, operator: DoesNotExist}}]}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n      GREETING: \"{}\"\n  rollout:\n    maxUnavailable: \"{}%\"\n---\n",
             self.ledger.greeting, self.ledger.budget_percent
         )
     }
@@ -183,10 +323,127 @@ impl World {
             "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
             "stringData": {"value": self.fixture.sim.kubeconfig(name)?},
         });
+        let out = if self.out.contains(name) {
+            format!(", {OUT_LABEL}: \"yes\"")
+        } else {
+            String::new()
+        };
         Ok(format!(
-            "{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r{}}}}}\nspec: {{}}\n---\n",
+            "{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r{}{out}}}}}\nspec: {{}}\n---\n",
             name.len() % 3
         ))
+    }
+
+    /// Relabels a cluster out of the SyncGroup's selector, or back in.
+    pub async fn relabel(&mut self, name: &str, out: bool) -> anyhow::Result<()> {
+        if out {
+            let since = self
+                .fixture
+                .sim
+                .audit(&fleetsim::AuditFilter::default())
+                .last()
+                .map_or(0, |record| record.seq);
+            self.out.insert(name.to_string());
+            self.deselected.push((name.to_string(), since));
+        } else {
+            self.out.remove(name);
+        }
+        let manifest = self.cluster_manifest(name)?;
+        self.apply(&manifest).await
+    }
+
+    /// This installation's identity, from any answering replica.
+    pub async fn installation(&self) -> Option<String> {
+        for id in self.answering() {
+            let mut client = self.fleet(id).await;
+            let request = tonic::Request::new(proto::StatusRequest {});
+            if let Ok(Ok(status)) =
+                tokio::time::timeout(Duration::from_secs(2), client.status(request)).await
+            {
+                let installation = status.into_inner().installation;
+                if !installation.is_empty() {
+                    return Some(installation);
+                }
+            }
+        }
+        None
+    }
+
+    /// Starts a second installation (one replica) with its own SyncGroup over the clusters of
+    /// `indexes` this installation has fenced already (a target nobody fenced yet goes to
+    /// whichever writes first, which is not what this fault is about). Returns them.
+    pub async fn start_shadow(&mut self, indexes: &[usize]) -> anyhow::Result<Vec<String>> {
+        if self.shadow.is_some() {
+            return Ok(Vec::new());
+        }
+        let main = self
+            .installation()
+            .await
+            .context("the installation's identity")?;
+        let mut clusters: Vec<String> = Vec::new();
+        for index in indexes {
+            let name = self.initial[index % self.initial.len()].clone();
+            let fence = self
+                .fixture
+                .sim
+                .get_object(
+                    &name,
+                    "v1",
+                    "ConfigMap",
+                    Some("starling-system"),
+                    "starling-fence",
+                )
+                .ok()
+                .flatten();
+            let ours = fence
+                .as_ref()
+                .and_then(|f| f["data"]["installation"].as_str())
+                == Some(main.as_str());
+            if ours
+                && self.ledger.clusters.contains(&name)
+                && !self.unreachable_throughout.contains(&name)
+                && !clusters.contains(&name)
+            {
+                clusters.push(name);
+            }
+        }
+        if clusters.is_empty() {
+            return Ok(clusters);
+        }
+        let group = Group::start(1, Options::default()).await;
+        let mut manifests = self.source_manifest();
+        manifests.push_str(&format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n      GREETING: \"{SHADOW_GREETING}\"\n  rollout:\n    maxUnavailable: 1\n---\n"
+        ));
+        for name in &clusters {
+            manifests.push_str(&self.cluster_manifest(name)?);
+        }
+        group
+            .apply(1, &manifests)
+            .await
+            .map_err(|status| anyhow::anyhow!("the second installation's specs: {status}"))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let installation = loop {
+            let mut client = group.fleet(1).await;
+            if let Ok(status) = client
+                .status(tonic::Request::new(proto::StatusRequest {}))
+                .await
+                && !status.get_ref().installation.is_empty()
+            {
+                break status.into_inner().installation;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the second installation has no identity after 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        self.shadow = Some(Shadow {
+            group,
+            installation,
+            clusters: clusters.clone(),
+        });
+        Ok(clusters)
     }
 
     /// Nodes that run and answer (not stopped).
@@ -290,6 +547,7 @@ impl World {
                         namespace: "default".into(),
                         name: name.into(),
                     }],
+                    orphan: false,
                 })
                 .await
                 .map(|_| ())
@@ -353,7 +611,14 @@ impl World {
 
     pub async fn remove_cluster(&mut self, index: usize) -> anyhow::Result<String> {
         let name = self.initial[index % self.initial.len()].clone();
+        let since = self
+            .fixture
+            .sim
+            .audit(&fleetsim::AuditFilter::default())
+            .last()
+            .map_or(0, |record| record.seq);
         self.delete_cluster(&name).await?;
+        self.removed.push((name.clone(), since));
         self.ledger.clusters.remove(&name);
         Ok(name)
     }
@@ -369,6 +634,152 @@ impl World {
         }
     }
 
+    /// Loses every replica with its disk, then recovers as an operator would: fresh replicas
+    /// with `--recovery` from the backup taken just before, `starling import`, `starling
+    /// recover`. Meanwhile push cluster `down` is down and the agent of pull cluster `away`
+    /// is killed (both stay so: the caller brings them back).
+    pub async fn disaster(
+        &mut self,
+        down: Option<&str>,
+        away: Option<&str>,
+    ) -> anyhow::Result<String> {
+        let backup = self
+            .backups
+            .path()
+            .join(format!("backup-{}", self.disasters.len()));
+        let backup = backup.to_str().context("a UTF-8 temp path")?.to_owned();
+        self.cli(&["export", "-f", &backup]).await?;
+        let ids: Vec<u64> = self.group.nodes.keys().copied().collect();
+        for id in &ids {
+            self.group.kill(*id);
+            let dir = self.group.nodes[id].data_dir.clone();
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+        }
+        // What the old installation was writing when it died lands (agents stop their jobs
+        // when their stream ends); from here on nothing may write until recovered.
+        let since = self.quiet_audit_seq().await;
+        let fences = self.fences();
+        self.stopped.clear();
+        if let Some(name) = away {
+            self.agents.kill(name);
+        }
+        if let Some(name) = down {
+            self.fixture.sim.set_down(name, true)?;
+        }
+        self.log(format!(
+            "every replica and disk lost; pending: {}",
+            [down, away]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let recovery = "--recovery".to_string();
+        if !self.group.options.extra_args.contains(&recovery) {
+            self.group.options.extra_args.push(recovery);
+        }
+        self.group.spawn_all();
+        self.wait_formed(ids.len()).await?;
+        self.cli(&["import", &backup]).await?;
+        let said = self.cli(&["recover"]).await?;
+        let recovered = self.last_audit_seq();
+        self.disasters.push(Disaster {
+            since,
+            recovered,
+            fences,
+        });
+        Ok(said)
+    }
+
+    /// The fence generation each target holds now.
+    fn fences(&self) -> BTreeMap<String, u64> {
+        self.fixture
+            .sim
+            .cluster_names()
+            .into_iter()
+            .filter_map(|name| {
+                let fence = self
+                    .fixture
+                    .sim
+                    .get_object(
+                        &name,
+                        "v1",
+                        "ConfigMap",
+                        Some("starling-system"),
+                        "starling-fence",
+                    )
+                    .ok()??;
+                let generation = fence["data"]["generation"].as_str()?.parse().ok()?;
+                Some((name, generation))
+            })
+            .collect()
+    }
+
+    /// The last audit record once no write has come for a moment (at most a few seconds).
+    async fn quiet_audit_seq(&self) -> u64 {
+        let mut last = self.last_audit_seq();
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = self.last_audit_seq();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last
+    }
+
+    pub fn last_audit_seq(&self) -> u64 {
+        self.fixture
+            .sim
+            .audit(&fleetsim::AuditFilter::default())
+            .last()
+            .map_or(0, |record| record.seq)
+    }
+
+    /// Runs the `starling` CLI against each answering node in turn until one succeeds;
+    /// returns its output. A `recover` whose answer was lost counts as done when the retry
+    /// says the installation is no longer recovering.
+    async fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        let deadline = Instant::now() + CHANGE_TIMEOUT;
+        let mut last = String::from("no node answers");
+        let mut attempts = 0;
+        loop {
+            for id in self.answering() {
+                attempts += 1;
+                let address = self.group.nodes[&id].grpc.clone();
+                let output = tokio::process::Command::new(harness::binary())
+                    .args(["--server", &address, "--timeout", "20s"])
+                    .args(args)
+                    .output()
+                    .await
+                    .context("run the starling CLI")?;
+                let said = String::from_utf8_lossy(&output.stdout).into_owned();
+                let error = String::from_utf8_lossy(&output.stderr).into_owned();
+                if output.status.success() {
+                    return Ok(said);
+                }
+                if args == ["recover"] && error.contains("not recovering") && attempts > 1 {
+                    return Ok(format!("(an earlier attempt finished it) {error}"));
+                }
+                last = format!("node {id}: {}", error.trim());
+            }
+            if Instant::now() > deadline {
+                bail!("starling {args:?}: no success in {CHANGE_TIMEOUT:?}; last: {last}");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Notes that a `recover` on the running fleet left it recovering (every rollout frozen).
+    pub fn recovery_left_on(&mut self, answer: &str) {
+        self.recover_violations.push(format!(
+            "the fleet is recovering after a recover on a running fleet (it said: {answer})"
+        ));
+    }
+
     /// Everything healed: every node running, no target fault, the git host up.
     pub async fn heal(&mut self) -> anyhow::Result<()> {
         for id in self.group.nodes.keys().copied().collect::<Vec<_>>() {
@@ -376,6 +787,11 @@ impl World {
         }
         for name in self.fixture.sim.cluster_names() {
             self.fixture.sim.clear_faults(&name)?;
+        }
+        for name in &self.pull {
+            if !self.agents.is_running(name) {
+                self.agents.spawn(name);
+            }
         }
         self.fixture.start_git();
         if self.ledger.paused {

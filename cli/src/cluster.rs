@@ -1,4 +1,5 @@
-//! `starling cluster hold|release CLUSTER`: the handbrake of one cluster. A held cluster gets
+//! `starling cluster hold|release CLUSTER`: the handbrake of one cluster; `starling cluster
+//! adopt CLUSTER`: take a cluster over from another Starling installation. A held cluster gets
 //! no writes at all: a sync in flight stops at its next step, no new sync starts, drift
 //! correction pauses, and rollouts skip it without counting it against their budgets or
 //! waiting for it. `release` lets it catch up through admission like any other cluster.
@@ -27,6 +28,10 @@ pub enum ClusterCommand {
     Hold(ClusterTarget),
     /// Let a held cluster be synced again.
     Release(ClusterTarget),
+    /// Take a cluster over from another Starling installation whose fence it holds (its
+    /// Syncs are `Stalled`, reason `OwnedByAnotherInstallation`): the next sync writes this
+    /// installation's fence, and the other one is fenced from then on. Needs an admin token.
+    Adopt(ClusterTarget),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -45,6 +50,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         let text = match args.command {
             ClusterCommand::Hold(target) => hold(&client, &target, true).await?,
             ClusterCommand::Release(target) => hold(&client, &target, false).await?,
+            ClusterCommand::Adopt(target) => adopt(&client, &target).await?,
         };
         emit(&text)
     })
@@ -67,4 +73,18 @@ pub async fn hold(client: &Client, target: &ClusterTarget, hold: bool) -> anyhow
     } else {
         format!("{name} released: it catches up through admission\n")
     })
+}
+
+pub async fn adopt(client: &Client, target: &ClusterTarget) -> anyhow::Result<String> {
+    client
+        .cluster_adopt(proto::ClusterAdoptRequest {
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+        })
+        .await?;
+    let name = object_name(Kind::Cluster, &target.name);
+    Ok(format!(
+        "{name} adopted: its next sync takes it over from the installation that holds it \
+         (condition Adopted on the Cluster)\n"
+    ))
 }

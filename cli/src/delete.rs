@@ -1,7 +1,9 @@
 //! `starling delete`: remove objects named on the command line (`KIND NAME...`,
 //! `KIND/NAME...`) or by the manifests that created them (`-f FILE|DIR|-`), in one request,
 //! reporting `… deleted` or `… not found` per object. Any object not found makes the exit code
-//! non-zero unless `--ignore-not-found`.
+//! non-zero unless `--ignore-not-found`. Syncs, SyncGroups and Clusters prune what they
+//! applied from their clusters before they go (`--cascade=orphan` leaves it), like kubectl's
+//! cascading deletion.
 
 use anyhow::{anyhow, bail};
 use fleet::manifest::{DEFAULT_NAMESPACE, Kind, ObjectKey};
@@ -28,8 +30,22 @@ pub struct DeleteArgs {
     /// Succeed, silently, for objects that do not exist.
     #[arg(long)]
     pub ignore_not_found: bool,
+    /// `background` (the default): a Sync, SyncGroup or Cluster goes once its owners have
+    /// deleted what it applied from the clusters (`starling get syncs` shows them `Retiring`
+    /// meanwhile). `orphan`: it goes at once and its objects stay on the clusters.
+    #[arg(long, value_enum, default_value_t = Cascade::Background)]
+    pub cascade: Cascade,
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+/// What happens to what a deleted object applied (`--cascade`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Cascade {
+    /// Pruned from the clusters first, then the object goes.
+    Background,
+    /// Left on the clusters; the object goes at once.
+    Orphan,
 }
 
 pub fn run(args: DeleteArgs) -> anyhow::Result<()> {
@@ -41,7 +57,7 @@ pub fn run(args: DeleteArgs) -> anyhow::Result<()> {
     };
     let report = block_on(async {
         let client = Client::connect(&args.server).await?;
-        delete(&client, &keys).await
+        delete(&client, &keys, args.cascade).await
     })?;
     emit(&report.render(args.ignore_not_found))?;
     match report.not_found {
@@ -77,7 +93,11 @@ impl Report {
 }
 
 /// Deletes every object in one request.
-pub async fn delete(client: &Client, keys: &[ObjectKey]) -> anyhow::Result<Report> {
+pub async fn delete(
+    client: &Client,
+    keys: &[ObjectKey],
+    cascade: Cascade,
+) -> anyhow::Result<Report> {
     let objects = keys
         .iter()
         .map(|key| proto::ObjectRef {
@@ -86,7 +106,12 @@ pub async fn delete(client: &Client, keys: &[ObjectKey]) -> anyhow::Result<Repor
             name: key.name.clone(),
         })
         .collect();
-    let response = client.delete(proto::DeleteRequest { objects }).await?;
+    let response = client
+        .delete(proto::DeleteRequest {
+            objects,
+            orphan: cascade == Cascade::Orphan,
+        })
+        .await?;
     let mut report = Report::default();
     for result in response.results {
         let name = match &result.object {
@@ -242,7 +267,7 @@ mod tests {
         client.apply(request).await.unwrap();
         assert_eq!(resources.len(), 1);
         let keys = keys_from_targets(&targets("clusters c1 c2"), "default").unwrap();
-        let report = delete(&client, &keys).await.unwrap();
+        let report = delete(&client, &keys, Cascade::Background).await.unwrap();
         assert_eq!(report.not_found, 1);
         assert_eq!(
             report.render(false),

@@ -188,7 +188,7 @@ pub fn table(kind: Kind, objects: &[Value], all_namespaces: bool) -> Table {
     let headers: &[&str] = match kind {
         Kind::Source => &["NAME", "URL", "REVISION", "READY"],
         Kind::Cluster => &["NAME", "MODE", "OWNER", "GENERATION", "REACHABLE"],
-        Kind::Sync => &["NAME", "CLUSTER", "REVISION", "READY", "RESULT"],
+        Kind::Sync => &["NAME", "CLUSTER", "REVISION", "READY", "RESULT", "STATE"],
         Kind::SyncGroup => &["NAME", "REVISION", "TOTAL", "UPDATED", "FAILED", "PHASE"],
         Kind::Secret => &["NAME", "TYPE", "KEYS"],
     };
@@ -226,6 +226,7 @@ fn columns(kind: Kind, object: &Value) -> Vec<String> {
             revision("/status/lastAppliedRevision"),
             at("/status/resourcesLeastStatus"),
             at("/status/result"),
+            rollout_state(object),
         ],
         Kind::SyncGroup => vec![
             revision("/status/targetRevision"),
@@ -241,6 +242,16 @@ fn columns(kind: Kind, object: &Value) -> Vec<String> {
             };
             vec![secret_type, secret_key_count(object).to_string()]
         }
+    }
+}
+
+/// A Sync's rollout state without the reason (`Pending`, `Updated`, `Retiring`, ...); the
+/// reason is in `describe`.
+fn rollout_state(object: &Value) -> String {
+    let state = text_at(object, "/status/rolloutState");
+    match state.split_once(':') {
+        Some((state, _)) => state.to_owned(),
+        None => state,
     }
 }
 
@@ -334,10 +345,11 @@ mod tests {
             "status": {"owner": "2", "ownerGeneration": 7, "reachable": true}});
         assert_eq!(columns(Kind::Cluster, &cluster), ["push", "2", "7", "true"]);
         let sync = json!({"metadata": {"name": "web-c1"}, "spec": {"clusterRef": {"name": "c1"}},
-            "status": {"lastAppliedRevision": "v1@sha1:abc", "resourcesLeastStatus": "Current", "result": "Succeeded"}});
+            "status": {"lastAppliedRevision": "v1@sha1:abc", "resourcesLeastStatus": "Current", "result": "Succeeded",
+                "rolloutState": "Retiring: deleted; its owner prunes what it applied"}});
         assert_eq!(
             columns(Kind::Sync, &sync),
-            ["c1", "v1@sha1:abc", "Current", "Succeeded"]
+            ["c1", "v1@sha1:abc", "Current", "Succeeded", "Retiring"]
         );
         let group = testing::syncgroup_json("web", "Progressing", 4);
         assert_eq!(

@@ -108,9 +108,13 @@ pub fn status_text(status: &proto::StatusResponse, bars: bool) -> String {
         id => format!("node {id}"),
     };
     let mut text = format!(
-        "leader: {leader}   term: {}   commit index: {}   revision: {}\n\n",
+        "leader: {leader}   term: {}   commit index: {}   revision: {}\n",
         status.term, status.commit_index, status.revision
     );
+    if !status.installation.is_empty() {
+        text.push_str(&format!("installation: {}\n", status.installation));
+    }
+    text.push('\n');
     if status.recovering {
         text.push_str(
             "disaster recovery in progress: nothing rolls out until `starling recover` has read the target clusters\n\n",
@@ -212,6 +216,7 @@ pub fn status_json(status: &proto::StatusResponse) -> serde_json::Value {
         "commitIndex": status.commit_index,
         "revision": status.revision,
         "recovering": status.recovering,
+        "installation": (!status.installation.is_empty()).then_some(&status.installation),
         "members": status.members.iter().map(member_json).collect::<Vec<_>>(),
         "rollouts": status.rollouts.iter().map(rollout_json).collect::<Vec<_>>(),
     })
@@ -260,6 +265,7 @@ mod tests {
         assert_eq!(
             text,
             "leader: node 1   term: 4   commit index: 121   revision: 120\n\
+             installation: inst-0a1b2c3d4e5f\n\
              \n\
              ID   ADDRESS          STATE      ROLE       VOTER   APPLIED   CLUSTERS   SOURCES   SYNCING   LAST SEEN\n\
              1    127.0.0.1:7401   Live       leader     yes     120       60 (60%)   1         2         -\n\

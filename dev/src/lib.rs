@@ -299,6 +299,7 @@ impl Dev {
                 admin_token_file: None,
                 tls: None,
                 agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
+                deletion_timeout: Duration::from_secs(300),
             };
             let spec_source = match &config.operator {
                 Some(operator) => Some(Arc::new(

@@ -93,6 +93,14 @@ enum Step {
     Progress(u8),
     /// `starling recover` ends, the clusters of this bit mask not read back.
     FinishRecovery(u8),
+    /// Deleted with prune: a Cluster (0) or a SyncGroup (1).
+    Retire(u8, u8),
+    /// The deletion timeout passed: pruning given up for a Cluster (0), a Sync (1) or a
+    /// SyncGroup (2).
+    Abandon(u8, u8),
+    /// `starling apply` of a Cluster (0) or a SyncGroup (1) manifest that says nothing of the
+    /// hold or the pin, interleaved with `Hold` and `Pin`: both are kept.
+    Apply(u8, u8, u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -116,6 +124,9 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0u8..8, any::<bool>()).prop_map(|(c, r)| Step::Reach(c, r)),
         1 => (0u8..60).prop_map(Step::Progress),
         1 => any::<u8>().prop_map(Step::FinishRecovery),
+        1 => (0u8..2, any::<u8>()).prop_map(|(k, i)| Step::Retire(k, i)),
+        1 => (0u8..3, any::<u8>()).prop_map(|(k, i)| Step::Abandon(k, i)),
+        2 => (0u8..2, any::<u8>(), 0u8..3).prop_map(|(k, i, t)| Step::Apply(k, i, t)),
     ]
 }
 
@@ -166,7 +177,12 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
         }
         Step::Begin(index, true_owner, actionable) => {
             let candidates: Vec<Key> = if actionable {
-                state.actionable.iter().cloned().collect()
+                state
+                    .actionable
+                    .iter()
+                    .chain(&state.retiring)
+                    .cloned()
+                    .collect()
             } else {
                 state.syncs.keys().cloned().collect()
             };
@@ -208,8 +224,19 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                     ResourceStatus::InProgress,
                     ResourceStatus::Failed,
                 ][health as usize];
+                // Mostly something applied, so that there is something to prune.
+                let inventory = if health == ResourceStatus::Failed {
+                    vec![]
+                } else {
+                    vec![fleet::resources::ObjectRef {
+                        api_version: "v1".into(),
+                        kind: "ConfigMap".into(),
+                        namespace: Some("app".into()),
+                        name: "app".into(),
+                    }]
+                };
                 SyncOutcome::Succeeded {
-                    inventory: vec![],
+                    inventory,
                     health,
                     drift: None,
                 }
@@ -269,6 +296,17 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 tickets: pick(&revoked, index).into_iter().collect(),
             }
         }
+        Step::Apply(kind, index, tier) => {
+            let upsert = if kind == 0 {
+                cluster(index % 8, tier, false)
+            } else {
+                group(index % 2 + 1, 1, 3, false)
+            };
+            match upsert {
+                Command::UpsertSpec { resource, at } => Command::ApplySpec { resource, at },
+                other => other,
+            }
+        }
         Step::Hold(c, hold) => Command::HoldCluster {
             cluster: format!("fleet/c{c}"),
             hold,
@@ -305,6 +343,45 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 .map(|c| format!("fleet/c{c}"))
                 .collect(),
         },
+        Step::Retire(kind, index) => Command::RetireSpec {
+            key: ObjectKey {
+                kind: if kind == 0 {
+                    Kind::Cluster
+                } else {
+                    Kind::SyncGroup
+                },
+                namespace: "fleet".into(),
+                name: if kind == 0 {
+                    format!("c{}", index % 8)
+                } else {
+                    format!("g{}", index % 2 + 1)
+                },
+            },
+        },
+        Step::Abandon(kind, index) => {
+            let (kind, name) = match kind {
+                0 => (Kind::Cluster, format!("c{}", index % 8)),
+                1 => {
+                    let retiring: Vec<Key> = state.retiring.iter().cloned().collect();
+                    let Some(sync) = pick(&retiring, index) else {
+                        return Command::Batch(vec![]);
+                    };
+                    let name = sync
+                        .split_once('/')
+                        .map_or(sync.clone(), |(_, n)| n.to_string());
+                    (Kind::Sync, name)
+                }
+                _ => (Kind::SyncGroup, format!("g{}", index % 2 + 1)),
+            };
+            Command::AbandonPrune {
+                key: ObjectKey {
+                    kind,
+                    namespace: "fleet".into(),
+                    name,
+                },
+                at: AT.into(),
+            }
+        }
         Step::Progress(minutes) => Command::CheckProgress {
             at: format!("2026-01-01T00:{minutes:02}:00Z"),
         },
@@ -349,16 +426,18 @@ fn may_degrade(state: &FleetState, command: &Command) -> bool {
         Command::ReportHealth { .. } => true,
         Command::HoldCluster { hold: false, .. } => true,
         Command::RecoverCluster { .. } => !state.recovering,
-        Command::UpsertSpec { resource, .. } => match resource.as_ref() {
-            Resource::Cluster(cluster) => state
-                .clusters
-                .get(&format!(
-                    "fleet/{}",
-                    cluster.metadata.name.as_deref().unwrap_or_default()
-                ))
-                .is_some_and(|c| c.object.spec.paused),
-            _ => false,
-        },
+        Command::UpsertSpec { resource, .. } | Command::ApplySpec { resource, .. } => {
+            match resource.as_ref() {
+                Resource::Cluster(cluster) => state
+                    .clusters
+                    .get(&format!(
+                        "fleet/{}",
+                        cluster.metadata.name.as_deref().unwrap_or_default()
+                    ))
+                    .is_some_and(|c| c.object.spec.paused),
+                _ => false,
+            }
+        }
         Command::FinishSync { ticket, .. } => state
             .tickets
             .get(ticket)
@@ -372,6 +451,20 @@ fn budgets(state: &FleetState) -> BTreeMap<String, (u32, u32)> {
         .groups
         .keys()
         .filter_map(|g| Some((g.clone(), state.group_budget(g)?)))
+        .collect()
+}
+
+/// Per live group: the Syncs that left it and prune now, and its budget for them.
+fn retire_budgets(state: &FleetState) -> BTreeMap<String, (usize, u32)> {
+    state
+        .groups
+        .iter()
+        .filter(|(_, g)| !g.retiring && !g.retiring_members.is_empty())
+        .map(|(key, g)| {
+            let total = g.members.len() + g.retire_queue.len() + g.retiring_members.len();
+            let budget = fleet::validate::max_unavailable(&g.object.spec.rollout, total as u32);
+            (key.clone(), (g.retiring_members.len(), budget))
+        })
         .collect()
 }
 
@@ -391,8 +484,19 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
     for step in steps {
         let command = concretise(&state, step, &mut revisions);
         let before_budgets = budgets(&state);
+        let before_retires = retire_budgets(&state);
         let before_applied = applied_seqs(&state);
         let degrade = may_degrade(&state, &command);
+        let holds: BTreeMap<Key, bool> = state
+            .clusters
+            .iter()
+            .map(|(k, c)| (k.clone(), c.object.spec.hold))
+            .collect();
+        let pins: BTreeMap<Key, Option<String>> = state
+            .groups
+            .iter()
+            .map(|(k, g)| (k.clone(), g.object.spec.rollout.pinned_revision.clone()))
+            .collect();
         let outcome = state.apply(command.clone());
         commands.push(command.clone());
 
@@ -401,16 +505,38 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
                 "{violation} after {command:?}"
             )));
         }
+        // An apply that says nothing of them keeps a hold and a pin.
+        if let Command::ApplySpec { resource, .. } = &command {
+            let key = resource.key();
+            let key = format!("{}/{}", key.namespace, key.name);
+            if let Some(held) = holds.get(&key) {
+                let now = state.clusters.get(&key).map(|c| c.object.spec.hold);
+                prop_assert_eq!(now, Some(*held), "hold of {} lost by {:?}", key, command);
+            }
+            if let Some(pin) = pins.get(&key)
+                && let Some(group) = state.groups.get(&key)
+            {
+                prop_assert_eq!(
+                    &group.object.spec.rollout.pinned_revision,
+                    pin,
+                    "pin of {} lost by {:?}",
+                    key,
+                    command
+                );
+            }
+        }
         if let Outcome::Granted { ticket } = &outcome {
             prop_assert!(!state.recovering, "granted while recovering: {:?}", ticket);
             prop_assert_eq!(
                 state.cluster_owner(&ticket.cluster),
                 Some((ticket.node, ticket.generation))
             );
-            prop_assert_eq!(
-                state.target_of(&ticket.sync).map(|t| t.revision),
-                Some(ticket.revision.clone())
-            );
+            if ticket.kind != SyncKind::Retire {
+                prop_assert_eq!(
+                    state.target_of(&ticket.sync).map(|t| t.revision),
+                    Some(ticket.revision.clone())
+                );
+            }
         }
         if !degrade {
             for (group, (unavailable, budget)) in budgets(&state) {
@@ -425,6 +551,20 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
                     command
                 );
             }
+        }
+        // Clusters a group leaves prune within its budget (or no more than before, when the
+        // budget shrank).
+        for (group, (pruning, budget)) in retire_budgets(&state) {
+            let before = before_retires.get(&group).map_or(0, |b| b.0);
+            prop_assert!(
+                pruning <= (budget as usize).max(before),
+                "group {} prunes {} clusters at once, budget {}, was {} before {:?}",
+                group,
+                pruning,
+                budget,
+                before,
+                command
+            );
         }
         for (sync, seq) in applied_seqs(&state) {
             if let Some(previous) = before_applied.get(&sync) {

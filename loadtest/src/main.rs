@@ -633,6 +633,7 @@ async fn admission(
             admin_token_file: None,
             tls: None,
             agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
+            deletion_timeout: Duration::from_secs(300),
         };
         nodes.push(starling_replica::serve::start(config, None).await?);
     }

@@ -1,7 +1,9 @@
 //! Kubernetes Events for rollout milestones, on the SyncGroup they concern (`kubectl describe
 //! syncgroup` and `kubectl get events` show them): `RolloutStarted` (a new target revision),
 //! `PartitionDone` (every cluster of a partition updated, for SyncGroups with partitions),
-//! `RolloutHalted` (a Warning: more failures than `maxFailures`) and `RolloutCompleted`.
+//! `RolloutHalted` (a Warning: more failures than `maxFailures`), `RolloutCompleted`, and
+//! `DeletionTimeout` (a Warning: a prune given up after `--deletion-timeout`, its objects left
+//! on a cluster that could not be reached).
 //!
 //! The leader compares each SyncGroup's rollout in the state with what it saw last. A new
 //! leader starts from the status the previous one wrote on the object (target revision and
@@ -14,6 +16,7 @@ use std::collections::HashMap;
 use fleet::FleetState;
 use fleet::manifest::ObjectKey;
 use fleet::resources::{RolloutPhase, SyncGroupStatus};
+use fleet::state::PRUNE_CONDITION;
 use fleet::state::key_of;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -29,6 +32,9 @@ struct Mark {
     phase: Option<RolloutPhase>,
     /// The first partition with clusters still pending or unavailable.
     partition: Option<u32>,
+    /// The message of a `Pruned: False` condition (a prune given up after the deletion
+    /// timeout), with its time.
+    pruned: Option<(Option<String>, String)>,
 }
 
 /// A milestone to publish.
@@ -73,6 +79,15 @@ fn milestones(
                 ),
             });
         }
+    }
+    if let Some((_, message)) = &now.pruned
+        && now.pruned != before.pruned
+    {
+        out.push(Milestone {
+            warning: true,
+            reason: "DeletionTimeout",
+            note: message.clone(),
+        });
     }
     if now.phase != before.phase {
         match now.phase {
@@ -147,6 +162,11 @@ impl Milestones {
                 target: status.target_revision.clone(),
                 phase: status.phase,
                 partition,
+                pruned: status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == PRUNE_CONDITION && c.status == "False")
+                    .map(|c| (c.last_transition_time.clone(), c.message.clone())),
             };
             let before = self
                 .marks
@@ -205,6 +225,18 @@ fn shown_mark(shown: &Value) -> Mark {
             .get("phase")
             .and_then(|phase| serde_json::from_value(phase.clone()).ok()),
         partition: None,
+        pruned: shown
+            .get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == PRUNE_CONDITION && c["status"] == "False")
+            .map(|c| {
+                (
+                    c["lastTransitionTime"].as_str().map(str::to_string),
+                    c["message"].as_str().unwrap_or_default().to_string(),
+                )
+            }),
     }
 }
 
@@ -218,6 +250,7 @@ mod tests {
             target: Some(target.into()),
             phase: Some(phase),
             partition: Some(partition),
+            pruned: None,
         }
     }
 
@@ -262,5 +295,20 @@ mod tests {
             shown_mark(&serde_json::json!({"targetRevision": "v2", "phase": "Progressing"}));
         let now = mark("v2", RolloutPhase::Progressing, 0);
         assert!(milestones(&shown, &now, &status, 0).is_empty());
+    }
+
+    #[test]
+    fn a_prune_given_up_is_a_warning_once() {
+        let moving = mark("v2", RolloutPhase::Complete, 0);
+        let mut given_up = moving.clone();
+        given_up.pruned = Some((
+            Some("2026-01-01T00:00:00Z".into()),
+            "gave up pruning sync default/web-c1".into(),
+        ));
+        let events = milestones(&moving, &given_up, &SyncGroupStatus::default(), 0);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].warning && events[0].reason == "DeletionTimeout");
+        assert!(events[0].note.contains("web-c1"));
+        assert!(milestones(&given_up, &given_up, &SyncGroupStatus::default(), 0).is_empty());
     }
 }

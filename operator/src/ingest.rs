@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use fleet::manifest::{Kind, ObjectKey, Resource};
-use fleet::resources::{Sync, SyncGroup};
+use fleet::resources::{Cluster, Sync, SyncGroup};
 use fleet::state::key_of;
 use fleet::{Command, FleetState, Outcome};
 use futures::stream::{self, StreamExt};
@@ -376,14 +376,15 @@ async fn commit(
     Ok(())
 }
 
-/// A Sync or SyncGroup that is not being deleted gets Starling's finalizer, so its deletion
-/// waits for the prune.
+/// A Sync, SyncGroup or Cluster that is not being deleted gets Starling's finalizer, so its
+/// deletion waits for the prune. Clusters made from Cluster API objects get none: Starling
+/// does not own those objects (deleting one orphans, as the cluster itself goes too).
 fn finalizer_to_add(mirror: &Mirror, key: &ObjectKey) -> Option<FinalizerPatch> {
-    if !matches!(key.kind, Kind::Sync | Kind::SyncGroup) {
+    if !matches!(key.kind, Kind::Sync | Kind::SyncGroup | Kind::Cluster) {
         return None;
     }
     let observed = mirror.objects.get(key)?;
-    if observed.deleting.is_some() || observed.finalized() {
+    if observed.capi || observed.deleting.is_some() || observed.finalized() {
         return None;
     }
     let mut list = observed.finalizers.clone();
@@ -402,6 +403,8 @@ async fn patch_finalizers(
     let resource = match key.kind {
         Kind::Sync => ApiResource::erase::<Sync>(&()),
         Kind::SyncGroup => ApiResource::erase::<SyncGroup>(&()),
+        Kind::Cluster => ApiResource::erase::<Cluster>(&()),
+        // `finalizer_to_add` and `deletion` name no other kind.
         _ => return Ok(()),
     };
     let api: Api<DynamicObject> =
@@ -444,7 +447,9 @@ fn action(
     else {
         return in_state(state, key).then_some(Action::Delete);
     };
-    if observed.deleting.is_some() && matches!(key.kind, Kind::Sync | Kind::SyncGroup) {
+    if observed.deleting.is_some()
+        && matches!(key.kind, Kind::Sync | Kind::SyncGroup | Kind::Cluster)
+    {
         return deletion(state, key, observed, resource, deletion_timeout);
     }
     if state_matches(state, resource) == Some(true) {
@@ -467,7 +472,7 @@ fn action(
     Some(Action::Upsert((**resource).clone()))
 }
 
-/// A Sync or SyncGroup deleted in the management cluster: pruned through the state
+/// A Sync, SyncGroup or Cluster deleted in the management cluster: pruned through the state
 /// ([`Command::RetireSpec`]) while Starling's finalizer holds it; orphaned at once with
 /// `starling.dev/deletion-policy: orphan`, or once `--deletion-timeout` has passed (a target
 /// that stays unreachable must not block the deletion forever); the finalizer goes when the
@@ -508,6 +513,7 @@ fn deletion(
     let k = key_of(&key.namespace, &key.name);
     let retiring = match key.kind {
         Kind::Sync => state.syncs.get(&k).is_some_and(|s| s.retiring),
+        Kind::Cluster => state.clusters.get(&k).is_some_and(|c| c.deleting.is_some()),
         _ => state.groups.get(&k).is_some_and(|g| g.retiring),
     };
     (!retiring).then_some(Action::Retire)

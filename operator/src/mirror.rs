@@ -26,7 +26,7 @@ pub(crate) const FINALIZER: &str = "starling.dev/prune";
 
 /// The annotation that orphans a Sync's or SyncGroup's objects on deletion: `orphan` leaves
 /// them on the targets and deletes the object at once.
-pub(crate) const DELETION_POLICY_ANNOTATION: &str = "starling.dev/deletion-policy";
+pub(crate) use fleet::state::DELETION_POLICY_ANNOTATION;
 
 /// One object as the management cluster shows it.
 #[derive(Clone, Debug, PartialEq)]

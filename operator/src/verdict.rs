@@ -187,6 +187,17 @@ pub(crate) fn sync(status: &SyncStatus) -> Verdict {
     let current_target = status.last_applied_revision.is_some()
         && status.last_applied_revision == status.last_attempted_revision;
     match status.result {
+        Some(SyncResult::Failed)
+            if status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(fleet::state::FOREIGN_CLASS)) =>
+        {
+            Verdict::stalled(
+                fleet::state::OWNED_BY_ANOTHER_INSTALLATION,
+                status.message.clone().unwrap_or_default(),
+            )
+        }
         Some(SyncResult::Failed) => {
             Verdict::stalled("SyncFailed", status.message.clone().unwrap_or_default())
         }

@@ -290,6 +290,8 @@ mod tests {
             labels: Default::default(),
             writer: "node-1".into(),
             generation: 3,
+            installation: "inst-test".into(),
+            adopt: false,
             revision: Some("main@sha1:abc".into()),
             artifact: String::new(),
             template: Default::default(),

@@ -392,6 +392,66 @@ async fn a_replica_whose_apply_stops_is_not_ready_and_loses_its_clusters() {
     .await;
 }
 
+/// Issue 34, part 3: a *leader* whose state machine stops applying kept leading (it still
+/// answers heartbeats), and every write the group proposed through it waited for ever. It
+/// hands the leadership on once its applied index stands still behind the committed one, and
+/// the group takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_apply_stops_hands_the_leadership_on() {
+    let options = Options {
+        node_env: std::collections::BTreeMap::from([(
+            1,
+            vec![(
+                "STARLING_TESTING_STALL_APPLY_AFTER".to_string(),
+                "150".to_string(),
+            )],
+        )]),
+        ..Options::default()
+    };
+    let group = Group::start(3, options).await;
+    if group.status_of(1).await.is_none_or(|s| s.leader_id != 1) {
+        let mut admin = group.admin(1).await;
+        admin
+            .transfer_leadership(proto::TransferLeadershipRequest { target: 1 })
+            .await
+            .expect("leadership moves to the node that will stall");
+    }
+    wait_until(Duration::from_secs(10), "node 1 leads", || async {
+        group.status_of(2).await.is_some_and(|s| s.leader_id == 1)
+    })
+    .await;
+    // Enough single-entry writes to pass the stall point; those after it wait on the stalled
+    // leader, so each is bounded and may fail.
+    for round in 0..200 {
+        let manifest = format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: c{round:03}}}\nspec: {{}}\n"
+        );
+        let write = tokio::time::timeout(Duration::from_secs(2), group.apply(2, &manifest)).await;
+        if !matches!(write, Ok(Ok(_))) {
+            break;
+        }
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "the stalled leader hands the leadership on",
+        || async {
+            group
+                .status_of(2)
+                .await
+                .is_some_and(|s| s.leader_id != 0 && s.leader_id != 1)
+        },
+    )
+    .await;
+    wait_until(Duration::from_secs(30), "the group takes writes again", || async {
+        let manifest = "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {name: after-stall}\nspec: {}\n";
+        matches!(
+            tokio::time::timeout(Duration::from_secs(3), group.apply(2, manifest)).await,
+            Ok(Ok(_))
+        )
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_stopped_with_sigterm_hands_its_clusters_on_before_it_exits() {
     let fixture = demo_fixture(fleetsim::Config {

@@ -12,7 +12,8 @@
 //! 3. `rollout pause` sets `spec.rollout.paused` in the management cluster, `cluster hold`
 //!    sets `spec.hold` of a Cluster, `rollout undo|unpin` `spec.rollout.pinnedRevision`;
 //! 4. the management API is down for 20 s; a deletion and an edit made as it comes back
-//!    reach the state, and the statuses catch up; then every replica is lost with its data,
+//!    reach the state (the deleted Cluster is pruned before it goes), and the statuses catch
+//!    up; then every replica is lost with its data,
 //!    fresh ones start in recovery and `starling recover` converges the fleet again without
 //!    writing to any target;
 //! 5. an invalid object gets `Stalled`; deleting the SyncGroup (which carries Starling's
@@ -524,6 +525,18 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         },
     )
     .await;
+    // The deleted Cluster is pruned (the finalizer) before it goes from the management cluster.
+    wait_until(
+        Duration::from_secs(60),
+        "the deleted cluster pruned and gone",
+        || async {
+            let pruned = target_versions(sim)
+                .into_iter()
+                .any(|(name, version)| name == "late" && version.is_empty());
+            pruned && get(&clusters, "late").await.is_none()
+        },
+    )
+    .await;
     wait_until(Duration::from_secs(60), "the statuses catch up", || async {
         get(&groups, "demo").await.is_some_and(|object| {
             object["spec"]["rollout"]["maxUnavailable"] == "30%"
@@ -640,7 +653,7 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
     .await;
     let left: Vec<_> = target_versions(sim)
         .into_iter()
-        .filter(|(name, version)| name != "late" && !version.is_empty())
+        .filter(|(_, version)| !version.is_empty())
         .collect();
     assert!(
         left.is_empty(),

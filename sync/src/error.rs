@@ -34,6 +34,8 @@ pub enum ErrorClass {
     Invalid,
     Conflict,
     Fenced,
+    /// Another Starling installation owns the target (its fence names it).
+    Foreign,
     Timeout,
     NotReady,
     Cancelled,
@@ -41,13 +43,14 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     /// Every class, for tables and tests.
-    pub const ALL: [ErrorClass; 9] = [
+    pub const ALL: [ErrorClass; 10] = [
         ErrorClass::Unreachable,
         ErrorClass::Throttled,
         ErrorClass::Forbidden,
         ErrorClass::Invalid,
         ErrorClass::Conflict,
         ErrorClass::Fenced,
+        ErrorClass::Foreign,
         ErrorClass::Timeout,
         ErrorClass::NotReady,
         ErrorClass::Cancelled,
@@ -62,6 +65,7 @@ impl ErrorClass {
             ErrorClass::Invalid => "invalid",
             ErrorClass::Conflict => "conflict",
             ErrorClass::Fenced => "fenced",
+            ErrorClass::Foreign => "foreign",
             ErrorClass::Timeout => "timeout",
             ErrorClass::NotReady => "not-ready",
             ErrorClass::Cancelled => "cancelled",
@@ -123,6 +127,13 @@ pub enum SyncError {
         writer: String,
         ours: u64,
     },
+    #[error(
+        "owned by another Starling installation, {installation} (last writer {writer:?}): nothing is written to it; `starling cluster adopt` takes it over"
+    )]
+    OwnedByAnotherInstallation {
+        installation: String,
+        writer: String,
+    },
     #[error("timed out after {} trying to {operation}", humanize(.after))]
     Timeout { operation: String, after: Duration },
     #[error("{object} not ready after {}: {message}", humanize(.after))]
@@ -167,6 +178,7 @@ impl SyncError {
             SyncError::Forbidden { .. } => ErrorClass::Forbidden,
             SyncError::Conflict { .. } => ErrorClass::Conflict,
             SyncError::Fenced { .. } => ErrorClass::Fenced,
+            SyncError::OwnedByAnotherInstallation { .. } => ErrorClass::Foreign,
             SyncError::Timeout { .. } => ErrorClass::Timeout,
             SyncError::NotReady { .. } => ErrorClass::NotReady,
             SyncError::Cancelled { .. } => ErrorClass::Cancelled,
@@ -469,6 +481,7 @@ mod tests {
                 "invalid",
                 "conflict",
                 "fenced",
+                "foreign",
                 "timeout",
                 "not-ready",
                 "cancelled"

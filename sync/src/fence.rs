@@ -4,8 +4,14 @@
 //! is still mid-apply when the new one starts: once the new owner has fenced, the old one's
 //! next check (before its prune, or its next sync) fails with "fenced by generation N".
 //!
+//! The fence also names the installation (the identity a Starling control plane makes once when
+//! its group forms). Generations are only compared within one installation: a target fenced by
+//! another installation is never written, whatever the generations, until it is adopted
+//! (`starling cluster adopt`), which writes ours over it.
+//!
 //! ```text
-//! read fence ──none──────────────► create {generation, writer} (409: someone raced, re-read)
+//! read fence ──none──────────────► create {generation, writer, installation} (409: re-read)
+//!            ──another installation──► OwnedByAnotherInstallation (adopting: update, as below)
 //!            ──lower generation──► update with metadata.resourceVersion (409: re-read)
 //!            ──same gen, us──────► proceed (no write)
 //!            ──higher, or same gen held by another writer──► Fenced
@@ -24,6 +30,7 @@ pub const FENCE_NAME: &str = "starling-fence";
 /// Data keys of the fence.
 const GENERATION_KEY: &str = "generation";
 const WRITER_KEY: &str = "writer";
+const INSTALLATION_KEY: &str = "installation";
 /// Compare-and-swap rounds before giving up (each lost round means another writer moved).
 const MAX_ROUNDS: usize = 8;
 
@@ -32,6 +39,10 @@ const MAX_ROUNDS: usize = 8;
 pub struct FenceState {
     pub generation: u64,
     pub writer: String,
+    /// The installation that wrote it; empty in fences written before installations had an
+    /// identity (any installation may take those over, by generation as before).
+    #[serde(default)]
+    pub installation: String,
 }
 
 /// What to do given the fence's content.
@@ -43,12 +54,24 @@ pub enum FenceDecision {
     Write,
     /// Someone else holds the cluster.
     Fenced(FenceState),
+    /// Another installation holds the cluster.
+    Foreign(FenceState),
 }
 
-/// The pure decision of the compare-and-swap.
-pub fn decide(stored: Option<&FenceState>, ours: &FenceState) -> FenceDecision {
+/// The pure decision of the compare-and-swap. `adopt`: take the target over from another
+/// installation.
+pub fn decide(stored: Option<&FenceState>, ours: &FenceState, adopt: bool) -> FenceDecision {
     match stored {
         None => FenceDecision::Write,
+        Some(stored)
+            if !stored.installation.is_empty() && stored.installation != ours.installation =>
+        {
+            if adopt {
+                FenceDecision::Write
+            } else {
+                FenceDecision::Foreign(stored.clone())
+            }
+        }
         Some(stored) if stored.generation < ours.generation => FenceDecision::Write,
         Some(stored) if stored.generation == ours.generation && stored.writer == ours.writer => {
             FenceDecision::Proceed
@@ -66,6 +89,7 @@ pub(crate) fn state_of(config_map: &ConfigMap) -> FenceState {
             .and_then(|text| text.trim().parse().ok())
             .unwrap_or(0),
         writer: data.get(WRITER_KEY).cloned().unwrap_or_default(),
+        installation: data.get(INSTALLATION_KEY).cloned().unwrap_or_default(),
     }
 }
 
@@ -81,10 +105,16 @@ fn fence_object(namespace: &str, ours: &FenceState, resource_version: Option<Str
             )])),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([
-            (GENERATION_KEY.to_owned(), ours.generation.to_string()),
-            (WRITER_KEY.to_owned(), ours.writer.clone()),
-        ])),
+        data: Some(
+            [
+                (GENERATION_KEY.to_owned(), ours.generation.to_string()),
+                (WRITER_KEY.to_owned(), ours.writer.clone()),
+                (INSTALLATION_KEY.to_owned(), ours.installation.clone()),
+            ]
+            .into_iter()
+            .filter(|(_, value)| !value.is_empty())
+            .collect(),
+        ),
         ..ConfigMap::default()
     }
 }
@@ -94,6 +124,13 @@ fn fenced(stored: FenceState, ours: &FenceState) -> SyncError {
         generation: stored.generation,
         writer: stored.writer,
         ours: ours.generation,
+    }
+}
+
+fn foreign(stored: FenceState) -> SyncError {
+    SyncError::OwnedByAnotherInstallation {
+        installation: stored.installation,
+        writer: stored.writer,
     }
 }
 
@@ -118,11 +155,13 @@ pub(crate) async fn ensure_namespace(session: &Session, namespace: &str) -> Resu
         .await
 }
 
-/// Compare-and-swaps our generation into the fence, or fails with `Fenced`.
+/// Compare-and-swaps our generation into the fence, or fails with `Fenced` (or
+/// `OwnedByAnotherInstallation` unless `adopt`).
 pub(crate) async fn acquire(
     session: &Session,
     namespace: &str,
     ours: &FenceState,
+    adopt: bool,
 ) -> Result<(), SyncError> {
     let api: Api<ConfigMap> = Api::namespaced(session.kube(), namespace);
     for _ in 0..MAX_ROUNDS {
@@ -130,9 +169,10 @@ pub(crate) async fn acquire(
             .read("read the fence", || api.get_opt(FENCE_NAME))
             .await?;
         let stored = current.as_ref().map(state_of);
-        match decide(stored.as_ref(), ours) {
+        match decide(stored.as_ref(), ours, adopt) {
             FenceDecision::Proceed => return Ok(()),
             FenceDecision::Fenced(stored) => return Err(fenced(stored, ours)),
+            FenceDecision::Foreign(stored) => return Err(foreign(stored)),
             FenceDecision::Write => {}
         }
         let written = match current {
@@ -186,7 +226,8 @@ pub(crate) async fn acquire(
 }
 
 /// Checks that the fence still holds our generation (before pruning). A fence that vanished
-/// or went back is taken again; a higher one fails with `Fenced`.
+/// or went back is taken again; a higher one fails with `Fenced`, another installation's with
+/// `OwnedByAnotherInstallation` (an adoption is never repeated mid-sync).
 pub(crate) async fn check(
     session: &Session,
     namespace: &str,
@@ -196,10 +237,11 @@ pub(crate) async fn check(
     let current = session
         .read("re-read the fence", || api.get_opt(FENCE_NAME))
         .await?;
-    match decide(current.as_ref().map(state_of).as_ref(), ours) {
+    match decide(current.as_ref().map(state_of).as_ref(), ours, false) {
         FenceDecision::Proceed => Ok(()),
         FenceDecision::Fenced(stored) => Err(fenced(stored, ours)),
-        FenceDecision::Write => acquire(session, namespace, ours).await,
+        FenceDecision::Foreign(stored) => Err(foreign(stored)),
+        FenceDecision::Write => acquire(session, namespace, ours, false).await,
     }
 }
 
@@ -220,27 +262,61 @@ mod tests {
         FenceState {
             generation,
             writer: writer.to_owned(),
+            installation: String::new(),
         }
+    }
+
+    fn of(installation: &str, generation: u64, writer: &str) -> FenceState {
+        FenceState {
+            installation: installation.to_owned(),
+            ..state(generation, writer)
+        }
+    }
+
+    #[test]
+    fn another_installation_is_never_overwritten_unless_adopted() {
+        let ours = of("inst-a", 1, "node-1");
+        let theirs = of("inst-b", 0, "node-2");
+        assert_eq!(
+            decide(Some(&theirs), &ours, false),
+            FenceDecision::Foreign(theirs.clone()),
+            "generations are not compared across installations"
+        );
+        assert_eq!(decide(Some(&theirs), &ours, true), FenceDecision::Write);
+        let higher = of("inst-b", 9, "node-2");
+        assert_eq!(decide(Some(&higher), &ours, true), FenceDecision::Write);
+        // Within one installation, generations decide as before, adopting or not.
+        assert_eq!(
+            decide(Some(&of("inst-a", 2, "node-2")), &ours, true),
+            FenceDecision::Fenced(of("inst-a", 2, "node-2"))
+        );
+        // A fence from before installations had an identity is taken over by generation.
+        assert_eq!(
+            decide(Some(&state(0, "node-9")), &ours, false),
+            FenceDecision::Write
+        );
+        let written = fence_object("starling-system", &ours, None);
+        assert_eq!(state_of(&written), ours);
     }
 
     #[test]
     fn higher_generations_fence_lower_ones() {
         let ours = state(5, "node-a");
-        assert_eq!(decide(None, &ours), FenceDecision::Write);
+        assert_eq!(decide(None, &ours, false), FenceDecision::Write);
         assert_eq!(
-            decide(Some(&state(4, "node-b")), &ours),
+            decide(Some(&state(4, "node-b")), &ours, false),
             FenceDecision::Write
         );
         assert_eq!(
-            decide(Some(&state(5, "node-a")), &ours),
+            decide(Some(&state(5, "node-a")), &ours, false),
             FenceDecision::Proceed
         );
         assert_eq!(
-            decide(Some(&state(6, "node-b")), &ours),
+            decide(Some(&state(6, "node-b")), &ours, false),
             FenceDecision::Fenced(state(6, "node-b"))
         );
         assert_eq!(
-            decide(Some(&state(5, "node-b")), &ours),
+            decide(Some(&state(5, "node-b")), &ours, false),
             FenceDecision::Fenced(state(5, "node-b")),
             "one generation has one writer"
         );

@@ -18,6 +18,12 @@ pub struct AgentJob {
     pub writer: String,
     /// The owner generation (the target's fence).
     pub generation: u64,
+    /// The installation's identity, written into the fence.
+    #[serde(default)]
+    pub installation: String,
+    /// Take the target over from another installation (`starling cluster adopt`).
+    #[serde(default)]
+    pub adopt: bool,
     pub revision: Option<String>,
     /// `sha256:<hex>`; empty when retiring.
     pub artifact: String,

@@ -46,6 +46,8 @@ pub struct RetryPolicy {
     pub invalid: Option<Backoff>,
     pub conflict: Option<Backoff>,
     pub fenced: Option<Backoff>,
+    /// Another installation owns the target: never retried by itself (an adoption is).
+    pub foreign: Option<Backoff>,
     pub timeout: Option<Backoff>,
     pub not_ready: Option<Backoff>,
     pub cancelled: Option<Backoff>,
@@ -65,6 +67,7 @@ impl RetryPolicy {
             invalid: None,
             conflict: Some(Backoff::new(30_000, 600_000, None)),
             fenced: None,
+            foreign: None,
             timeout: Some(Backoff::new(5_000, 300_000, None)),
             not_ready: Some(Backoff::new(15_000, 600_000, None)),
             cancelled: None,
@@ -82,6 +85,7 @@ impl RetryPolicy {
             invalid: None,
             conflict: None,
             fenced: None,
+            foreign: None,
             not_ready: None,
             cancelled: None,
             jitter: 0.2,
@@ -97,6 +101,7 @@ impl RetryPolicy {
             invalid: None,
             conflict: None,
             fenced: None,
+            foreign: None,
             timeout: None,
             not_ready: None,
             cancelled: None,
@@ -113,6 +118,7 @@ impl RetryPolicy {
             ErrorClass::Invalid => self.invalid,
             ErrorClass::Conflict => self.conflict,
             ErrorClass::Fenced => self.fenced,
+            ErrorClass::Foreign => self.foreign,
             ErrorClass::Timeout => self.timeout,
             ErrorClass::NotReady => self.not_ready,
             ErrorClass::Cancelled => self.cancelled,
@@ -199,6 +205,7 @@ mod tests {
         for class in [
             ErrorClass::Invalid,
             ErrorClass::Fenced,
+            ErrorClass::Foreign,
             ErrorClass::Cancelled,
         ] {
             assert_eq!(policy.delay(class, 1, 0), None, "{class}");

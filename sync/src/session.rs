@@ -155,15 +155,15 @@ impl Session {
                     () = self.cancel.cancelled() => {
                         return Err(SyncError::Cancelled { operation: operation.to_owned() });
                     }
-                    outcome = tokio::time::timeout(limit, call()) => outcome,
+                    outcome = within(limit, call()) => outcome,
                 }
             } else {
-                tokio::time::timeout(limit, call()).await
+                within(limit, call()).await
             };
             let error = match outcome {
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(error)) => SyncError::from_kube(self.cluster(), operation, error),
-                Err(_) => SyncError::Timeout {
+                Err(Elapsed) => SyncError::Timeout {
                     operation: operation.to_owned(),
                     after: limit,
                 },
@@ -224,5 +224,67 @@ impl Session {
 
     pub fn retries(&self) -> u64 {
         self.retries.load(Ordering::Relaxed)
+    }
+}
+
+/// A request that ran out of its time.
+#[derive(Debug)]
+struct Elapsed;
+
+/// Runs `future` for at most `limit` from now, looking at the clock *before* each poll. A
+/// process stopped past the limit (SIGSTOP, a frozen VM) must not send a request once it runs
+/// again: `tokio::time::timeout` polls the inner future before its timer, and that first poll
+/// can write the request to the socket after the lease that allowed it has ended. Found by the
+/// chaos schedules' zombie owners: a write at generation 1 landed after generation 2's fence.
+fn within<F: Future>(
+    limit: Duration,
+    future: F,
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
+    let deadline = Instant::now() + limit;
+    async move {
+        let mut future = std::pin::pin!(future);
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+        std::future::poll_fn(move |cx| {
+            if Instant::now() >= deadline {
+                return std::task::Poll::Ready(Err(Elapsed));
+            }
+            if let std::task::Poll::Ready(output) = future.as_mut().poll(cx) {
+                return std::task::Poll::Ready(Ok(output));
+            }
+            if timer.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(Err(Elapsed));
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// The zombie owner: the process stops after a request was set up and before it was sent;
+    /// when it runs again past the limit, the request is never sent.
+    #[tokio::test]
+    async fn a_request_is_not_sent_when_the_process_wakes_after_its_limit() {
+        let sent = Arc::new(AtomicBool::new(false));
+        let request = {
+            let sent = sent.clone();
+            async move { sent.store(true, Ordering::SeqCst) }
+        };
+        let bounded = within(Duration::from_millis(20), request);
+        // Frozen: the runtime does not run while this thread sleeps.
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(bounded.await.is_err());
+        assert!(
+            !sent.load(Ordering::SeqCst),
+            "the request went out after its limit"
+        );
+        // Within its limit it runs, and a slow one ends at the limit.
+        assert!(within(Duration::from_secs(5), async { 7 }).await.is_ok());
+        let slow = within(Duration::from_millis(20), std::future::pending::<()>());
+        assert!(slow.await.is_err());
     }
 }

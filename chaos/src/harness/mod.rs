@@ -21,6 +21,7 @@ pub use starling_dev::demo::DemoRepo;
 
 mod demo;
 mod http;
+pub mod pull;
 mod waits;
 pub use demo::{
     DemoFixture, GitDaemon, config_versions, demo_fixture, demo_manifests, start_demo_group,
@@ -295,15 +296,7 @@ impl Group {
     /// Runs the `starling` CLI against the first running node; returns stdout, or panics with
     /// stderr.
     pub fn cli(&self, args: &[&str]) -> String {
-        let node = self.running().next().expect("a running node");
-        let mut command = Command::new(binary());
-        command
-            .args(["--server", &node.grpc, "--timeout", "30s"])
-            .args(args);
-        if let Some(token) = &self.options.admin_token {
-            command.env("STARLING_TOKEN", token);
-        }
-        let output = command.output().expect("run starling");
+        let output = self.cli_output(args);
         assert!(
             output.status.success(),
             "starling {args:?} failed: {}",

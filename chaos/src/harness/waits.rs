@@ -20,10 +20,16 @@ impl Group {
             {
                 return current.target_revision.clone();
             }
-            assert!(
-                Instant::now() < deadline,
-                "rollout of {name} did not complete with {updated} updated and {held} held: {status:?}"
-            );
+            if Instant::now() >= deadline {
+                // Evidence: every sync of the group that is not at the target yet.
+                let syncs = self.cli_output(&["get", "syncs", "-A"]);
+                panic!(
+                    "rollout of {name} did not complete with {updated} updated and {held} held: \
+                     {status:?}\nsyncs:\n{}{}",
+                    String::from_utf8_lossy(&syncs.stdout),
+                    String::from_utf8_lossy(&syncs.stderr)
+                );
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

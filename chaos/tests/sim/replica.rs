@@ -162,6 +162,7 @@ fn node_config(host: &Host) -> NodeConfig {
         admin_token_file: None,
         tls: None,
         agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
+        deletion_timeout: std::time::Duration::from_secs(300),
     }
 }
 

@@ -165,6 +165,7 @@ impl Client {
     rpc!(fleet::rollout_resume(proto::RolloutRequest) -> proto::RolloutResponse);
     rpc!(fleet::rollout_pin(proto::RolloutPinRequest) -> proto::RolloutResponse);
     rpc!(fleet::cluster_hold(proto::ClusterHoldRequest) -> proto::ClusterHoldResponse);
+    rpc!(fleet::cluster_adopt(proto::ClusterAdoptRequest) -> proto::ClusterAdoptResponse);
     rpc!(fleet::source_poll(proto::SourcePollRequest) -> proto::SourcePollResponse);
     rpc!(admin::token_create(proto::TokenCreateRequest) -> proto::TokenCreateResponse);
     rpc!(admin::token_list() = proto::TokenListRequest {} => proto::TokenListResponse);

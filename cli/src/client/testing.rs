@@ -263,6 +263,13 @@ impl Fleet for CannedNode {
         Err(Status::unimplemented("cluster hold"))
     }
 
+    async fn cluster_adopt(
+        &self,
+        _request: Request<proto::ClusterAdoptRequest>,
+    ) -> Result<Response<proto::ClusterAdoptResponse>, Status> {
+        Err(Status::unimplemented("cluster adopt"))
+    }
+
     async fn source_poll(
         &self,
         _request: Request<proto::SourcePollRequest>,
@@ -311,6 +318,7 @@ pub(crate) fn canned_status() -> proto::StatusResponse {
             }),
         }],
         recovering: false,
+        installation: "inst-0a1b2c3d4e5f".into(),
     }
 }
 

@@ -39,12 +39,14 @@ impl Touch {
     /// Takes what `command` names, on the `state` it is about to be applied to.
     pub fn of(state: &FleetState, command: &Command) -> Touch {
         match command {
-            Command::UpsertSpec { resource, .. } => {
+            Command::UpsertSpec { resource, .. } | Command::ApplySpec { resource, .. } => {
                 let key = resource.key();
                 let before = state.generated_from(&key);
                 Touch::Object { key, before }
             }
-            Command::HoldCluster { cluster, .. } | Command::ReportReachability { cluster, .. } => {
+            Command::HoldCluster { cluster, .. }
+            | Command::ReportReachability { cluster, .. }
+            | Command::AdoptCluster { cluster, .. } => {
                 let key = object_key(Kind::Cluster, cluster);
                 let before = state.generated_from(&key);
                 Touch::Object { key, before }
@@ -54,7 +56,9 @@ impl Touch {
                 let before = state.generated_from(&key);
                 Touch::Object { key, before }
             }
-            Command::DeleteSpec { key } | Command::RetireSpec { key } => Touch::Object {
+            Command::DeleteSpec { key }
+            | Command::RetireSpec { key }
+            | Command::AbandonPrune { key, .. } => Touch::Object {
                 before: state.generated_from(key),
                 key: key.clone(),
             },
@@ -91,6 +95,8 @@ impl Touch {
             | Command::RequestPoll { .. }
             | Command::CreateToken { .. }
             | Command::RevokeToken { .. }
+            | Command::FormInstallation { .. }
+            | Command::SetLearnerOnly { .. }
             | Command::GroupFormed => Touch::Nothing,
         }
     }

@@ -247,4 +247,30 @@ impl FleetState {
         object.spec.rollout.pinned_revision = revision;
         self.upsert_spec(crate::manifest::Resource::SyncGroup(object), "")
     }
+
+    /// What [`Command::ApplySpec`](super::Command::ApplySpec) keeps: a hold and a pin the
+    /// manifest leaves unset.
+    pub(super) fn keep_operational_fields(&self, resource: &mut crate::manifest::Resource) {
+        use crate::manifest::Resource;
+        match resource {
+            Resource::Cluster(cluster) if !cluster.spec.hold => {
+                let key = super::key_of(
+                    cluster.metadata.namespace.as_deref().unwrap_or("default"),
+                    cluster.metadata.name.as_deref().unwrap_or_default(),
+                );
+                cluster.spec.hold = self.cluster_held(&key);
+            }
+            Resource::SyncGroup(group) if group.spec.rollout.pinned_revision.is_none() => {
+                let key = super::key_of(
+                    group.metadata.namespace.as_deref().unwrap_or("default"),
+                    group.metadata.name.as_deref().unwrap_or_default(),
+                );
+                group.spec.rollout.pinned_revision = self
+                    .groups
+                    .get(&key)
+                    .and_then(|g| g.object.spec.rollout.pinned_revision.clone());
+            }
+            _ => {}
+        }
+    }
 }

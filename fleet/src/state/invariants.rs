@@ -106,8 +106,26 @@ impl FleetState {
             if actionable != self.actionable.contains(key) {
                 return fail(format!("sync {key} actionable index out of step"));
             }
-            if sync.retiring != self.retiring.contains(key) {
+            // A retiring Sync is acted on (in `retiring`) unless it waits in its old group's
+            // retire queue.
+            let queued = sync
+                .retired_from
+                .as_ref()
+                .and_then(|g| self.groups.get(g))
+                .is_some_and(|g| g.retire_queue.contains(key));
+            if (sync.retiring && !queued) != self.retiring.contains(key) {
                 return fail(format!("sync {key} retiring index out of step"));
+            }
+            if let Some(from) = &sync.retired_from {
+                if sync.group.is_some() || !sync.retiring {
+                    return fail(format!("sync {key} left {from} but is not retiring alone"));
+                }
+                if let Some(group) = self.groups.get(from)
+                    && !group.retire_queue.contains(key)
+                    && !group.retiring_members.contains(key)
+                {
+                    return fail(format!("sync {key} left {from}, which does not know it"));
+                }
             }
             if sync.retiring && sync.rollout.state != SyncState::Idle {
                 return fail(format!("retiring sync {key} is {:?}", sync.rollout.state));
@@ -134,6 +152,13 @@ impl FleetState {
             }
         }
         for (key, group) in &self.groups {
+            for left in group.retire_queue.iter().chain(&group.retiring_members) {
+                if self.syncs.get(left).and_then(|s| s.retired_from.as_deref()) != Some(key) {
+                    return fail(format!(
+                        "group {key} retires {left}, which did not leave it"
+                    ));
+                }
+            }
             let expected = counts.remove(key).unwrap_or_default();
             if group.ledger.counts != expected {
                 return fail(format!(
@@ -154,6 +179,18 @@ impl FleetState {
         }
         if self.retiring.iter().any(|k| !self.syncs.contains_key(k)) {
             return fail("retiring index holds a removed sync".into());
+        }
+        for (key, cluster) in &self.clusters {
+            if cluster.deleting.is_some() != self.deleting_clusters.contains(key) {
+                return fail(format!("cluster {key} deleting index out of step"));
+            }
+        }
+        if self
+            .deleting_clusters
+            .iter()
+            .any(|k| !self.clusters.contains_key(k))
+        {
+            return fail("deleting index holds a removed cluster".into());
         }
         Ok(())
     }

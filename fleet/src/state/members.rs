@@ -34,6 +34,7 @@ impl FleetState {
                 message: format!("node {id} is not a member"),
             };
         };
+        self.learner_only.remove(&id);
         let moved = if member.state == MemberState::Live {
             self.take_from_node(id)
         } else {

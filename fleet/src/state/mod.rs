@@ -23,6 +23,7 @@
 
 mod changes;
 mod history;
+mod installation;
 mod invariants;
 mod members;
 mod recovery;
@@ -46,8 +47,10 @@ use crate::selector::Selector;
 
 pub use changes::Touch;
 pub use history::{HISTORY_LIMIT, Pin};
+pub use installation::{ADOPTED_CONDITION, FOREIGN_CLASS, OWNED_BY_ANOTHER_INSTALLATION};
 pub use invariants::InvariantViolation;
 pub use recovery::RecoveredSync;
+pub use retire::{DELETION_POLICY_ANNOTATION, PRUNE_CONDITION};
 pub use rollout::SyncState;
 pub use shard::NodeId;
 pub use shared_map::SharedMap;
@@ -172,6 +175,14 @@ pub struct ClusterEntry {
     pub owner: Option<NodeId>,
     /// Changes (only) when the owner changes; fences stale writers on the target.
     pub owner_generation: u64,
+    /// Deleted with prune ([`Command::RetireSpec`]) since this time: its Syncs retire, and it
+    /// goes with the last of them. No group selects it meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleting: Option<String>,
+    /// `starling cluster adopt`: the next write takes the target over from another
+    /// installation whose fence it holds; cleared by the first sync that succeeds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -180,10 +191,17 @@ pub struct SyncEntry {
     /// The SyncGroup that generated this Sync, if any.
     pub group: Option<Key>,
     pub rollout: rollout::SyncRollout,
-    /// Deleted with prune ([`Command::RetireSpec`]): its owner deletes what it applied from
-    /// the target, then the Sync goes away.
+    /// Deleted with prune ([`Command::RetireSpec`]), left by its group or on a deleted
+    /// Cluster: its owner deletes what it applied from the target, then the Sync goes away.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retiring: bool,
+    /// The group a retiring Sync left (its selector no longer picks the cluster, or the
+    /// cluster was deleted): it retires through that group's budget ([`GroupEntry::retire_queue`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_from: Option<Key>,
+    /// When its owner could start pruning (the deletion timeout counts from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retiring_since: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -207,6 +225,24 @@ pub struct GroupEntry {
     /// `spec.rollout.pinnedRevision`, resolved from the history.
     #[serde(default)]
     pub pin: Option<Pin>,
+    /// Syncs that left the group and wait for the budget to prune their cluster.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub retire_queue: BTreeSet<Key>,
+    /// Syncs that left the group and are pruning now (in [`FleetState::retiring`]): at most
+    /// `maxUnavailable` of them, so a selector change never prunes the whole fleet at once.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub retiring_members: BTreeSet<Key>,
+}
+
+impl GroupEntry {
+    /// A group deleted with prune that has nothing left to prune: no member, and no Sync it
+    /// let go of still waiting or pruning.
+    pub(crate) fn finished_retiring(&self) -> bool {
+        self.retiring
+            && self.members.is_empty()
+            && self.retire_queue.is_empty()
+            && self.retiring_members.is_empty()
+    }
 }
 
 /// The whole replicated state of an installation.
@@ -235,9 +271,13 @@ pub struct FleetState {
     pub next_ticket: u64,
     /// Syncs a node may act on now: admitted and not started, or failed (to retry).
     pub actionable: BTreeSet<Key>,
-    /// Syncs being deleted with prune ([`SyncEntry::retiring`]): their owners act on them too.
+    /// Syncs being deleted with prune ([`SyncEntry::retiring`]) and not waiting in a group's
+    /// retire queue: their owners act on them too.
     #[serde(default)]
     pub retiring: BTreeSet<Key>,
+    /// Clusters deleted with prune, waiting for their Syncs to retire ([`ClusterEntry::deleting`]).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub deleting_clusters: BTreeSet<Key>,
     /// The group has formed ([`Command::GroupFormed`]): client spec writes are taken.
     #[serde(default)]
     pub formed: bool,
@@ -257,6 +297,15 @@ pub struct FleetState {
     /// API tokens by id ([`Command::CreateToken`]): digests only.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tokens: BTreeMap<String, TokenEntry>,
+    /// This installation's identity ([`Command::FormInstallation`]), made once when the group
+    /// forms and kept in snapshots and backups. Written into every target's fence: a target
+    /// fenced by another installation is never written until it is adopted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installation: Option<String>,
+    /// Members added with `starling members add --learner` ([`Command::SetLearnerOnly`]): the
+    /// voter reconciler keeps them learners.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub learner_only: BTreeSet<NodeId>,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -291,6 +340,15 @@ pub enum Command {
         resource: Box<Resource>,
         at: String,
     },
+    /// `starling apply` (standalone mode): an upsert that keeps the fields `starling cluster
+    /// hold` and `starling rollout undo` set (`spec.hold`, `spec.rollout.pinnedRevision`)
+    /// when the manifest leaves them unset, as `kubectl apply` keeps fields another field
+    /// manager set. Decided from the state at apply time, so a hold or pin committed between
+    /// the client's read and this command is never lost.
+    ApplySpec {
+        resource: Box<Resource>,
+        at: String,
+    },
     DeleteSpec {
         key: ObjectKey,
     },
@@ -299,6 +357,13 @@ pub enum Command {
     /// anything, goes at once. [`Command::DeleteSpec`] still removes it at once (orphaning).
     RetireSpec {
         key: ObjectKey,
+    },
+    /// Gives up pruning a retiring Sync, SyncGroup or deleted Cluster whose targets stayed
+    /// unreachable past the deletion timeout (the leader proposes it): removed at once as by
+    /// [`Command::DeleteSpec`], and the groups concerned say so in their status.
+    AbandonPrune {
+        key: ObjectKey,
+        at: String,
     },
     /// A replica joins (or re-registers with a new address).
     AddMember {
@@ -457,6 +522,23 @@ pub enum Command {
     CheckProgress {
         at: String,
     },
+    /// `starling members add`: whether the node stays a learner (`--learner`) or may vote.
+    SetLearnerOnly {
+        id: NodeId,
+        learner: bool,
+    },
+    /// The installation's identity, made by the leader once the group has formed (or taken
+    /// from a backup by `starling import`). Ignored once there is one.
+    FormInstallation {
+        id: String,
+    },
+    /// `starling cluster adopt`: take a cluster over from another installation whose fence it
+    /// holds (its Syncs are failing with class `foreign`). Recorded on the Cluster (condition
+    /// `Adopted`).
+    AdoptCluster {
+        cluster: Key,
+        at: String,
+    },
     /// Several commands in one log entry, applied in order (throughput).
     Batch(Vec<Command>),
 }
@@ -466,6 +548,7 @@ impl Command {
     fn at(&self) -> Option<&str> {
         match self {
             Command::UpsertSpec { at, .. }
+            | Command::ApplySpec { at, .. }
             | Command::AddMember { at, .. }
             | Command::SetMemberState { at, .. }
             | Command::StopMember { at, .. }
@@ -476,6 +559,7 @@ impl Command {
             | Command::PinRollout { at, .. }
             | Command::RecoverCluster { at, .. }
             | Command::ReportReachability { at, .. }
+            | Command::AdoptCluster { at, .. }
             | Command::CheckProgress { at } => Some(at),
             _ => None,
         }
@@ -616,12 +700,17 @@ impl FleetState {
         }
         let outcome = match command {
             Command::UpsertSpec { resource, at } => self.upsert_spec(*resource, &at),
+            Command::ApplySpec { mut resource, at } => {
+                self.keep_operational_fields(&mut resource);
+                self.upsert_spec(*resource, &at)
+            }
             Command::DeleteSpec { key } => self.delete_spec(&key),
             Command::AddMember { id, address, at } => self.add_member(id, address, &at),
             Command::RemoveMember { id } => self.remove_member(id),
             Command::SetMemberState { id, state, at } => self.set_member_state(id, state, &at),
             Command::StopMember { id, at } => self.stop_member(id, &at),
             Command::RetireSpec { key } => self.retire_spec(&key),
+            Command::AbandonPrune { key, at } => self.abandon_prune(&key, &at),
             Command::GroupFormed => {
                 self.formed = true;
                 Outcome::Ok
@@ -706,6 +795,26 @@ impl FleetState {
                 at,
             } => self.report_reachability(&cluster, node, generation, reachable, &at),
             Command::CheckProgress { at } => self.check_progress(&at),
+            Command::FormInstallation { id } => match &self.installation {
+                None if !id.is_empty() => {
+                    self.installation = Some(id);
+                    Outcome::Ok
+                }
+                _ => Outcome::Applied(ApplyResult::Unchanged),
+            },
+            Command::AdoptCluster { cluster, at } => self.adopt_cluster(&cluster, &at),
+            Command::SetLearnerOnly { id, learner } => {
+                let changed = if learner {
+                    self.learner_only.insert(id)
+                } else {
+                    self.learner_only.remove(&id)
+                };
+                if changed {
+                    Outcome::Ok
+                } else {
+                    Outcome::Applied(ApplyResult::Unchanged)
+                }
+            }
             Command::Batch(commands) => {
                 return Outcome::Batch(commands.into_iter().map(|c| self.apply(c)).collect());
             }

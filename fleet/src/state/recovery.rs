@@ -95,6 +95,9 @@ impl FleetState {
                 message: format!("cluster {cluster} not found"),
             };
         };
+        // Recovery adopts by design: the target's fence may name the installation the backup
+        // came from, or the one lost; this one takes it over with its next write.
+        entry.adopt = true;
         if entry.owner_generation <= fence {
             // The next writer fences out every generation the target has seen.
             entry.owner_generation = fence + 1;

@@ -421,6 +421,7 @@ impl FleetState {
 
     /// Admits pending members of a group, in order, while the budget allows.
     pub(super) fn admit(&mut self, group_key: &str) {
+        self.admit_retires(group_key);
         self.check_halt(group_key);
         if self.recovering {
             return;

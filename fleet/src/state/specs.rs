@@ -180,10 +180,18 @@ impl FleetState {
                 self.remove_sync(&k)
             }
             Kind::SyncGroup => {
-                let Some(group) = self.groups.get(&k) else {
+                let Some(group) = self.groups.get_mut(&k) else {
                     return Outcome::Deleted { existed: false };
                 };
-                let members: Vec<Key> = group.members.iter().cloned().collect();
+                // Retiring first, so that no removal below makes it select anew.
+                group.retiring = true;
+                let members: Vec<Key> = group
+                    .members
+                    .iter()
+                    .chain(&group.retire_queue)
+                    .chain(&group.retiring_members)
+                    .cloned()
+                    .collect();
                 for member in members {
                     self.remove_sync(&member);
                 }
@@ -230,6 +238,15 @@ impl FleetState {
     fn upsert_cluster(&mut self, mut object: Cluster) -> Outcome {
         let key = object_key(&object.metadata);
         let existing = self.clusters.get(&key);
+        if let Some(since) = existing.and_then(|e| e.deleting.as_ref()) {
+            let retiring = self.syncs_of_cluster(&key).len();
+            return Outcome::Rejected {
+                message: format!(
+                    "cluster {key} is being deleted (since {since}): {retiring} sync(s) still prune \
+                     what they applied; apply it again once it is gone"
+                ),
+            };
+        }
         let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
         let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         match result {
@@ -246,6 +263,8 @@ impl FleetState {
                     object,
                     owner: None,
                     owner_generation: 0,
+                    deleting: None,
+                    adopt: false,
                 };
                 project_cluster_owner(&mut entry);
                 self.clusters.insert(key.clone(), entry);
@@ -257,11 +276,14 @@ impl FleetState {
         Outcome::Applied(result)
     }
 
-    fn delete_cluster(&mut self, key: &str) -> bool {
+    /// Removes a Cluster at once, orphaning what its Syncs applied ([`Command::DeleteSpec`],
+    /// or the end of a deletion with prune).
+    pub(super) fn delete_cluster(&mut self, key: &str) -> bool {
         if self.clusters.remove(key).is_none() {
             return false;
         }
         self.recovery_pending.remove(key);
+        self.deleting_clusters.remove(key);
         // Removing an item can move others when the bound tightens.
         let moves = self.cluster_placement.remove_item(key);
         self.apply_cluster_moves(&moves);
@@ -274,7 +296,7 @@ impl FleetState {
                     groups.insert(group);
                 }
                 // Nothing is left to prune for a retiring Sync whose cluster is gone.
-                None if self.retiring.contains(&sync) => {
+                None if self.syncs.get(&sync).is_some_and(|s| s.retiring) => {
                     self.remove_sync(&sync);
                 }
                 None => {
@@ -291,9 +313,26 @@ impl FleetState {
 
     fn upsert_sync(&mut self, mut object: Sync) -> Outcome {
         let key = object_key(&object.metadata);
-        if self.retiring.contains(&key) {
+        if self.syncs.get(&key).is_some_and(|s| s.retiring) {
             return Outcome::Rejected {
                 message: format!("sync {key} is being deleted (its objects are being pruned)"),
+            };
+        }
+        // Moving a Sync to another cluster would leave what it applied on the first one.
+        if let Some(existing) = self.syncs.get(&key)
+            && cluster_key_of(&existing.object) != cluster_key_of(&object)
+            && existing
+                .object
+                .status
+                .as_ref()
+                .is_some_and(|s| !s.inventory.is_empty())
+        {
+            return Outcome::Rejected {
+                message: format!(
+                    "sync {key}: spec.clusterRef cannot change while its objects are on cluster {}: \
+                     delete the Sync (its objects are pruned) and create it again for the new cluster",
+                    cluster_key_of(&existing.object)
+                ),
             };
         }
         if object.spec.pinned_revision.is_some() {
@@ -344,6 +383,8 @@ impl FleetState {
                         group: group.clone(),
                         rollout: SyncRollout::default(),
                         retiring: false,
+                        retired_from: None,
+                        retiring_since: None,
                     },
                 );
                 if let Some(group) = group.as_ref().and_then(|g| self.groups.get_mut(g)) {
@@ -364,6 +405,7 @@ impl FleetState {
         };
         let object = entry.object.clone();
         let group = entry.group.clone();
+        let retired_from = entry.retired_from.clone();
         if let Some((ticket, _)) = entry.rollout.ticket {
             self.tickets.remove(&ticket);
         }
@@ -375,11 +417,24 @@ impl FleetState {
             && let Some(entry) = self.groups.get_mut(&group)
         {
             entry.members.remove(key);
-            if entry.retiring && entry.members.is_empty() {
+            if entry.finished_retiring() {
                 self.groups.remove(&group);
             } else {
                 self.admit(&group);
             }
+        }
+        let cluster = cluster_key_of(&object);
+        if let Some(group) = retired_from {
+            self.left_group(key, &group, &cluster);
+        }
+        // A cluster deleted with prune goes with its last Sync.
+        if self.deleting_clusters.contains(&cluster)
+            && self
+                .cluster_syncs
+                .get(&cluster)
+                .is_none_or(|s| s.is_empty())
+        {
+            self.delete_cluster(&cluster);
         }
         true
     }
@@ -523,6 +578,8 @@ impl FleetState {
                         history: Default::default(),
                         rollouts: 0,
                         pin,
+                        retire_queue: BTreeSet::new(),
+                        retiring_members: BTreeSet::new(),
                     },
                 );
             }
@@ -567,7 +624,7 @@ impl FleetState {
             .map(|g| g.members.difference(&wanted).cloned().collect())
             .unwrap_or_default();
         for sync in stale {
-            self.remove_sync(&sync);
+            self.retire_member(&sync);
         }
         let members: Vec<Key> = self
             .groups
@@ -583,7 +640,7 @@ impl FleetState {
     /// After a cluster is created or changed: every group that may select it (those in its
     /// namespace and those naming it in `clusterNamespaces`) re-decides whether it does; its
     /// existing Syncs are re-filed (partition, paused, admitted namespaces).
-    fn regroup_cluster(&mut self, cluster_key: &str) {
+    pub(super) fn regroup_cluster(&mut self, cluster_key: &str) {
         let Some(cluster) = self.clusters.get(cluster_key) else {
             return;
         };
@@ -612,7 +669,7 @@ impl FleetState {
                 .get(&sync)
                 .is_some_and(|s| s.group.as_deref() == Some(group.as_str()))
             {
-                self.remove_sync(&sync);
+                self.retire_member(&sync);
             }
             self.admit(&group);
         }
@@ -636,6 +693,12 @@ impl FleetState {
     fn ensure_generated_sync(&mut self, group_key: &str, cluster_key: &str) -> Option<Key> {
         let sync_key = self.generated_sync_key(group_key, cluster_key);
         let group = self.groups.get(group_key)?;
+        if let Some(existing) = self.syncs.get(&sync_key)
+            && existing.retired_from.as_deref() == Some(group_key)
+        {
+            // It left this group and still prunes: made again once it is gone.
+            return None;
+        }
         if let Some(existing) = self.syncs.get(&sync_key)
             && existing.group.as_deref() != Some(group_key)
         {

@@ -152,6 +152,9 @@ impl FleetState {
         let Some(ticket) = self.tickets.remove(&ticket_id) else {
             return Outcome::StaleTicket;
         };
+        if matches!(outcome, SyncOutcome::Succeeded { .. }) {
+            self.note_adopted(&ticket.cluster, at);
+        }
         if ticket.kind == SyncKind::Retire {
             return self.finish_retire(&ticket.sync, outcome, at);
         }
@@ -200,12 +203,12 @@ impl FleetState {
                         status.inventory.drain(..).chain(partial).collect();
                     status.inventory = merged.into_iter().collect();
                 }
-                // Every object was applied and only the wait was cut short (a hold): report
-                // what the target holds, not the revision before.
+                // Every object was applied and only the wait was cut short (a hold, a lapsed
+                // lease): report what the target holds, not the revision before. The rollout's
+                // own facts stay as they were, so the sync runs again and finishes its wait:
+                // marking it applied would leave it unready with nobody waiting on it.
                 let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
                 if applied && newer {
-                    entry.rollout.applied = Some(mark);
-                    entry.rollout.health = ResourceStatus::InProgress;
                     status.resources_least_status = Some(ResourceStatus::InProgress);
                     record_applied(status, &ticket.revision, at);
                     status.result = Some(SyncResult::Succeeded);

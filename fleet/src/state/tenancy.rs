@@ -29,7 +29,7 @@ pub(super) fn selects(group: &GroupEntry, cluster: &ClusterEntry) -> bool {
             .iter()
             .any(|n| n == theirs)
             && cluster.object.spec.admits(theirs, own));
-    reachable && matches_labels(group, cluster)
+    reachable && cluster.deleting.is_none() && matches_labels(group, cluster)
 }
 
 /// Whether a group's selector matches a cluster's labels, tenancy aside.

@@ -9,6 +9,8 @@ use crate::resources::{RolloutPhase, Sync, SyncGroup, SyncGroupStatus};
 
 /// The condition of a Cluster `starling recover` has not read back yet.
 pub const RECOVERY_PENDING: &str = "RecoveryPending";
+/// The condition of a Cluster deleted with prune while its Syncs retire.
+pub const DELETING: &str = "Deleting";
 
 impl FleetState {
     /// One object with its status, or `None`. Secrets are returned without data.
@@ -82,6 +84,22 @@ impl FleetState {
                 observed_generation: object.metadata.generation,
             });
         }
+        if let Some(since) = &entry.deleting {
+            let syncs = self.cluster_syncs.get(key).map_or(0, |s| s.len());
+            let status = object.status.get_or_insert_with(Default::default);
+            status.conditions.retain(|c| c.type_ != DELETING);
+            status.conditions.push(crate::resources::Condition {
+                type_: DELETING.into(),
+                status: "True".into(),
+                reason: "Pruning".into(),
+                message: format!(
+                    "deleted: {syncs} sync(s) prune what they applied first; it goes with the \
+                     last of them (given up after the deletion timeout)"
+                ),
+                last_transition_time: Some(since.clone()),
+                observed_generation: object.metadata.generation,
+            });
+        }
         Resource::Cluster(object)
     }
 
@@ -108,6 +126,15 @@ impl FleetState {
             status.conditions.retain(|c| c.type_ != TENANCY_CONDITION);
             status.conditions.push(tenancy_condition(denial));
         }
+        if status.result == Some(crate::resources::SyncResult::Failed)
+            && let Some(message) = status.message.clone()
+            && message.starts_with(super::FOREIGN_CLASS)
+        {
+            status.conditions.retain(|c| c.type_ != "Stalled");
+            status
+                .conditions
+                .push(super::installation::stalled_condition(&message));
+        }
         Some(object)
     }
 
@@ -119,6 +146,9 @@ impl FleetState {
         };
         let state = entry.rollout.state;
         let cluster = super::cluster_key_of(&entry.object);
+        if entry.retiring {
+            return self.explain_retiring(key, entry, &cluster);
+        }
         let group = entry.group.as_ref().and_then(|g| self.groups.get(g));
         let why = match state {
             SyncState::Pending | SyncState::Admitted | SyncState::Failed if self.recovering => {
@@ -135,7 +165,6 @@ impl FleetState {
                  place in the budget (rollout.unreachable: Skip) and is admitted again once it \
                  answers"
             ),
-            SyncState::Idle if entry.retiring => "being deleted with prune".into(),
             SyncState::Idle if entry.object.spec.template.suspend => "suspended".into(),
             SyncState::Idle if !self.clusters.contains_key(&cluster) => {
                 format!("cluster {cluster} not found")
@@ -175,6 +204,30 @@ impl FleetState {
             (true, false) => format!("{state:?}{pinned}"),
             _ => format!("{state:?}: {why}{pinned}"),
         }
+    }
+
+    /// `Retiring: …`: why a retiring Sync is pruning, or what it waits for.
+    fn explain_retiring(&self, key: &str, entry: &super::SyncEntry, cluster: &str) -> String {
+        let why = match &entry.retired_from {
+            _ if self.deleting_clusters.contains(cluster) => {
+                format!("cluster {cluster} is being deleted")
+            }
+            Some(group) => format!("syncgroup {group} no longer selects cluster {cluster}"),
+            None => "deleted".to_string(),
+        };
+        let queued = entry
+            .retired_from
+            .as_ref()
+            .and_then(|g| self.groups.get(g))
+            .is_some_and(|g| g.retire_queue.contains(key));
+        let what = if queued {
+            "waits for a place in its budget (maxUnavailable) to prune"
+        } else if self.cluster_held(cluster) {
+            "waits: the cluster is held"
+        } else {
+            "its owner prunes what it applied"
+        };
+        format!("Retiring: {why}; {what}")
     }
 
     /// A SyncGroup with its rollout status.

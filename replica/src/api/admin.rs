@@ -312,6 +312,16 @@ impl proto::admin_server::Admin for AdminService {
                 request.id
             ))));
         }
+        // Recorded first, so that the voter reconciler never promotes a learner by choice in
+        // the moment between its admission and this record.
+        self.replica
+            .raft
+            .propose(Command::SetLearnerOnly {
+                id: request.id,
+                learner: !request.voter,
+            })
+            .await
+            .map_err(write_status)?;
         let mut log_index = self.admit(request.id, &request.address).await?;
         if request.voter
             && let Some(promoted) = self.try_promote(request.id).await

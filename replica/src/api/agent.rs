@@ -99,6 +99,31 @@ fn check_claim(
     }
 }
 
+/// Whether `caller` may register the pull Cluster `key`; the Cluster as the state holds it,
+/// if it does. An installation recovering from a disaster takes no new Cluster until
+/// `starling recover`: its Clusters come from `starling import`, and a surviving agent that
+/// reconnects first would otherwise make the installation look used and refuse the import.
+fn may_register(
+    state: &fleet::FleetState,
+    recovering: bool,
+    caller: &Principal,
+    key: &str,
+    named: bool,
+) -> Result<Option<Cluster>, Status> {
+    match state.clusters.get(key) {
+        Some(cluster) => {
+            check_claim(state, caller, key, named)?;
+            Ok(Some(cluster.object.clone()))
+        }
+        None if recovering => Err(Status::unavailable(format!(
+            "this installation is recovering from a disaster and does not know Cluster {key} \
+             yet: it registers once `starling import` brought it back or `starling recover` \
+             is done; retrying"
+        ))),
+        None => Ok(None),
+    }
+}
+
 /// Whether the claim `token <id>` still names a token that exists.
 fn claim_valid(state: &fleet::FleetState, holder: &str) -> bool {
     holder
@@ -136,10 +161,11 @@ impl proto::agent_server::Agent for AgentService {
             caller.require(Role::Agent, Some(namespace), "register a cluster")?;
             let key = key_of(namespace, &request.cluster);
             let existing = self.replica.raft.reader().read(|state| {
-                if state.clusters.contains_key(&key) {
-                    check_claim(state, &caller, &key, named)?;
-                }
-                Ok::<_, Status>(state.clusters.get(&key).map(|c| c.object.clone()))
+                // A new installation in recovery is recovering from its first moment,
+                // before the state says so.
+                let recovering =
+                    state.recovering || (self.replica.config.recovery && !state.formed);
+                may_register(state, recovering, &caller, &key, named)
             })?;
             let mut cluster =
                 existing.unwrap_or_else(|| Cluster::new(&request.cluster, Default::default()));
@@ -443,5 +469,29 @@ mod tests {
         let other = check_claim(&named, &agent("token xyz"), "team-a/edge-1", true)
             .expect_err("another token");
         assert!(other.message().contains("holds it"), "{}", other.message());
+    }
+
+    /// Found by the chaos disaster schedules: agents that survive the loss of every replica
+    /// reconnect to the fresh installation before `starling import`, registered their
+    /// Clusters, and the import refused a installation that was no longer empty.
+    #[test]
+    fn a_recovering_installation_takes_no_new_cluster_but_knows_imported_ones() {
+        let state = state_with_pull_cluster(None);
+        let caller = agent("token abc");
+        let refused = may_register(&state, true, &caller, "team-a/edge-2", false)
+            .expect_err("no new Cluster while recovering");
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        assert!(
+            refused.message().contains("recovering"),
+            "{}",
+            refused.message()
+        );
+        let known = may_register(&state, true, &caller, "team-a/edge-1", false).expect("imported");
+        assert!(known.is_some());
+        assert!(
+            may_register(&state, false, &caller, "team-a/edge-2", false)
+                .expect("registers once recovered")
+                .is_none()
+        );
     }
 }

@@ -5,7 +5,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use fleet::manifest::{ObjectKey, Resource, parse_manifests};
+use fleet::manifest::{Kind, ObjectKey, Resource, parse_manifests};
 
 use fleet::selector::Selector;
 use fleet::state::key_of;
@@ -83,19 +83,11 @@ impl proto::fleet_server::Fleet for FleetService {
         for key in &keys {
             caller.require(Role::Writer, Some(&key.namespace), "apply")?;
         }
-        let resources: Vec<Resource> = self.replica.raft.reader().read(|state| {
-            resources
-                .into_iter()
-                .map(|mut resource| {
-                    keep_operational_fields(state, &mut resource);
-                    resource
-                })
-                .collect()
-        });
+        // A hold or pin the manifests leave unset is kept, decided in the state machine.
         let at = Replica::now_rfc3339();
         let commands: Vec<Command> = resources
             .into_iter()
-            .map(|resource| Command::UpsertSpec {
+            .map(|resource| Command::ApplySpec {
                 resource: Box::new(resource),
                 at: at.clone(),
             })
@@ -161,9 +153,16 @@ impl proto::fleet_server::Fleet for FleetService {
         for key in &keys {
             caller.require(Role::Writer, Some(&key.namespace), "delete")?;
         }
+        // Syncs, SyncGroups and Clusters prune what they applied before they go, unless
+        // asked to orphan it; Sources and Secrets have nothing on the targets.
         let commands = keys
             .iter()
-            .map(|key| Command::DeleteSpec { key: key.clone() })
+            .map(|key| match key.kind {
+                Kind::Sync | Kind::SyncGroup | Kind::Cluster if !request.orphan => {
+                    Command::RetireSpec { key: key.clone() }
+                }
+                _ => Command::DeleteSpec { key: key.clone() },
+            })
             .collect();
         self.formed().await?;
         let committed = self
@@ -280,33 +279,39 @@ impl proto::fleet_server::Fleet for FleetService {
         require_reader(&caller, None)?;
         let raft = self.replica.raft.metrics().borrow().clone();
         let members = super::admin::members_leader_view(&self.replica).await;
-        let (rollouts, revision, recovering) = self.replica.raft.reader().read(|state| {
-            let rollouts = state
-                .groups
-                .keys()
-                .filter(|key| caller.serves(crate::worker::fair::tenant_of(key)))
-                .filter_map(|key| {
-                    let status = state.group_status(key)?;
-                    let (namespace, name) = key.split_once('/')?;
-                    Some(proto::Rollout {
-                        namespace: namespace.to_string(),
-                        name: name.to_string(),
-                        target_revision: status.target_revision.unwrap_or_default(),
-                        phase: status.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
-                        summary: Some(proto::RolloutSummary {
-                            total: status.summary.total,
-                            updated: status.summary.updated,
-                            in_progress: status.summary.in_progress,
-                            pending: status.summary.pending,
-                            failed: status.summary.failed,
-                            held: status.summary.held,
-                            unreachable: status.summary.unreachable,
-                        }),
+        let (rollouts, revision, recovering, installation) =
+            self.replica.raft.reader().read(|state| {
+                let rollouts = state
+                    .groups
+                    .keys()
+                    .filter(|key| caller.serves(crate::worker::fair::tenant_of(key)))
+                    .filter_map(|key| {
+                        let status = state.group_status(key)?;
+                        let (namespace, name) = key.split_once('/')?;
+                        Some(proto::Rollout {
+                            namespace: namespace.to_string(),
+                            name: name.to_string(),
+                            target_revision: status.target_revision.unwrap_or_default(),
+                            phase: status.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+                            summary: Some(proto::RolloutSummary {
+                                total: status.summary.total,
+                                updated: status.summary.updated,
+                                in_progress: status.summary.in_progress,
+                                pending: status.summary.pending,
+                                failed: status.summary.failed,
+                                held: status.summary.held,
+                                unreachable: status.summary.unreachable,
+                            }),
+                        })
                     })
-                })
-                .collect();
-            (rollouts, state.revision, state.recovering)
-        });
+                    .collect();
+                (
+                    rollouts,
+                    state.revision,
+                    state.recovering,
+                    state.installation.clone().unwrap_or_default(),
+                )
+            });
         Ok(Response::new(proto::StatusResponse {
             members,
             leader_id: raft.current_leader.unwrap_or(0),
@@ -315,6 +320,7 @@ impl proto::fleet_server::Fleet for FleetService {
             revision,
             rollouts,
             recovering,
+            installation,
         }))
     }
 
@@ -423,6 +429,27 @@ impl proto::fleet_server::Fleet for FleetService {
             })
             .await?;
         Ok(Response::new(proto::ClusterHoldResponse { revision }))
+    }
+
+    async fn cluster_adopt(
+        &self,
+        request: Request<proto::ClusterAdoptRequest>,
+    ) -> Result<Response<proto::ClusterAdoptResponse>, Status> {
+        let caller = principal(&request)?;
+        let request = request.into_inner();
+        let namespace = namespace_or_default(&request.namespace);
+        // Taking a cluster from another control plane: an operation on the fleet, not a spec
+        // (the same in operator mode), recorded on the Cluster.
+        caller.require(Role::Admin, Some(namespace), "adopt a cluster")?;
+        let cluster = key_of(namespace, &request.name);
+        tracing::warn!(%cluster, "starling cluster adopt: the next sync takes the cluster over from the installation that holds it");
+        let revision = self
+            .propose_operation(Command::AdoptCluster {
+                cluster,
+                at: Replica::now_rfc3339(),
+            })
+            .await?;
+        Ok(Response::new(proto::ClusterAdoptResponse { revision }))
     }
 
     async fn source_poll(
@@ -563,32 +590,5 @@ fn namespace_or_default(namespace: &str) -> &str {
         "default"
     } else {
         namespace
-    }
-}
-
-/// In standalone mode, `starling apply` of a manifest that does not say keeps what `starling
-/// cluster hold` and `starling rollout undo` set, as `kubectl apply` keeps fields another
-/// field manager set: a CI job re-applying the fleet's manifests must not release the
-/// handbrake or undo a rollback.
-fn keep_operational_fields(state: &FleetState, resource: &mut Resource) {
-    match resource {
-        Resource::Cluster(cluster) if !cluster.spec.hold => {
-            let key = key_of(
-                cluster.metadata.namespace.as_deref().unwrap_or("default"),
-                cluster.metadata.name.as_deref().unwrap_or_default(),
-            );
-            cluster.spec.hold = state.cluster_held(&key);
-        }
-        Resource::SyncGroup(group) if group.spec.rollout.pinned_revision.is_none() => {
-            let key = key_of(
-                group.metadata.namespace.as_deref().unwrap_or("default"),
-                group.metadata.name.as_deref().unwrap_or_default(),
-            );
-            group.spec.rollout.pinned_revision = state
-                .groups
-                .get(&key)
-                .and_then(|g| g.object.spec.rollout.pinned_revision.clone());
-        }
-        _ => {}
     }
 }

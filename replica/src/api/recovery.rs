@@ -149,10 +149,13 @@ pub(crate) fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, u
             .values()
             .map(|e| Resource::Source(e.object.clone())),
     );
+    // Clusters deleted and Syncs let go of while the backup was taken are not brought back:
+    // their prunes do not resume (what they had applied stays on those targets).
     specs.extend(
         backup
             .clusters
             .values()
+            .filter(|e| e.deleting.is_none())
             .map(|e| Resource::Cluster(e.object.clone())),
     );
     let mut pins = Vec::new();
@@ -182,11 +185,15 @@ pub(crate) fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, u
         backup
             .syncs
             .values()
-            .filter(|e| e.group.is_none())
+            .filter(|e| e.group.is_none() && e.retired_from.is_none())
             .map(|e| Resource::Sync(e.object.clone())),
     );
     let (objects, restored) = (specs.len(), histories.len());
     let mut commands = vec![Command::SetRecovery { active: true }];
+    // The installation keeps its identity: its fences on the targets stay its own.
+    if let Some(id) = &backup.installation {
+        commands.push(Command::FormInstallation { id: id.clone() });
+    }
     commands.extend(specs.into_iter().map(|resource| Command::UpsertSpec {
         resource: Box::new(without_server_fields(resource)),
         at: at.to_string(),

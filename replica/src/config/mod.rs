@@ -107,8 +107,9 @@ pub struct NodeArgs {
     /// Operator mode: the namespaces to watch (`a,b`); every namespace when unset.
     #[arg(long, env = "STARLING_WATCH_NAMESPACES", value_delimiter = ',')]
     pub watch_namespaces: Vec<String>,
-    /// Operator mode: how long a deleted Sync or SyncGroup may wait for its objects to be
-    /// pruned from unreachable clusters; after it, they are orphaned and the object goes.
+    /// How long a deleted Sync, SyncGroup or Cluster (or a cluster a SyncGroup let go of) may
+    /// wait for its objects to be pruned from clusters that cannot be reached; after it, they
+    /// are left there, the object goes, and the SyncGroup's status says so.
     #[arg(long, env = "STARLING_DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub deletion_timeout: Duration,
     /// Operator mode: Cluster API `Cluster` objects (cluster.x-k8s.io/v1beta1) become Starling
@@ -208,6 +209,8 @@ pub struct NodeConfig {
     pub tls: Option<starling_transport::tls::TlsFiles>,
     /// How long a pull cluster's sync waits for its agent (`--agent-grace`).
     pub agent_grace: Duration,
+    /// How long pruning may wait for unreachable clusters (`--deletion-timeout`).
+    pub deletion_timeout: Duration,
 }
 
 impl NodeConfig {
@@ -462,6 +465,7 @@ impl NodeArgs {
             admin_token_file: self.admin_token_file.clone(),
             tls,
             agent_grace: self.agent_grace,
+            deletion_timeout: self.deletion_timeout,
         })
     }
 

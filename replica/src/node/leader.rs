@@ -6,7 +6,8 @@
 //! any lease an earlier leader could have granted), any other after `down_after` of silence. It also runs the ticket
 //! watch ([`super::tickets`]): releasing revoked tickets and taking back unheld ones; and the
 //! rollouts' clock: every [`PROGRESS_CHECK`] it looks for a rollout that made no progress
-//! within its `progressDeadline` and proposes [`Command::CheckProgress`], which halts it.
+//! within its `progressDeadline` and proposes [`Command::CheckProgress`], which halts it, and
+//! for prunes past `--deletion-timeout`, which it gives up ([`Command::AbandonPrune`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +70,20 @@ pub async fn run(replica: Arc<Replica>) {
                     at: Replica::now_rfc3339(),
                 });
             }
+            // Prunes whose targets stayed away past `--deletion-timeout` are given up, and
+            // said so (a warning here, a condition on the groups concerned).
+            let at = Replica::now_rfc3339();
+            let overdue = replica
+                .raft
+                .reader()
+                .read(|state| state.overdue_prunes(&at, replica.config.deletion_timeout));
+            for key in overdue {
+                tracing::warn!(object = %key, timeout = ?replica.config.deletion_timeout, "pruning did not finish within --deletion-timeout: giving up; what it applied stays on the clusters it could not reach");
+                commands.push(Command::AbandonPrune {
+                    key,
+                    at: at.clone(),
+                });
+            }
         }
         if commands.is_empty() {
             continue;
@@ -82,6 +97,90 @@ pub async fn run(replica: Arc<Replica>) {
             tracing::warn!(%error, "cannot commit the leader's membership and ticket changes");
         }
     }
+}
+
+/// How long a leader's applied index may stand still below what the group has committed
+/// before it hands the leadership on.
+const APPLY_STALL: Duration = Duration::from_secs(5);
+
+/// Watches the leader's own state machine: a leader whose apply has stopped (a storage or
+/// scheduling fault) still answers heartbeats, so nobody else would take over, while every
+/// write it proposes waits for ever. When the committed index stays ahead of the applied one,
+/// with no progress, for [`APPLY_STALL`], it hands the leadership to the most up-to-date other
+/// voter. A separate task: the duties loop itself may be stuck in such a write.
+pub(crate) async fn watch_apply(replica: Arc<Replica>) {
+    let mut ticker = tokio::time::interval(Duration::from_millis(500));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The applied index seen behind the committed one, and since when.
+    let mut behind: Option<(u64, Instant)> = None;
+    loop {
+        ticker.tick().await;
+        let (leading, applied, committed) = {
+            let metrics = replica.raft.metrics();
+            let metrics = metrics.borrow();
+            (
+                metrics.current_leader == Some(replica.id()),
+                metrics.last_applied.as_ref().map_or(0, |l| l.index),
+                committed_index(&metrics, replica.id()),
+            )
+        };
+        if !leading || applied >= committed {
+            behind = None;
+            continue;
+        }
+        match behind {
+            Some((index, since)) if index == applied => {
+                if since.elapsed() < APPLY_STALL {
+                    continue;
+                }
+                tracing::error!(
+                    applied,
+                    committed,
+                    stalled_for = ?since.elapsed(),
+                    "this leader's state machine stopped applying: handing the leadership on"
+                );
+                match replica
+                    .raft
+                    .transfer_leadership(None, Duration::from_secs(10))
+                    .await
+                {
+                    Ok(leader) => tracing::warn!(new_leader = leader, "leadership handed on"),
+                    Err(error) => {
+                        tracing::error!(%error, "cannot hand the leadership on; trying again")
+                    }
+                }
+                behind = Some((applied, Instant::now()));
+            }
+            _ => behind = Some((applied, Instant::now())),
+        }
+    }
+}
+
+/// The highest index a majority of the voters hold, as the leader sees them (its own log and
+/// what each follower matched): what the group has committed.
+fn committed_index(metrics: &starling_raft::RaftMetrics, me: u64) -> u64 {
+    let replication = metrics.replication.clone().unwrap_or_default();
+    let mut held: Vec<u64> = metrics
+        .membership_config
+        .membership()
+        .voter_ids()
+        .map(|voter| {
+            if voter == me {
+                metrics.last_log_index.unwrap_or(0)
+            } else {
+                replication
+                    .get(&voter)
+                    .cloned()
+                    .flatten()
+                    .map_or(0, |log_id| log_id.index)
+            }
+        })
+        .collect();
+    if held.is_empty() {
+        return 0;
+    }
+    held.sort_unstable_by(|a, b| b.cmp(a));
+    held[held.len() / 2]
 }
 
 /// The leader's ticket watch. A revoked ticket is released after a full lease, plus the
@@ -109,6 +208,13 @@ fn duties(replica: &Replica, detector: &mut FailureDetector) -> Vec<Command> {
                 commands.push(Command::SetRecovery { active: true });
             }
             commands.push(Command::GroupFormed);
+        }
+        // The installation's identity, once the group has formed. A recovering installation
+        // waits: `starling import` brings the one of its backup.
+        if state.formed && state.installation.is_none() && !state.recovering {
+            commands.push(Command::FormInstallation {
+                id: format!("inst-{}", hex::encode(rand::random::<[u8; 6]>())),
+            });
         }
         for (id, peer) in membership.nodes() {
             let known = state.members.get(id);

@@ -143,10 +143,15 @@ impl Planner {
                 .target_of(&sync)
                 .map(|t| t.revision)
                 .unwrap_or_default();
+            let revision = backoff_key(revision, adopting(state, &sync));
+            // A backoff recorded without a revision (nothing could be prepared: not the owner,
+            // or no installation identity yet) holds whatever the revision.
             let backing_off = self
                 .retry_at
                 .get(&sync)
-                .is_some_and(|(at, _, for_revision)| *at > now && *for_revision == revision);
+                .is_some_and(|(at, _, for_revision)| {
+                    *at > now && (*for_revision == revision || for_revision.is_empty())
+                });
             if busy.contains(&sync) || backing_off {
                 continue;
             }
@@ -241,6 +246,29 @@ impl Planner {
             .retain(|sync, _| owned.contains(sync) || state.actionable.contains(sync));
         due
     }
+}
+
+/// What a Sync's backoff is for: its target revision, and whether its cluster is being adopted
+/// (`starling cluster adopt` ends the backoff of a Sync that met another installation's fence).
+pub(super) fn backoff_key(revision: String, adopting: bool) -> String {
+    if adopting {
+        format!("{revision} (adopting)")
+    } else {
+        revision
+    }
+}
+
+/// Whether the cluster of `sync` is being adopted from another installation.
+pub(super) fn adopting(state: &FleetState, sync: &str) -> bool {
+    state
+        .syncs
+        .get(sync)
+        .and_then(|entry| {
+            state
+                .clusters
+                .get(&fleet::state::cluster_key_of(&entry.object))
+        })
+        .is_some_and(|cluster| cluster.adopt)
 }
 
 /// How long a Sync waits after its `attempts`-th failure of `class`: the retry policy's

@@ -23,6 +23,10 @@ pub(super) struct Prepared {
     pub(super) digest: Option<String>,
     /// A pull cluster: its agent applies ([`crate::agents`]).
     pub(super) pull: bool,
+    /// The installation's identity, for the fence.
+    pub(super) installation: String,
+    /// The cluster is being adopted from another installation (`starling cluster adopt`).
+    pub(super) adopt: bool,
 }
 
 impl Prepared {
@@ -60,7 +64,12 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
     if owner != node {
         return None;
     }
-    let cluster = &state.clusters.get(&cluster_key)?.object;
+    let cluster_entry = state.clusters.get(&cluster_key)?;
+    let cluster = &cluster_entry.object;
+    // Nothing is written before the installation has its identity: a fence without one could
+    // be taken by any other installation.
+    let installation = state.installation.clone()?;
+    let adopt = cluster_entry.adopt;
     let cluster_namespace = object.spec.cluster_ref.namespace_or(&namespace).to_string();
     let pull = cluster.spec.mode == fleet::resources::ClusterMode::Pull;
     let connection = if pull {
@@ -86,6 +95,8 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
             retire: true,
             digest: None,
             pull,
+            installation,
+            adopt,
         });
     }
     let target = state.target_of(sync)?;
@@ -128,6 +139,8 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
         retire: false,
         digest: state.render_digest(sync),
         pull,
+        installation,
+        adopt,
     })
 }
 

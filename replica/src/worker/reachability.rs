@@ -122,6 +122,8 @@ async fn look(replica: Arc<Replica>, agents: Arc<Agents>, watched: Watched) -> O
                 labels: Default::default(),
                 writer: format!("node-{}", replica.id()),
                 generation,
+                installation: String::new(),
+                adopt: false,
                 revision: None,
                 artifact: String::new(),
                 template: Default::default(),

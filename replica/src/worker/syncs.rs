@@ -281,7 +281,7 @@ async fn run_granted(
 ) -> Done {
     let started = Instant::now();
     let drift_interval = fleet::validate::sync_interval(&prepared.object.spec.template);
-    let revision = prepared.revision.clone();
+    let revision = super::plan::backoff_key(prepared.revision.clone(), prepared.adopt);
     let redactor = prepared.redactor();
     let (outcome, failure) = apply(replica, shared, &work.sync, prepared, ticket, applying).await;
     // The one redaction step before the result reaches the state (status, events, the fleet
@@ -375,6 +375,8 @@ async fn apply(
         }
     };
     request.apply_slot = slot;
+    request.installation = prepared.installation.clone();
+    request.adopt = prepared.adopt;
     request.previous_inventory = prepared
         .object
         .status
@@ -450,6 +452,8 @@ async fn pull_sync(
         labels: request.cluster.labels.clone(),
         writer: request.writer.clone(),
         generation: request.generation,
+        installation: request.installation.clone(),
+        adopt: request.adopt,
         revision: request.revision.clone(),
         artifact: prepared
             .artifact

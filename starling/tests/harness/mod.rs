@@ -4,5 +4,3 @@
 #![allow(unused_imports)]
 
 pub use chaos::harness::*;
-
-pub mod pull;

@@ -233,8 +233,9 @@ impl SyncEngine {
         let ours = FenceState {
             generation: request.generation,
             writer: request.writer.clone(),
+            installation: request.installation.clone(),
         };
-        fence::acquire(&session, system, &ours).await?;
+        fence::acquire(&session, system, &ours, request.adopt).await?;
 
         let stored = inventory::read(&session, system, &request.sync).await?;
         let stored_record = stored.as_ref().and_then(|m| m.record.clone());

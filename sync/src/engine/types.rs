@@ -181,6 +181,12 @@ pub struct SyncRequest {
     /// Recorded in the inventory mirror once the sync completes: the revision and render
     /// digest, which `starling recover` compares with what is desired.
     pub record: Option<crate::inventory::MirrorRecord>,
+    /// The installation's identity, written into the fence: a target fenced by another
+    /// installation is never written ([`crate::SyncError::OwnedByAnotherInstallation`]).
+    /// Empty: none known yet (fences written by such a request carry none).
+    pub installation: String,
+    /// Take the target over from another installation (`starling cluster adopt`).
+    pub adopt: bool,
 }
 
 impl SyncRequest {
@@ -208,6 +214,8 @@ impl SyncRequest {
             retire: false,
             apply_slot: ApplySlot::default(),
             record: None,
+            installation: String::new(),
+            adopt: false,
         }
     }
 }

@@ -187,3 +187,31 @@ fn a_sync_stopped_after_applying_everything_reports_the_revision_its_target_hold
     assert_eq!(state.sync_state(sync), Some(SyncState::Held));
     state.check_invariants().unwrap();
 }
+
+/// Regression: a sync cut short during its wait for readiness (its owner's lease lapsed when
+/// the leader died) was marked applied and never run again, so its rollout stayed one short
+/// of complete for ever. It reports the revision its target holds and runs again.
+#[test]
+fn a_sync_cut_short_in_its_wait_for_readiness_runs_again() {
+    let mut state = fleet(2, "100%", "");
+    resolve(&mut state, "main@sha1:aaa");
+    let sync = "fleet/app-c000";
+    let ticket = granted(begin(&mut state, sync, "main@sha1:aaa"));
+    state.apply(Command::FinishSync {
+        ticket: ticket.id,
+        outcome: SyncOutcome::Abandoned {
+            reason: "cancelled before it could wait for readiness".into(),
+            inventory: Some(vec![]),
+            applied: true,
+        },
+        at: AT.into(),
+    });
+    let status = state.syncs[sync].object.status.clone().unwrap();
+    assert_eq!(
+        status.last_applied_revision.as_deref(),
+        Some("main@sha1:aaa")
+    );
+    assert_eq!(state.sync_state(sync), Some(SyncState::Admitted));
+    granted(begin(&mut state, sync, "main@sha1:aaa"));
+    state.check_invariants().unwrap();
+}

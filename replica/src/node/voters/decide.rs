@@ -73,6 +73,9 @@ pub(crate) struct GroupView {
     /// Facts per member; a member without facts counts as silent and lagging.
     pub nodes: BTreeMap<NodeId, NodeFacts>,
     pub max_voters: usize,
+    /// Members added with `starling members add --learner`: never promoted, and demoted
+    /// when they are voters.
+    pub learner_only: BTreeSet<NodeId>,
     pub phase: Phase,
     /// How long a voter must have been Down and silent before it is replaced.
     pub replace_after: Duration,
@@ -105,6 +108,8 @@ pub(crate) enum VoterChange {
     Replace { down: NodeId, learner: NodeId },
     /// Leave an abandoned joint configuration for its last voter set.
     FinishJoint(BTreeSet<NodeId>),
+    /// Make a voter a learner: above `--max-voters`, or added as a learner.
+    Demote(NodeId),
 }
 
 impl VoterChange {
@@ -119,6 +124,7 @@ impl VoterChange {
                 .chain([*learner])
                 .collect(),
             VoterChange::FinishJoint(last) => last.clone(),
+            VoterChange::Demote(id) => voters.iter().copied().filter(|v| v != id).collect(),
         }
     }
 }
@@ -158,13 +164,35 @@ pub(crate) fn decide(view: &GroupView) -> Option<VoterChange> {
         }
         Phase::Settled => {}
     }
-    let members = view.voters.union(&view.learners).count();
+    // A voter added as a learner, or one above the limit, becomes a learner: one at a time,
+    // never the leader, and only while the live voters stay a majority of both sets.
+    let marked = view
+        .voters
+        .iter()
+        .copied()
+        .find(|id| *id != view.leader && view.learner_only.contains(id));
+    if marked.is_some() || view.voters.len() > view.max_voters.max(1) {
+        let demote = marked.or_else(|| {
+            view.voters
+                .iter()
+                .copied()
+                .filter(|id| *id != view.leader)
+                .max_by_key(|id| (!view.facts(*id).alive(), *id))
+        })?;
+        let change = VoterChange::Demote(demote);
+        return keeps_quorum_heard(view, &change.voters_after(&view.voters)).then_some(change);
+    }
+    let members = view
+        .voters
+        .union(&view.learners)
+        .filter(|id| !view.learner_only.contains(id))
+        .count();
     let wanted = members.min(view.max_voters);
     let promotable: Vec<NodeId> = view
         .learners
         .iter()
         .copied()
-        .filter(|id| view.facts(*id).promotable())
+        .filter(|id| view.facts(*id).promotable() && !view.learner_only.contains(id))
         .collect();
     if view.voters.len() < wanted {
         let promote: BTreeSet<NodeId> = promotable
@@ -234,9 +262,53 @@ mod tests {
                 .map(|id| (*id, live()))
                 .collect(),
             max_voters,
+            learner_only: BTreeSet::new(),
             phase: Phase::Settled,
             replace_after: DOWN_AFTER * REPLACE_AFTER_DOWN_AFTERS,
         }
+    }
+
+    #[test]
+    fn a_member_added_as_a_learner_stays_one() {
+        let mut group = view(&[1], &[2, 3], 5);
+        group.learner_only = ids(&[3]);
+        assert_eq!(decide(&group), Some(VoterChange::Promote(ids(&[2]))));
+        let mut group = view(&[1, 2], &[3], 5);
+        group.learner_only = ids(&[3]);
+        assert_eq!(decide(&group), None, "a learner by choice is not promoted");
+        // A voter re-added with --learner is demoted.
+        let mut group = view(&[1, 2, 3], &[], 5);
+        group.learner_only = ids(&[3]);
+        assert_eq!(decide(&group), Some(VoterChange::Demote(3)));
+    }
+
+    #[test]
+    fn voters_above_a_lowered_limit_are_demoted_one_at_a_time_keeping_a_live_majority() {
+        // Five voters, --max-voters lowered to 3: the highest ids go first, one per change.
+        let group = view(&[1, 2, 3, 4, 5], &[], 3);
+        assert_eq!(decide(&group), Some(VoterChange::Demote(5)));
+        let group = view(&[1, 2, 3, 4], &[5], 3);
+        assert_eq!(decide(&group), Some(VoterChange::Demote(4)));
+        assert_eq!(decide(&view(&[1, 2, 3], &[4, 5], 3)), None);
+        // A voter that is not alive goes first; never the leader.
+        let mut group = view(&[1, 2, 3, 4], &[], 3);
+        group.nodes.insert(2, down_for(Duration::from_secs(1)));
+        assert_eq!(decide(&group), Some(VoterChange::Demote(2)));
+        let group = view(&[1, 2], &[], 1);
+        assert_eq!(decide(&group), Some(VoterChange::Demote(2)));
+        // Not when the live voters would no longer be a majority: {1,2,3,4} with 3 and 4
+        // silent has two live voters of four already.
+        let mut group = view(&[1, 2, 3, 4], &[], 3);
+        for id in [3, 4] {
+            group.nodes.insert(
+                id,
+                NodeFacts {
+                    heard_recently: false,
+                    ..live()
+                },
+            );
+        }
+        assert_eq!(decide(&group), None);
     }
 
     #[test]
@@ -433,6 +505,14 @@ mod tests {
                 assert!(down.silent_for >= group.replace_after);
             }
             VoterChange::FinishJoint(_) => panic!("no joint configuration here: {group:?}"),
+            VoterChange::Demote(id) => {
+                assert!(
+                    group.voters.len() > group.max_voters,
+                    "{group:?} -> {change:?}"
+                );
+                assert_ne!(*id, group.leader);
+                assert!(keeps_quorum_heard(group, &after), "{group:?} -> {change:?}");
+            }
         }
     }
 

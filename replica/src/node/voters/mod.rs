@@ -18,15 +18,20 @@
 //! 2. A committed joint configuration was left behind by a leader that died between the two
 //!    steps of a change (changes made through one replica run one at a time, so none of ours
 //!    is half done once we hold the change lock): finish it, to its last configuration.
-//! 3. While voters < `min(members, max_voters)`, promote learners that are caught up (their log
-//!    matches the leader's within [`CAUGHT_UP_LAG`] entries), heard recently, and neither Down
-//!    nor Draining, lowest id first.
-//! 4. When the voter set is full and a voter has been Down and silent for
+//! 3. A voter added with `starling members add --learner` (the state's `learner_only`), or
+//!    any voter above `--max-voters` (the limit lowered), is demoted to a learner: one per
+//!    change, never the leader, the least alive and highest id first, and only while the live
+//!    voters stay a majority of both sets ([`keeps_quorum_heard`]).
+//! 4. While voters < `min(members, max_voters)` (members added as learners not counted),
+//!    promote learners that are caught up (their log matches the leader's within
+//!    [`CAUGHT_UP_LAG`] entries), heard recently, neither Down nor Draining, and not learners
+//!    by choice, lowest id first.
+//! 5. When the voter set is full and a voter has been Down and silent for
 //!    `REPLACE_AFTER_DOWN_AFTERS × --down-after` of this leader's term, swap it for such a
 //!    learner. Conservative on purpose: one voter per change; never the leader; only when the
 //!    voters that are alive form a majority of the current set without the Down voter, so both
 //!    halves of the joint configuration can commit; the Down voter stays a learner, so it is
-//!    promoted again (rule 3) if another voter disappears and it is back.
+//!    promoted again (rule 4) if another voter disappears and it is back.
 //!
 //! Every change is checked with [`keeps_quorum`] (and `Admin.AddNode`'s demotion of a voter
 //! with [`keeps_quorum_heard`]): the voters that acknowledge entries must be a majority of the
@@ -84,13 +89,17 @@ pub(crate) fn observe(replica: &Replica, leading_for: Duration) -> GroupView {
     let replication = metrics.replication.clone().unwrap_or_default();
     let ages = replica.heartbeat_ages();
     let down_after = replica.config.down_after;
-    let states: BTreeMap<NodeId, MemberState> = replica.raft.reader().read(|state| {
-        state
-            .members
-            .values()
-            .map(|member| (member.id, member.state))
-            .collect()
-    });
+    let (states, learner_only): (BTreeMap<NodeId, MemberState>, _) =
+        replica.raft.reader().read(|state| {
+            (
+                state
+                    .members
+                    .values()
+                    .map(|member| (member.id, member.state))
+                    .collect(),
+                state.learner_only.clone(),
+            )
+        });
     let nodes = membership
         .nodes()
         .map(|(id, _)| {
@@ -115,6 +124,7 @@ pub(crate) fn observe(replica: &Replica, leading_for: Duration) -> GroupView {
         learners: membership.learner_ids().collect(),
         nodes,
         max_voters: replica.config.max_voters,
+        learner_only,
         phase,
         replace_after: down_after * REPLACE_AFTER_DOWN_AFTERS,
     }
@@ -128,6 +138,7 @@ async fn apply(replica: &Replica, change: &VoterChange) -> Result<MembershipChan
             replica.raft.promote_within(ids.clone(), max_voters).await
         }
         VoterChange::Replace { down, learner } => replica.raft.replace_voter(*down, *learner).await,
+        VoterChange::Demote(id) => replica.raft.demote(*id).await,
         VoterChange::FinishJoint(_) => match replica.raft.leave_joint().await? {
             Some(done) => Ok(done),
             // Our own change finished it meanwhile.

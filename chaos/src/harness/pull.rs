@@ -2,8 +2,6 @@
 //! its namespace, the capability Secret and the Upstream) and running `starling agent`
 //! processes against it.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,6 +15,8 @@ use super::binary;
 pub struct Agents {
     dir: tempfile::TempDir,
     children: BTreeMap<String, Child>,
+    /// Agents log to `log_path(cluster)` instead of the test's standard error.
+    quiet: bool,
 }
 
 impl Default for Agents {
@@ -30,7 +30,20 @@ impl Agents {
         Agents {
             dir: tempfile::tempdir().expect("temp dir"),
             children: BTreeMap::new(),
+            quiet: false,
         }
+    }
+
+    /// Agents that log to files ([`Agents::log_path`]), for runs with many of them.
+    pub fn quiet() -> Agents {
+        let mut agents = Agents::new();
+        agents.quiet = true;
+        agents
+    }
+
+    /// Where a quiet agent logs.
+    pub fn log_path(&self, cluster: &str) -> PathBuf {
+        self.dir.path().join(format!("{cluster}.log"))
     }
 
     /// Where the kubeconfig of `cluster`'s agent goes.
@@ -53,10 +66,23 @@ impl Agents {
             .arg(self.dir.path().join(format!("{cluster}-cache")))
             .env("STARLING_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(if self.quiet {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.log_path(cluster))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null())
+            } else {
+                Stdio::inherit()
+            })
             .spawn()
             .expect("starling agent starts");
         self.children.insert(cluster.to_string(), child);
+    }
+
+    pub fn is_running(&self, cluster: &str) -> bool {
+        self.children.contains_key(cluster)
     }
 
     pub fn kill(&mut self, cluster: &str) {
