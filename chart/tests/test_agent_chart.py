@@ -378,15 +378,15 @@ def check_agent_deployment():
 
 
 def check_agent_connection():
-    source = (REPOSITORY / "node/src/agent.rs").read_text()
+    source = (REPOSITORY / "agent/src/lib.rs").read_text()
     enrol = re.search(r"async fn enrol\(.*?\n}\n", source, re.DOTALL)
-    expect(enrol, "node/src/agent.rs has no `async fn enrol`; update the agent chart's test")
+    expect(enrol, "agent/src/lib.rs has no `async fn enrol`; update the agent chart's test")
     read_keys = set(re.findall(r'\btext\("([^"]+)"\)', enrol.group(0))) | set(
         re.findall(r'\bdata\.get\("([^"]+)"\)', enrol.group(0))
     )
     expect(
         read_keys == {"addresses", "token", "namespaces", "ca.crt"},
-        f"node/src/agent.rs reads the Secret keys {sorted(read_keys)}; update the chart",
+        f"agent/src/lib.rs reads the Secret keys {sorted(read_keys)}; update the chart",
     )
     for description, name, namespace, values in VARIANTS:
         effective = merged(values)
@@ -420,7 +420,7 @@ def check_agent_connection():
         expect(data["ca.crt"] == connection["ca"], f"{where}: ca.crt")
     return (
         "the Upstream names the Secret made from connection.* (keys addresses, token, namespaces, "
-        "ca.crt: those node/src/agent.rs reads, lists comma-separated) or connection.existingSecret "
+        "ca.crt: those agent/src/lib.rs reads, lists comma-separated) or connection.existingSecret "
         "(then no Secret); clusterName and labels as given"
     )
 

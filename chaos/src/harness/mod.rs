@@ -409,7 +409,7 @@ pub fn fleet_manifests(count: usize) -> String {
     out
 }
 
-// Membership tests (node/tests/membership.rs): starting every node at once, wiping a node's
+// Membership tests (starling/tests/membership.rs): starting every node at once, wiping a node's
 // disk, and reading the voter set and a node's metrics.
 
 /// The Raft roles of a group as one node sees them.

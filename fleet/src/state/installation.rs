@@ -73,12 +73,16 @@ impl FleetState {
         }
         entry.adopt = false;
         let status = entry.object.status.get_or_insert_with(Default::default);
-        let requested = status
+        // Only an adoption someone asked for is recorded; recovery adopts every cluster it
+        // read back, and most of them were this installation's own.
+        let Some(requested) = status
             .conditions
             .iter()
-            .find(|c| c.type_ == ADOPTED_CONDITION)
+            .find(|c| c.type_ == ADOPTED_CONDITION && c.reason == "Adopting")
             .map(|c| c.message.clone())
-            .unwrap_or_default();
+        else {
+            return;
+        };
         status.conditions.retain(|c| c.type_ != ADOPTED_CONDITION);
         status.conditions.push(Condition {
             type_: ADOPTED_CONDITION.into(),

@@ -636,6 +636,7 @@ fn applied_commands_name_the_objects_they_changed() {
 
 mod edits;
 mod history;
+mod installation;
 mod members;
 mod recovery;
 mod retire;
