@@ -157,9 +157,9 @@ fn schedules(args: Args) -> anyhow::Result<bool> {
         args.schedules,
         if args.short { " --short" } else { "" }
     );
-    if args.jobs > 1 {
-        chaos::harness::allow_concurrent_groups();
-    }
+    // Schedules side by side with --jobs, and a second installation beside a schedule's own
+    // replicas (`Fault::Shadow`): groups never wait for each other here.
+    chaos::harness::allow_concurrent_groups();
     let mut failed = Vec::new();
     let mut converged = Vec::new();
     let mut ran = 0;
