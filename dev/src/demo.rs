@@ -133,7 +133,7 @@ pub fn demo_manifests(
 }
 
 /// [`demo_manifests`] with the given fleetsim clusters as the targets.
-pub(crate) fn demo_manifests_for(
+pub fn demo_manifests_for(
     sim: &FleetSim,
     targets: &[String],
     url: &str,

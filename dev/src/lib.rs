@@ -32,8 +32,8 @@ use fleet::manifest::{Resource, parse_manifests};
 use fleet::state::{FleetState, MemberState};
 use fleetsim::{AuditFilter, FleetSim};
 
-pub use demo::demo_manifests;
-use demo::{DemoRepo, demo_manifests_for};
+use demo::DemoRepo;
+pub use demo::{demo_manifests, demo_manifests_for};
 use management::Management;
 use progress::Progress;
 use report::{Check, RolloutTiming, Summary};

@@ -22,6 +22,7 @@
 //! - `recover`: the `rollout` set-up, then a backup exported, every replica killed and its
 //!   data directory deleted, fresh replicas with `--recovery`, import and recover; the times,
 //!   and the writes to targets until the rollout is Complete again (there must be none).
+//!   `--pull N` adds N pull clusters, each with a `starling agent` process (this binary too).
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 //!
 //! Long because it holds the command line of every benchmark and the shared test bed (processes,
@@ -59,8 +60,9 @@ struct BenchArgs {
 }
 
 fn main() -> std::process::ExitCode {
-    // The replicas a bench starts are this binary running `starling node`.
-    if std::env::args().nth(1).as_deref() == Some("node") {
+    // The replicas and agents a bench starts are this binary running `starling node` and
+    // `starling agent`.
+    if matches!(std::env::args().nth(1).as_deref(), Some("node" | "agent")) {
         return starling::main();
     }
     let args = <BenchArgs as clap::Parser>::parse();

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use chaos::harness::pull::Agents;
+
 use super::{Proc, Testbed, peak_rss_mib, resident, rss_mib, shards, wait_for};
 use crate::report::{self, Series};
 use starling_dev::report::physical_bound;
@@ -52,6 +54,17 @@ pub struct RolloutArgs {
     /// The report's name (`rollout`, or `scale`).
     #[arg(skip = "rollout")]
     pub bench: &'static str,
+    /// Pull clusters beside the `clusters` push clusters, each with a `starling agent`
+    /// process (set by the benches that take `--pull`).
+    #[arg(skip)]
+    pub pull: usize,
+}
+
+impl RolloutArgs {
+    /// Every cluster the rollout reaches: push and pull.
+    pub fn targets(&self) -> usize {
+        self.clusters + self.pull
+    }
 }
 
 /// `loadtest scale`: the rollout bench with a larger fleet on more replicas.
@@ -108,6 +121,8 @@ pub(crate) struct RolledOut {
     /// The revision the first rollout brought.
     pub revision: String,
     pub first_seconds: f64,
+    /// The agents of the pull clusters (none without `--pull`).
+    pub agents: Agents,
 }
 
 /// Starts the testbed, applies the clusters with their Secrets and then the demo Source and
@@ -123,13 +138,13 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
         ),
         ..Default::default()
     };
-    let budget = fleet::validate::max_unavailable(&policy, args.clusters as u32);
+    let budget = fleet::validate::max_unavailable(&policy, args.targets() as u32);
     let extra = vec![
         "--max-concurrent-syncs".to_string(),
         args.max_concurrent_syncs.to_string(),
     ];
     let mut bed = Testbed::start(
-        args.clusters,
+        args.targets(),
         args.latency,
         args.ready_delay,
         args.nodes,
@@ -137,7 +152,10 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
     )
     .await?;
     let address = bed.procs[&1].grpc.clone();
-    let documents = starling_dev::demo_manifests(&bed.sim, &bed.repo.url(), &args.max_unavailable)?;
+    let names = bed.sim.cluster_names();
+    let (push, pull) = names.split_at(args.clusters);
+    let documents =
+        starling_dev::demo_manifests_for(&bed.sim, push, &bed.repo.url(), &args.max_unavailable)?;
     // The clusters and their Secrets first, the Source and SyncGroup (document 0) last, so
     // that the memory of the specs alone is seen before any rollout starts.
     let (group, clusters) = documents
@@ -146,9 +164,15 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
     for chunk in clusters.chunks(APPLY_CHUNK) {
         apply(&mut bed.fleet, chunk.join("---\n")).await?;
     }
+    let agents = enrol_agents(&bed, pull, args.timeout).await?;
     eprintln!(
-        "{} nodes, {} clusters (latency {:?}, ready delay {:?}), budget {budget}, {} syncs per node",
-        args.nodes, args.clusters, args.latency, args.ready_delay, args.max_concurrent_syncs
+        "{} nodes, {} clusters and {} pull clusters (latency {:?}, ready delay {:?}), budget {budget}, {} syncs per node",
+        args.nodes,
+        args.clusters,
+        args.pull,
+        args.latency,
+        args.ready_delay,
+        args.max_concurrent_syncs
     );
     eprintln!(
         "resident memory with the clusters and Secrets applied: {}",
@@ -163,7 +187,55 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
         budget,
         revision,
         first_seconds,
+        agents,
     })
+}
+
+/// Enrols each pull cluster (its Upstream and capability Secret, as the agent chart installs
+/// them), starts its agent (this binary running `starling agent`), and waits until every
+/// agent has registered its Cluster. The bench's installation is open: the agents present no
+/// token.
+async fn enrol_agents(bed: &Testbed, pull: &[String], timeout: Duration) -> anyhow::Result<Agents> {
+    let mut agents = Agents::quiet().program(std::env::current_exe()?);
+    if pull.is_empty() {
+        return Ok(agents);
+    }
+    let addresses: Vec<&str> = bed.procs.values().map(|p| p.grpc.as_str()).collect();
+    let addresses = addresses.join(",");
+    for (index, name) in pull.iter().enumerate() {
+        std::fs::write(agents.kubeconfig(name), bed.sim.kubeconfig(name)?)?;
+        chaos::harness::pull::enrol(&agents.kubeconfig(name), name, &addresses, "", None, index)
+            .await;
+        agents.spawn(name);
+    }
+    let address = &bed.procs[&1].grpc;
+    wait_for(timeout, || async {
+        registered_pull_clusters(address).await == Some(pull.len())
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "the {} agents did not all register their cluster (logs: {})",
+            pull.len(),
+            agents.log_path(&pull[0]).display()
+        )
+    })?;
+    Ok(agents)
+}
+
+/// The Clusters the agents registered (the enrolment labels them `site=edge`).
+async fn registered_pull_clusters(address: &str) -> Option<usize> {
+    let channel = starling_transport::client_channel(address, Duration::from_secs(10)).ok()?;
+    let reply = proto::fleet_client::FleetClient::new(channel)
+        .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
+        .list(proto::ListRequest {
+            kind: "Cluster".into(),
+            label_selector: "site=edge".into(),
+            ..Default::default()
+        })
+        .await
+        .ok()?;
+    Some(reply.into_inner().objects.len())
 }
 
 pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
@@ -179,6 +251,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         budget,
         revision: first,
         first_seconds,
+        agents: _,
     } = roll_out_once(&args).await?;
     let address = procs[&1].grpc.clone();
     let counters_before = counters(&procs).await;
@@ -482,7 +555,7 @@ pub(crate) async fn wait_rollout(
             let summary = rollout.summary.unwrap_or_default();
             let at = started.elapsed().as_secs_f64();
             timeline.push((at, summary.updated, summary.in_progress));
-            if rollout.phase == "Complete" && summary.updated as usize == args.clusters {
+            if rollout.phase == "Complete" && summary.updated as usize == args.targets() {
                 return Ok((rollout.target_revision, at, timeline));
             }
             if last_report.elapsed() >= Duration::from_secs(10) {

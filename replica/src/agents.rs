@@ -124,6 +124,11 @@ impl Agents {
         lock(&self.sessions).contains_key(cluster)
     }
 
+    /// Resolves when the next agent connects here.
+    pub fn next_connection(&self) -> tokio::sync::futures::Notified<'_> {
+        self.connected.notified()
+    }
+
     /// How many agents are connected here.
     pub fn count(&self) -> usize {
         lock(&self.sessions).len()

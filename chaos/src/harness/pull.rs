@@ -17,6 +17,8 @@ pub struct Agents {
     children: BTreeMap<String, Child>,
     /// Agents log to `log_path(cluster)` instead of the test's standard error.
     quiet: bool,
+    /// The program run as `PROGRAM agent …` ([`binary`] unless [`Agents::program`] says).
+    program: PathBuf,
 }
 
 impl Default for Agents {
@@ -31,7 +33,14 @@ impl Agents {
             dir: tempfile::tempdir().expect("temp dir"),
             children: BTreeMap::new(),
             quiet: false,
+            program: binary().to_path_buf(),
         }
+    }
+
+    /// Runs the agents as `program agent …` (a benchmark binary that embeds `starling`).
+    pub fn program(mut self, program: PathBuf) -> Agents {
+        self.program = program;
+        self
     }
 
     /// Agents that log to files ([`Agents::log_path`]), for runs with many of them.
@@ -52,7 +61,7 @@ impl Agents {
     }
 
     pub fn spawn(&mut self, cluster: &str) {
-        let child = Command::new(binary())
+        let child = Command::new(&self.program)
             .args([
                 "agent",
                 "--namespace",

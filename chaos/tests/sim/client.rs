@@ -1,6 +1,8 @@
 //! The control plane of a simulated run: a client host that sets up a fleet (a source, clusters
 //! and a SyncGroup with a budget), then commits new revisions and adds clusters while the faults
-//! run. It writes through the real Raft forwarding client (`starling_raft::write::Forwarder`)
+//! run. Mid-rollout it also relabels [`DESELECTED`] out of the group's selector, deletes
+//! [`DELETED`] (with prune), and has another installation fence [`FOREIGN`], which it adopts
+//! once the changes are done. It writes through the real Raft forwarding client (`starling_raft::write::Forwarder`)
 //! over the simulated network, to whichever replica leads; a write counts as acknowledged
 //! only when the leader answered.
 
@@ -9,6 +11,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use fleet::Command;
+use fleet::manifest::{Kind, ObjectKey};
 use fleet::state::ExpectedRevision;
 use starling_raft::write::Forwarder;
 use starling_raft::{NetworkConfig, codec};
@@ -31,6 +34,14 @@ pub struct Script {
 }
 
 pub const SOURCE: &str = "fleet/repo";
+/// The cluster whose labels stop matching the SyncGroup's selector mid-rollout.
+pub const DESELECTED: &str = "fleet/c001";
+/// The cluster deleted mid-rollout.
+pub const DELETED: &str = "fleet/c002";
+/// The cluster another installation fences mid-rollout, adopted at the end.
+pub const FOREIGN: &str = "fleet/c003";
+/// The other installation's identity.
+const OTHER_INSTALLATION: &str = "inst-elsewhere";
 
 pub fn revision(n: usize) -> String {
     format!("r{n:04}")
@@ -44,6 +55,12 @@ fn resource(yaml: &str) -> Box<fleet::manifest::Resource> {
 /// A cluster and its kubeconfig Secret (the worker needs one; the simulated target does not
 /// read it).
 fn cluster(name: &str) -> [Command; 2] {
+    let [secret, cluster] = labelled_cluster(name, "yes");
+    [secret, cluster]
+}
+
+/// [`cluster`] with label `all` (the SyncGroup selects `all: "yes"`).
+fn labelled_cluster(name: &str, all: &str) -> [Command; 2] {
     [
         Command::UpsertSpec {
             resource: resource(&format!(
@@ -53,7 +70,7 @@ fn cluster(name: &str) -> [Command; 2] {
         },
         Command::UpsertSpec {
             resource: resource(&format!(
-                "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\n  namespace: fleet\n  labels:\n    all: \"yes\"\nspec: {{}}\n"
+                "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\n  namespace: fleet\n  labels:\n    all: \"{all}\"\nspec: {{}}\n"
             )),
             at: AT.into(),
         },
@@ -114,6 +131,17 @@ fn setup(script: &Script) -> Vec<Command> {
     commands
 }
 
+/// A command's name in the trace.
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::UpsertSpec { .. } => "UpsertSpec",
+        Command::RetireSpec { .. } => "RetireSpec",
+        Command::SourceResolved { .. } => "SourceResolved",
+        Command::AdoptCluster { .. } => "AdoptCluster",
+        _ => "a command",
+    }
+}
+
 /// Sends `commands` to the leader until one attempt is acknowledged or `attempts` ran out.
 async fn write(
     world: &Rc<RefCell<World>>,
@@ -138,7 +166,14 @@ async fn write(
                 .await;
             match sent {
                 Ok(_) => {
-                    world.borrow_mut().commit_latencies.push(started.elapsed());
+                    let mut world = world.borrow_mut();
+                    world.commit_latencies.push(started.elapsed());
+                    let names: Vec<&str> = commands.iter().map(command_name).collect();
+                    world.trace.push(format!(
+                        "{:?} client: {} acknowledged",
+                        turmoil::sim_elapsed().unwrap_or_default(),
+                        names.join(", ")
+                    ));
                     return true;
                 }
                 Err(error) => world
@@ -163,7 +198,7 @@ pub async fn run(world: Rc<RefCell<World>>, script: Script) -> turmoil::Result {
     }
     world.borrow_mut().trace.push("set up".into());
     let mut added = 0;
-    for n in 0..script.commits.max(script.added_clusters) {
+    for n in 0..script.commits.max(script.added_clusters).max(2) {
         tokio::time::sleep(script.every).await;
         if n < script.commits {
             write(&world, &forwarder, &[resolved(n + 2)], 5).await;
@@ -175,7 +210,39 @@ pub async fn run(world: Rc<RefCell<World>>, script: Script) -> turmoil::Result {
             }
             added += 1;
         }
+        let name = |key: &'static str| key.split_once('/').map_or(key, |(_, name)| name);
+        match n {
+            0 => {
+                // A second installation pointed at part of the fleet writes its fence.
+                world.borrow().landed.fence(FOREIGN, OTHER_INSTALLATION);
+                world
+                    .borrow_mut()
+                    .trace
+                    .push(format!("{FOREIGN} fenced by another installation"));
+                world.borrow_mut().left_group.insert(DESELECTED.into());
+                write(
+                    &world,
+                    &forwarder,
+                    &labelled_cluster(name(DESELECTED), "no"),
+                    200,
+                )
+                .await;
+            }
+            1 => {
+                world.borrow_mut().left_group.insert(DELETED.into());
+                let key = ObjectKey::new(Kind::Cluster, "fleet", name(DELETED));
+                write(&world, &forwarder, &[Command::RetireSpec { key }], 200).await;
+            }
+            _ => {}
+        }
     }
+    tokio::time::sleep(script.every).await;
+    world.borrow_mut().adopt_requested.insert(FOREIGN.into());
+    let adopt = Command::AdoptCluster {
+        cluster: FOREIGN.into(),
+        at: AT.into(),
+    };
+    write(&world, &forwarder, &[adopt], 200).await;
     std::future::pending::<()>().await;
     Ok(())
 }

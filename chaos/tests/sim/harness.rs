@@ -97,6 +97,44 @@ pub struct Report {
     /// After the first crash of a leader: how long until another replica led, and until none
     /// of the crashed replica's clusters was owned by it any more.
     pub failover: Option<Failover>,
+    /// What the client's moves led to on the targets.
+    pub moves: Moves,
+}
+
+/// Whether the client's moves were exercised: the deselected and the deleted cluster pruned
+/// (retires landed), the foreign cluster refused and then taken over.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moves {
+    pub pruned: usize,
+    pub refused: usize,
+    pub adopted: bool,
+}
+
+impl Moves {
+    fn of(world: &World) -> Moves {
+        let retired = |cluster: &str| {
+            world
+                .writes
+                .get(cluster)
+                .is_some_and(|writes| writes.iter().any(|w| w.retire))
+        };
+        Moves {
+            pruned: [client::DESELECTED, client::DELETED]
+                .into_iter()
+                .filter(|c| retired(c))
+                .count(),
+            refused: world.refusals.values().sum(),
+            adopted: world
+                .writes
+                .get(client::FOREIGN)
+                .is_some_and(|writes| writes.iter().any(|w| w.adopt)),
+        }
+    }
+
+    /// Every move was exercised.
+    pub fn all(&self) -> bool {
+        self.pruned == 2 && self.refused > 0 && self.adopted
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -151,9 +189,24 @@ impl Report {
         for (at, fault) in &self.schedule {
             let _ = writeln!(text, "    {at:?} {fault:?}");
         }
-        let _ = writeln!(text, "  last events:");
-        for line in self.trace.iter().rev().take(30).rev() {
-            let _ = writeln!(text, "    {line}");
+        // `SIM_TRACE=<text>`: every event that mentions it, instead of the last 30.
+        match std::env::var("SIM_TRACE") {
+            Ok(grep) => {
+                let _ = writeln!(text, "  events with {grep:?}:");
+                for line in self
+                    .trace
+                    .iter()
+                    .filter(|l| grep.split('|').any(|g| l.contains(g)))
+                {
+                    let _ = writeln!(text, "    {line}");
+                }
+            }
+            Err(_) => {
+                let _ = writeln!(text, "  last events:");
+                for line in self.trace.iter().rev().take(30).rev() {
+                    let _ = writeln!(text, "    {line}");
+                }
+            }
         }
         text
     }
@@ -291,6 +344,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
             break;
         }
         world.borrow_mut().absorb();
+        watch_sync(&world, sim.elapsed());
         if std::env::var("SIM_DEBUG_STEPS").is_ok() && sim.elapsed() < Duration::from_millis(300) {
             eprintln!(
                 "elapsed {:?} since epoch {:?}",
@@ -341,6 +395,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
                     break;
                 }
                 world.borrow_mut().absorb();
+                watch_sync(&world, sim.elapsed());
             }
             if failed.is_some() || !world.borrow().violations.is_empty() {
                 break;
@@ -377,6 +432,7 @@ pub fn run(seed: u64, options: &Options) -> Report {
         most_in_rollout: world.most_in_rollout,
         commit_latencies: std::mem::take(&mut world.commit_latencies),
         failover: failover.map(|watch| watch.figures),
+        moves: Moves::of(&world),
     };
     // The replicas' Raft nodes are dropped with their runtimes, inside the simulation.
     world.nodes.clear();
@@ -544,6 +600,25 @@ fn converged(world: &World, replicas: usize) -> Result<(), String> {
         if !state.tickets.is_empty() {
             return Err(format!("{} tickets still held", state.tickets.len()));
         }
+        if state.clusters.contains_key(client::DELETED) {
+            return Err(format!(
+                "the deleted cluster {} is still retiring",
+                client::DELETED
+            ));
+        }
+        // Once a retire has finished, nothing of the retired Sync is left on its target.
+        for cluster in world.writes.keys() {
+            let synced = state.cluster_syncs.get(cluster).is_some_and(|syncs| {
+                syncs
+                    .iter()
+                    .any(|sync| state.syncs.get(sync).is_some_and(|entry| !entry.retiring))
+            });
+            if !synced && world.holds_objects(cluster) {
+                return Err(format!(
+                    "cluster {cluster} holds the objects of a Sync that no longer targets it"
+                ));
+            }
+        }
         if state.syncs.is_empty() {
             return Err("no syncs yet".into());
         }
@@ -569,6 +644,9 @@ fn converged(world: &World, replicas: usize) -> Result<(), String> {
     })
 }
 
+/// The most syncs a cluster another installation fences may be refused in a run.
+const MOST_REFUSALS: usize = 30;
+
 /// After convergence: identical states, the state machine's invariants on each, and every
 /// acknowledged write present.
 fn final_checks(world: &World) -> Vec<String> {
@@ -589,6 +667,15 @@ fn final_checks(world: &World) -> Vec<String> {
             digests.insert(serde_json::to_string(state).expect("the state encodes"));
         });
     }
+    // A Sync stalled by another installation's fence is tried again with backoff, not in a
+    // loop (tens of tries at most before it is adopted, across owners and failovers).
+    for (cluster, refusals) in &world.refusals {
+        if *refusals > MOST_REFUSALS {
+            violations.push(format!(
+                "{cluster}, fenced by another installation, was tried {refusals} times"
+            ));
+        }
+    }
     if digests.len() > 1 {
         violations.push(format!(
             "replicas applied the same log into {} different states",
@@ -596,4 +683,49 @@ fn final_checks(world: &World) -> Vec<String> {
         ));
     }
     violations
+}
+
+/// `SIM_WATCH=<sync key>` (`fleet/app-c002`): every change of that Sync and its cluster, as the
+/// most advanced replica holds them, goes into the trace (for replaying one seed).
+fn watch_sync(world: &Rc<RefCell<World>>, at: Duration) {
+    let Ok(sync) = std::env::var("SIM_WATCH") else {
+        return;
+    };
+    let mut world = world.borrow_mut();
+    let Some(node) = world
+        .nodes
+        .values()
+        .max_by_key(|n| n.raft.reader().applied_index())
+    else {
+        return;
+    };
+    let seen = node.raft.reader().read(|state| {
+        let entry = state.syncs.get(&sync);
+        let cluster = entry.map(|e| fleet::state::cluster_key_of(&e.object));
+        let tickets: Vec<_> = state
+            .tickets
+            .values()
+            .filter(|t| t.sync == sync)
+            .map(|t| (t.id, t.kind, t.node, t.revision.clone()))
+            .collect();
+        let revoked: Vec<_> = state
+            .revoked
+            .values()
+            .filter(|r| r.ticket.sync == sync)
+            .map(|r| (r.ticket.id, r.ticket.kind))
+            .collect();
+        format!(
+            "watch {sync}: exists {} retiring {:?} state {:?} inventory {:?} tickets {tickets:?} \
+             revoked {revoked:?} cluster deleting {:?}",
+            entry.is_some(),
+            entry.map(|e| e.retiring),
+            entry.map(|e| e.rollout.state),
+            entry.and_then(|e| e.object.status.as_ref().map(|s| s.inventory.len())),
+            cluster.and_then(|c| state.clusters.get(&c).map(|c| c.deleting.clone())),
+        )
+    });
+    let last = world.trace.iter().rev().find(|l| l.contains("watch "));
+    if !last.is_some_and(|l| l.ends_with(&seen)) {
+        world.trace.push(format!("{at:?} {seen}"));
+    }
 }

@@ -39,15 +39,25 @@ fn init_logs() {
     }
 }
 
-/// Runs `seeds` seeds on every core; returns the failed reports' descriptions, and how many
-/// seeds had their budget full at some point (the budget check is not vacuous).
-fn run_seeds(first: u64, count: u64, options: &Options) -> (Vec<String>, u64) {
+/// What a batch of seeds found: the failed reports' descriptions, how many seeds had their
+/// budget full at some point and how many exercised every client move (the budget and prune
+/// checks are not vacuous).
+#[derive(Default)]
+struct Seeds {
+    failures: Vec<String>,
+    full: u64,
+    moved: u64,
+}
+
+/// Runs `seeds` seeds on every core.
+fn run_seeds(first: u64, count: u64, options: &Options) -> Seeds {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let failures = std::sync::Mutex::new(Vec::new());
     let full = std::sync::atomic::AtomicU64::new(0);
+    let moved = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|scope| {
         for worker in 0..threads {
-            let (failures, full) = (&failures, &full);
+            let (failures, full, moved) = (&failures, &full, &moved);
             scope.spawn(move || {
                 let mut seed = first + worker;
                 while seed < first + count {
@@ -58,12 +68,19 @@ fn run_seeds(first: u64, count: u64, options: &Options) -> (Vec<String>, u64) {
                     if report.most_in_rollout == report.budget as usize {
                         full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
+                    if report.moves.all() {
+                        moved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     seed += threads;
                 }
             });
         }
     });
-    (failures.into_inner().unwrap(), full.into_inner())
+    Seeds {
+        failures: failures.into_inner().unwrap(),
+        full: full.into_inner(),
+        moved: moved.into_inner(),
+    }
 }
 
 #[test]
@@ -77,14 +94,22 @@ fn many_seeds_keep_every_invariant() {
         Ok("regions") => 0,
         _ => count / 2,
     };
-    let (mut failures, mut full) = run_seeds(first, local, &Options::short(Layout::Local));
-    let (more, more_full) = run_seeds(
+    let mut seeds = run_seeds(first, local, &Options::short(Layout::Local));
+    let more = run_seeds(
         first + local,
         count - local,
         &Options::short(Layout::Regions),
     );
-    failures.extend(more);
-    full += more_full;
+    seeds.failures.extend(more.failures);
+    let Seeds {
+        failures,
+        full,
+        moved,
+    } = Seeds {
+        full: seeds.full + more.full,
+        moved: seeds.moved + more.moved,
+        ..seeds
+    };
     assert!(
         failures.is_empty(),
         "{} of {count} seeds failed:\n{}",
@@ -95,6 +120,12 @@ fn many_seeds_keep_every_invariant() {
     assert!(
         count < 10 || full * 2 >= count,
         "only {full} of {count} seeds ever had their budget full"
+    );
+    // Most runs prune a deselected and a deleted cluster, and adopt one another installation
+    // fenced (a cluster the rollout had not reached yet has nothing to prune).
+    assert!(
+        count < 10 || moved * 2 >= count,
+        "only {moved} of {count} seeds pruned, were refused and adopted"
     );
 }
 

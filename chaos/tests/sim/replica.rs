@@ -186,8 +186,9 @@ async fn observe(host: Rc<Host>, replica: Arc<Replica>) {
 /// The simulated clusters, in place of the kube sync engine. A sync takes `apply` to render
 /// and reach the cluster; its write then lands at once, if the request may still be sent: not
 /// cancelled (the worker cancels on a lapsed lease, a withdrawn ticket or a stop) and within
-/// the node's lease, the two checks the engine makes before every request. The apply slot is
-/// given back, and the objects take `ready` to become ready.
+/// the node's lease, the two checks the engine makes before every request, and if no other
+/// installation fences the cluster (unless the request adopts it). The apply slot is given
+/// back, and the objects (one ConfigMap) take `ready` to become ready. A retire deletes them.
 struct SimTarget {
     node: NodeId,
     timing: Timing,
@@ -223,14 +224,55 @@ impl Applier for SimTarget {
                 return Err(self.cancelled(&request, started));
             }
             let cluster = fleet::state::key_of(&request.cluster.namespace, &request.cluster.name);
+            // The engine's fence decision, on the installation part of the fence (the
+            // generations are the world's invariant to check, not the target's to enforce).
+            let fence = |installation: String| starling_sync::fence::FenceState {
+                generation: 0,
+                writer: String::new(),
+                installation,
+            };
+            let ours = starling_sync::fence::FenceState {
+                generation: request.generation,
+                ..fence(request.installation.clone())
+            };
+            let stored = self.landed.fence_of(&cluster).map(fence);
+            if let starling_sync::fence::FenceDecision::Foreign(holder) =
+                starling_sync::fence::decide(stored.as_ref(), &ours, request.adopt)
+            {
+                self.landed.refused(cluster);
+                return Err(SyncFailure {
+                    error: SyncError::OwnedByAnotherInstallation {
+                        installation: holder.installation,
+                        writer: holder.writer,
+                    },
+                    ..self.cancelled(&request, started)
+                });
+            }
+            self.landed.fence(&cluster, &request.installation);
             let write = Write {
                 at: turmoil::sim_elapsed().unwrap_or_default(),
                 node: self.node,
                 generation: request.generation,
                 revision: request.revision.clone().unwrap_or_default(),
+                retire: request.retire,
+                adopt: request.adopt,
             };
             let _settle = self.landed.write(cluster, write);
             request.apply_slot.release();
+            if request.retire {
+                return Ok(SyncReport {
+                    inventory: Vec::new(),
+                    health: ResourceStatus::Current,
+                    objects: Vec::new(),
+                    applied: 0,
+                    pruned: request.previous_inventory.clone(),
+                    kept: Vec::new(),
+                    drift: Vec::new(),
+                    duration: started.elapsed(),
+                    requests: 1,
+                    retries: 0,
+                });
+            }
             if request.wait {
                 tokio::select! {
                     biased;
@@ -239,7 +281,13 @@ impl Applier for SimTarget {
                 }
             }
             Ok(SyncReport {
-                inventory: Vec::new(),
+                // One object, so that a retire has something to delete.
+                inventory: vec![fleet::resources::ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    namespace: Some("apps".into()),
+                    name: "app".into(),
+                }],
                 health: ResourceStatus::Current,
                 objects: Vec::new(),
                 applied: 1,

@@ -11,7 +11,17 @@
 //!   is in rollout from a write of a new revision until that sync's wait for readiness ended
 //!   (ready, cancelled, or its replica crashed): a lower bound of the time its ticket holds a
 //!   budget slot. A write of the revision the cluster already has (a drift check re-applying
-//!   it) is outside the budget and not counted.
+//!   it) is outside the budget and not counted, and so is a cluster once the client has taken
+//!   it out of the group (as a Deployment's budget counts only the pods it selects);
+//! - a write that takes a cluster over from another installation was asked for (the client
+//!   proposed `AdoptCluster` for that cluster first).
+//!
+//! A retire (the objects of a Sync deleted: its cluster deselected or deleted) lands as a
+//! write too, fenced like one; the convergence check then asks that no cluster without a Sync
+//! still holds objects. The simulated targets also remember which installation fenced them
+//! last ([`Landed::fence_of`]), and refuse another one unless it adopts, as the engine does;
+//! each refusal is counted, so a Sync stalled by another installation that is tried again
+//! without backoff shows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -27,12 +37,20 @@ pub struct Write {
     pub node: NodeId,
     pub generation: u64,
     pub revision: String,
+    /// A retire: the Sync's objects were deleted.
+    pub retire: bool,
+    /// The write took the cluster over from another installation.
+    pub adopt: bool,
 }
 
 /// What happens on the simulated clusters, in order, until the harness takes it into the
 /// [`World`] after the step (the replicas' sync workers need a `Send` handle).
 #[derive(Clone, Default)]
-pub struct Landed(Arc<Mutex<(u64, Vec<Landing>)>>);
+pub struct Landed {
+    landings: Arc<Mutex<(u64, Vec<Landing>)>>,
+    /// The installation each simulated cluster's fence names (none: never written).
+    fences: Arc<Mutex<BTreeMap<String, String>>>,
+}
 
 pub enum Landing {
     /// Write number `id` lands on `cluster`.
@@ -43,13 +61,15 @@ pub enum Landing {
     },
     /// The sync that sent write `id` stopped waiting for its objects to become ready.
     Settled { id: u64 },
+    /// A sync was refused: `cluster` is fenced by another installation.
+    Refused { cluster: String },
 }
 
 impl Landed {
     /// Records one write landing on `cluster`; returns a guard that records, when dropped,
     /// that the sync stopped waiting for it.
     pub fn write(&self, cluster: String, write: Write) -> Settle {
-        let mut landed = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut landed = self.landings.lock().unwrap_or_else(|e| e.into_inner());
         landed.0 += 1;
         let id = landed.0;
         landed.1.push(Landing::Write { id, cluster, write });
@@ -59,8 +79,26 @@ impl Landed {
         }
     }
 
+    /// Records a sync refused because another installation fences `cluster`.
+    pub fn refused(&self, cluster: String) {
+        let mut landed = self.landings.lock().unwrap_or_else(|e| e.into_inner());
+        landed.1.push(Landing::Refused { cluster });
+    }
+
     fn take(&self) -> Vec<Landing> {
-        std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).1)
+        std::mem::take(&mut self.landings.lock().unwrap_or_else(|e| e.into_inner()).1)
+    }
+
+    /// The installation `cluster`'s fence names.
+    pub fn fence_of(&self, cluster: &str) -> Option<String> {
+        let fences = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        fences.get(cluster).cloned()
+    }
+
+    /// `installation` writes `cluster`'s fence.
+    pub fn fence(&self, cluster: &str, installation: &str) {
+        let mut fences = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        fences.insert(cluster.to_owned(), installation.to_owned());
     }
 }
 
@@ -73,7 +111,11 @@ pub struct Settle {
 
 impl Drop for Settle {
     fn drop(&mut self) {
-        let mut landed = self.landed.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut landed = self
+            .landed
+            .landings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         landed.1.push(Landing::Settled { id: self.id });
     }
 }
@@ -104,6 +146,13 @@ pub struct World {
     pub commit_latencies: Vec<Duration>,
     /// Everything noteworthy, in order: the replay of a seed compares it.
     pub trace: Vec<String>,
+    /// Clusters the client proposed to adopt.
+    pub adopt_requested: BTreeSet<String>,
+    /// Clusters the client proposed to take out of the SyncGroup (deselected or deleted):
+    /// from then on the group's budget does not count them.
+    pub left_group: BTreeSet<String>,
+    /// Syncs refused per cluster because another installation fenced it.
+    pub refusals: BTreeMap<String, usize>,
 }
 
 impl World {
@@ -124,8 +173,23 @@ impl World {
     pub fn absorb(&mut self) {
         for landing in self.landed.take() {
             match landing {
+                Landing::Refused { cluster } => {
+                    self.trace.push(format!(
+                        "{:?} {cluster} refused: another installation's fence",
+                        turmoil::sim_elapsed().unwrap_or_default()
+                    ));
+                    *self.refusals.entry(cluster).or_default() += 1;
+                }
                 Landing::Write { id, cluster, write } => {
-                    let reapply = self.revision_of(&cluster) == Some(write.revision.as_str());
+                    if write.adopt && !self.adopt_requested.contains(&cluster) {
+                        self.violations.push(format!(
+                            "node {} took {cluster} over from another installation at {:?}, \
+                             but nobody asked to adopt it",
+                            write.node, write.at
+                        ));
+                    }
+                    let reapply =
+                        write.retire || self.revision_of(&cluster) == Some(write.revision.as_str());
                     let at = write.at;
                     self.write(&cluster, write);
                     if !reapply {
@@ -141,7 +205,11 @@ impl World {
     }
 
     fn check_budget(&mut self, at: Duration) {
-        let clusters: BTreeSet<&String> = self.in_rollout.values().collect();
+        let clusters: BTreeSet<&String> = self
+            .in_rollout
+            .values()
+            .filter(|cluster| !self.left_group.contains(*cluster))
+            .collect();
         self.most_in_rollout = self.most_in_rollout.max(clusters.len());
         if let Some(budget) = self.budget
             && clusters.len() > budget as usize
@@ -173,7 +241,8 @@ impl World {
                 newest.at
             ));
         }
-        if let Some(last) = writes.last()
+        if let Some(last) = writes.iter().rev().find(|w| !w.retire)
+            && !write.retire
             && last.revision > write.revision
         {
             self.violations.push(format!(
@@ -193,16 +262,31 @@ impl World {
         }
         self.trace.push(format!(
             "{:?} {cluster} <- {} by node {} gen {}",
-            write.at, write.revision, write.node, write.generation
+            write.at,
+            if write.retire {
+                "retire"
+            } else {
+                write.revision.as_str()
+            },
+            write.node,
+            write.generation
         ));
         writes.push(write);
     }
 
-    /// The revision a cluster last received.
+    /// The revision a cluster last received (a retire leaves it, with no objects).
     pub fn revision_of(&self, cluster: &str) -> Option<&str> {
         self.writes
             .get(cluster)
-            .and_then(|w| w.last())
+            .and_then(|w| w.iter().rev().find(|w| !w.retire))
             .map(|w| w.revision.as_str())
+    }
+
+    /// Whether a cluster holds objects a Sync applied: written to, and not retired since.
+    pub fn holds_objects(&self, cluster: &str) -> bool {
+        self.writes
+            .get(cluster)
+            .and_then(|w| w.last())
+            .is_some_and(|w| !w.retire)
     }
 }

@@ -38,8 +38,11 @@ pub const DELETION_POLICY_ANNOTATION: &str = "starling.dev/deletion-policy";
 /// The condition a SyncGroup carries when pruning one of its clusters was given up.
 pub const PRUNE_CONDITION: &str = "Pruned";
 
-/// Whether retiring this Sync has anything to do: pruning is on, and it applied something
-/// (or a sync is in flight, whose result will say what).
+/// Whether retiring this Sync has anything to do: pruning is on, and it may have written to
+/// its target: it recorded objects, a sync is in flight (whose result will say what), or a
+/// granted sync's writes were never accounted for (its ticket revoked when the owner changed
+/// and released without a result). The engine's retire reads the inventory the target
+/// mirrors before every apply, so it finds those objects.
 fn prunes(entry: &SyncEntry) -> bool {
     let prune = entry.object.spec.template.prune.unwrap_or(true);
     let applied = entry
@@ -47,7 +50,8 @@ fn prunes(entry: &SyncEntry) -> bool {
         .status
         .as_ref()
         .is_some_and(|s| !s.inventory.is_empty())
-        || entry.rollout.ticket.is_some();
+        || entry.rollout.ticket.is_some()
+        || entry.rollout.unrecorded;
     prune && applied
 }
 

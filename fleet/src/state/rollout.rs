@@ -88,6 +88,11 @@ pub struct SyncRollout {
     pub order: u64,
     /// What this Sync currently contributes to its group's ledger.
     counted: Option<Contribution>,
+    /// A sync was granted whose writes no recorded result accounts for (granted and not
+    /// finished yet, or its ticket revoked and released without a result): the target may
+    /// hold objects the inventory lacks, so deleting the Sync must prune through its owner.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unrecorded: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

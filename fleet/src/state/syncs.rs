@@ -65,7 +65,12 @@ impl FleetState {
         }
         let (retiring, in_flight) = (entry.retiring, entry.rollout.ticket.map(|(t, _)| t));
         if retiring {
-            // Deleting with prune: no revision, budget or dependency applies.
+            // Deleting with prune: no revision, budget or dependency applies. A worker that
+            // asks for a revision prepared a rollout before the Sync began retiring: granting
+            // it a Retire ticket would have it apply that revision and record the prune done.
+            if !revision.is_empty() {
+                return denied(DenyReason::Superseded { target: None });
+            }
             if let Some(ticket) = in_flight {
                 return denied(DenyReason::InFlight { ticket });
             }
@@ -136,6 +141,7 @@ impl FleetState {
         self.tickets.insert(ticket.id, ticket.clone());
         if let Some(entry) = self.syncs.get_mut(&ticket.sync) {
             entry.rollout.ticket = Some((ticket.id, ticket.kind));
+            entry.rollout.unrecorded = true;
         }
         ticket
     }
@@ -199,6 +205,8 @@ impl FleetState {
                 // its slot (the cluster stays unavailable) and is retried at the newest mark.
                 entry.rollout.admitted = ticket.kind == SyncKind::Rollout;
                 if let Some(partial) = inventory {
+                    // What the target mirrored is in it: everything is accounted for.
+                    entry.rollout.unrecorded = false;
                     let merged: BTreeSet<ObjectRef> =
                         status.inventory.drain(..).chain(partial).collect();
                     status.inventory = merged.into_iter().collect();
@@ -229,6 +237,8 @@ impl FleetState {
                 let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
                 if newer {
                     entry.rollout.applied = Some(mark);
+                    // The engine pruned whatever the target held beyond this inventory.
+                    entry.rollout.unrecorded = false;
                     record_applied(status, &ticket.revision, at);
                     status.inventory = inventory;
                     entry.rollout.health = health;
@@ -265,6 +275,7 @@ impl FleetState {
                     (group, format!("{cluster}: {class}: {message}"))
                 });
                 if let Some(partial) = inventory {
+                    entry.rollout.unrecorded = false;
                     // Keep everything that may exist on the target, so a later prune finds it.
                     let merged: BTreeSet<ObjectRef> =
                         status.inventory.drain(..).chain(partial).collect();

@@ -9,6 +9,10 @@
 //!  RecoveryPending pull cluster ─► survey job through its agent ──┴► RecoverCluster
 //! ```
 //!
+//! While clusters are RecoveryPending, the owner also looks at once when an agent connects here
+//! or when recovery ends (not more than once per [`EARLIEST_AGAIN`]), so that a pull cluster
+//! whose agent is back is read within a second rather than at the next interval.
+//!
 //! A cluster reported reachable has its `Unreachable` Syncs admitted again through the budget;
 //! a cluster read back rejoins the rollouts above its fence. Only clusters already known to
 //! wait are looked at: a fleet where everything answers costs nothing, and a few hundred
@@ -26,6 +30,9 @@ use crate::node::Replica;
 
 /// How often unreachable clusters are probed.
 const PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// The shortest time between two looks woken by an agent or by recovery's end: a storm of
+/// agents connecting costs one look a second, not one per agent.
+const EARLIEST_AGAIN: Duration = Duration::from_secs(1);
 /// Probes under way at once on a replica.
 const PROBES_AT_ONCE: usize = 16;
 
@@ -53,8 +60,34 @@ enum Found {
 pub(crate) async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
     let mut ticker = tokio::time::interval(PROBE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let reader = replica.raft.reader();
+    let mut applied = reader.watch_applied();
+    let pending_now = || reader.read(|s| !s.recovering && !s.recovery_pending.is_empty());
+    let mut was_pending = false;
+    let mut last_look = tokio::time::Instant::now();
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = agents.next_connection() => {
+                if !pending_now() {
+                    continue;
+                }
+            }
+            changed = applied.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // Recovery just ended with clusters pending.
+                let pending = pending_now();
+                let started = pending && !was_pending;
+                was_pending = pending;
+                if !started {
+                    continue;
+                }
+            }
+        }
+        tokio::time::sleep_until(last_look + EARLIEST_AGAIN).await;
+        last_look = tokio::time::Instant::now();
         if !replica.lease.is_valid() {
             continue;
         }

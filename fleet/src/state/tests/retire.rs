@@ -242,6 +242,53 @@ fn a_cluster_deleted_with_prune_stays_until_its_syncs_are_pruned() {
     state.check_invariants().unwrap();
 }
 
+/// Regression (found by the simulation): a worker that prepared a rollout before its Sync began
+/// retiring was granted a Retire ticket, applied the new revision with it, and the prune was
+/// recorded done: the objects stayed on the deleted cluster. Only a retire is granted now.
+#[test]
+fn a_rollout_prepared_before_its_sync_began_retiring_is_not_granted() {
+    let mut state = fleet(3, "1", "");
+    resolve(&mut state, "main@sha1:aaa");
+    while sync_round_with_objects(&mut state) > 0 {}
+    resolve(&mut state, "main@sha1:bbb");
+    let key = ObjectKey::new(Kind::Cluster, "fleet", "c001");
+    state.apply(Command::RetireSpec { key });
+    assert!(matches!(
+        begin(&mut state, "fleet/app-c001", "main@sha1:bbb"),
+        Outcome::Denied {
+            reason: DenyReason::Superseded { target: None }
+        }
+    ));
+    let ticket = granted(begin(&mut state, "fleet/app-c001", ""));
+    assert_eq!(ticket.kind, SyncKind::Retire);
+    state.check_invariants().unwrap();
+}
+
+/// Regression (found by the simulation): a sync whose ticket was revoked (its owner changed)
+/// may have written, but recorded nothing; deleting its cluster removed the Sync at once and
+/// left the objects. A Sync ever granted a sync now retires through its owner, whose engine
+/// reads what the target mirrors.
+#[test]
+fn a_sync_whose_result_was_never_recorded_is_still_pruned() {
+    let mut state = fleet(3, "100%", "");
+    resolve(&mut state, "main@sha1:aaa");
+    let sync = "fleet/app-c001";
+    let ticket = granted(begin(&mut state, sync, "main@sha1:aaa"));
+    // The result never comes: the holder is gone, and its ticket released without one.
+    state.tickets.remove(&ticket.id);
+    if let Some(entry) = state.syncs.get_mut(sync) {
+        entry.rollout.ticket = None;
+    }
+    let key = ObjectKey::new(Kind::Cluster, "fleet", "c001");
+    state.apply(Command::RetireSpec { key });
+    assert!(
+        state.clusters["fleet/c001"].deleting.is_some(),
+        "kept until its owner pruned it"
+    );
+    let ticket = granted(begin(&mut state, sync, ""));
+    assert_eq!(ticket.kind, SyncKind::Retire);
+}
+
 /// A deleted Cluster whose target stays away is given up after the deletion timeout, and the
 /// group says so: nothing is left silently.
 #[test]
