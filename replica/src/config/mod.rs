@@ -143,7 +143,8 @@ pub struct NodeArgs {
     /// fails as unreachable (which frees its place in the rollout's budget).
     #[arg(long, env = "STARLING_AGENT_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub agent_grace: Duration,
-    /// Serve plain-text gRPC, without TLS: for development on a loopback --listen address only.
+    /// Serve plain-text gRPC, without TLS: for development on this host only (--listen,
+    /// --http-listen, --advertise and --peers all loopback addresses).
     #[arg(long, env = "STARLING_INSECURE")]
     pub insecure: bool,
     /// Check the flags and environment, print the resulting configuration on one line and exit
@@ -340,6 +341,22 @@ pub enum ConfigError {
          give --tls-cert, --tls-key and --tls-ca"
     )]
     InsecureNotLoopback(SocketAddr),
+    #[error(
+        "--insecure keeps every port on this host, and {flag} names {address}, which is not a \
+         loopback address: Raft and API traffic would cross the network in plain text; give \
+         --tls-cert, --tls-key and --tls-ca"
+    )]
+    InsecureLeavesHost { flag: &'static str, address: String },
+}
+
+/// Whether `host:port` names this host: a loopback IP address or `localhost`.
+fn is_loopback_address(address: &str) -> bool {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
 }
 
 /// Parses a node id: `7`, or a StatefulSet pod name (`starling-7`) or host name
@@ -445,6 +462,22 @@ impl NodeArgs {
             address.set_port(self.listen.port().wrapping_add(1));
             address
         });
+        if tls.is_none() {
+            // Plain text stays on this host: what peers and clients dial, and the HTTP port.
+            let dialled = std::iter::once(("--advertise", advertise.clone())).chain(
+                peers
+                    .iter()
+                    .filter(|(peer, _)| **peer != id)
+                    .map(|(_, address)| ("--peers", address.clone())),
+            );
+            let http = ("--http-listen", http_listen.to_string());
+            if let Some((flag, address)) = dialled
+                .chain(std::iter::once(http))
+                .find(|(_, address)| !is_loopback_address(address))
+            {
+                return Err(ConfigError::InsecureLeavesHost { flag, address });
+            }
+        }
         Ok(NodeConfig {
             id,
             listen: self.listen,

@@ -48,6 +48,34 @@ fn tls_is_required_off_loopback_and_comes_as_three_files() {
     assert!(open.to_string().contains("loopback"));
 }
 
+/// Regression (issue 32, part 2): `--insecure` refused a non-loopback `--listen` but accepted
+/// an advertised address, peers and an HTTP port off the host, so Raft traffic could leave it
+/// in plain text.
+#[test]
+fn insecure_refuses_every_address_off_this_host() {
+    for (extra, flag) in [
+        (["--advertise", "10.1.2.3:7400"], "--advertise"),
+        (["--peers", "2=10.9.9.9:7400"], "--peers"),
+        (["--peers", "2=starling-2.starling:7400"], "--peers"),
+        (["--http-listen", "0.0.0.0:7401"], "--http-listen"),
+    ] {
+        let error = args(&extra).validate().unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::InsecureLeavesHost { flag: f, .. } if *f == flag),
+            "{extra:?}: {error}"
+        );
+        assert!(error.to_string().contains("plain text"), "{error}");
+    }
+    for extra in [
+        ["--advertise", "127.0.0.2:7400"],
+        ["--peers", "2=127.0.0.1:7500"],
+        ["--peers", "2=localhost:7500"],
+        ["--peers", "2=[::1]:7500"],
+    ] {
+        args(&extra).validate().unwrap();
+    }
+}
+
 #[test]
 fn defaults_validate_with_a_lease_shorter_than_down_after() {
     let config = args(&[]).validate().unwrap();
@@ -90,6 +118,9 @@ fn statefulset_names_give_ordinal_ids() {
     let config = args(&[
         "--peers",
         "starling-1.starling:7400,starling-2.starling:7400",
+        "--tls-cert=c.pem",
+        "--tls-key=k.pem",
+        "--tls-ca=ca.pem",
     ])
     .validate()
     .unwrap();
