@@ -300,6 +300,7 @@ impl Dev {
                 tls: None,
                 agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
                 deletion_timeout: Duration::from_secs(300),
+                metrics_auth: false,
             };
             let spec_source = match &config.operator {
                 Some(operator) => Some(Arc::new(

@@ -636,6 +636,7 @@ async fn admission(
             tls: None,
             agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
             deletion_timeout: Duration::from_secs(300),
+            metrics_auth: false,
         };
         nodes.push(starling_replica::serve::start(config, None).await?);
     }

@@ -57,6 +57,47 @@ fn apply(group: &Group, id: u64, token: &str, manifests: &str) -> Output {
     starling(group, id, Some(token), &["apply", "-f", &path])
 }
 
+/// A token's id (`stl_<id>_<secret>`).
+fn token_id(token: &str) -> String {
+    token
+        .strip_prefix("stl_")
+        .and_then(|rest| rest.split_once('_'))
+        .map(|(id, _)| id.to_string())
+        .expect("token id")
+}
+
+/// How long a revoked token's `/ui/events` stream may stay open in the test (the replica
+/// looks every 100 ms; the revocation must first be applied).
+const STREAM_LIMIT: Duration = Duration::from_secs(5);
+
+/// Opens `/ui/events` with a token and reads until its first event; the stream, with a read
+/// limit of [`STREAM_LIMIT`].
+fn open_events(http: &str, token: &str) -> std::net::TcpStream {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(http).expect("connect");
+    stream
+        .set_read_timeout(Some(STREAM_LIMIT))
+        .expect("read limit");
+    write!(
+        stream,
+        "GET /ui/events HTTP/1.1\r\nHost: {http}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("event: snapshot") {
+        let read = stream.read(&mut buffer).expect("the first event");
+        assert!(read > 0, "the stream ended before its first event");
+        seen.extend_from_slice(&buffer[..read]);
+    }
+    assert!(
+        String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&seen)
+    );
+    stream
+}
+
 /// `starling token create`: the token printed on the last line.
 fn create_token(group: &Group, tenant: &str, role: &str) -> String {
     let text = ok(
@@ -110,6 +151,7 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
         Options {
             admin_token: Some(ADMIN.into()),
             log: Some("info".into()),
+            extra_args: vec!["--metrics-auth".into()],
             ..Options::default()
         },
     );
@@ -288,6 +330,37 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
         200
     );
     assert_eq!(harness::http_status(&http, "/healthz"), 200);
+    // `--metrics-auth`: /metrics takes the same token as the fleet view (issue 32, part 2).
+    assert_eq!(harness::http_status(&http, "/metrics"), 401);
+    assert_eq!(
+        harness::http_status_with(&http, "/metrics", &bearer(&reader_a)),
+        401
+    );
+    assert_eq!(
+        harness::http_status_with(&http, "/metrics", &bearer(ADMIN)),
+        200
+    );
+
+    // A fleet view stream lives no longer than its token (issue 32, part 3): revoked, the
+    // open `/ui/events` stream ends.
+    let viewer = create_token(&group, "*", "reader");
+    let mut stream = open_events(&http, &viewer);
+    let viewer_id = token_id(&viewer);
+    ok(
+        starling(&group, 1, Some(ADMIN), &["token", "revoke", &viewer_id]),
+        "revoke the viewer",
+    );
+    let ended = tokio::task::spawn_blocking(move || {
+        use std::io::Read as _;
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).is_ok()
+    })
+    .await
+    .expect("reader task");
+    assert!(
+        ended,
+        "the stream of a revoked token was still open after {STREAM_LIMIT:?}"
+    );
 
     // Tokens are replicated: the leader goes, the others still know every token.
     let leader = group.status().await.expect("status").leader_id;
@@ -311,11 +384,7 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
     );
 
     // Revoked: refused at once, on every replica.
-    let id = writer_a
-        .strip_prefix("stl_")
-        .and_then(|rest| rest.split_once('_'))
-        .map(|(id, _)| id.to_string())
-        .expect("token id");
+    let id = token_id(&writer_a);
     ok(
         starling(&group, survivor, Some(ADMIN), &["token", "revoke", &id]),
         "revoke",

@@ -6,7 +6,8 @@
 //!   (Raft, Node), and one whose certificate comes from another CA fails the handshake;
 //! - rotating the CA and the certificates on disk takes effect without a restart: a client
 //!   that trusts only the new CA gets in, a peer certificate of the new CA is accepted, and
-//!   after the leader is killed the others elect a new one over the new certificates.
+//!   after the leader is killed the others elect a new one over the new certificates;
+//! - a replica whose certificates come from another CA cannot join, and says why in its log.
 
 mod harness;
 
@@ -15,7 +16,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::{Group, Options, binary, wait_until};
+use harness::{Group, Options, binary, free_port, wait_until};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use starling_transport::tls::{Tls, TlsFiles};
 
@@ -254,6 +255,75 @@ async fn replicas_talk_mutual_tls_and_pick_up_rotated_certificates() {
         },
     )
     .await;
+}
+
+/// Regression (issue 32, part 2): a replica refused by its peers' TLS logged nothing about it
+/// (its join attempts failed at debug level). It now names the peer and the certificate
+/// problem at WARN once its peers have failed for a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_its_peers_refuse_says_why_it_cannot_join() {
+    let certs = tempfile::tempdir().expect("temp dir");
+    let ca = Authority::new("starling test CA");
+    let [ca_path, cert, key] = write_identity(certs.path(), &ca.pem, &ca.issue("replica"));
+    let (group, addresses) = start_tls_group([&ca_path, &cert, &key], None);
+    let trusting = client_tls(&ca_path, None);
+    wait_until(Duration::from_secs(30), "a group over TLS", || async {
+        status(&addresses[0], Some(&trusting))
+            .await
+            .is_ok_and(|s| s.leader_id != 0 && s.members.len() == 3)
+    })
+    .await;
+
+    // A fourth replica with an identity from another CA, pointed at the group.
+    let foreign = Authority::new("another CA");
+    let elsewhere = tempfile::tempdir().expect("temp dir");
+    let [other_ca, other_cert, other_key] =
+        write_identity(elsewhere.path(), &foreign.pem, &foreign.issue("replica"));
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut peers: Vec<String> = group
+        .running()
+        .map(|node| format!("{}={}", node.id, node.grpc))
+        .collect();
+    peers.push(format!("4={listen}"));
+    let log = elsewhere.path().join("node-4.log");
+    let flag = |name: &str, path: &Path| format!("--{name}={}", path.display());
+    let mut intruder = Command::new(binary())
+        .args(["node", "--id", "4", "--listen", &listen])
+        .arg(format!("--http-listen=127.0.0.1:{}", free_port()))
+        .arg(format!(
+            "--data-dir={}",
+            elsewhere.path().join("data").display()
+        ))
+        .arg(format!("--peers={}", peers.join(",")))
+        .args([
+            flag("tls-ca", &other_ca),
+            flag("tls-cert", &other_cert),
+            flag("tls-key", &other_key),
+        ])
+        .env("STARLING_LOG", "warn,openraft=error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("starling node starts");
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(
+        Duration::from_secs(40),
+        "the refused replica saying why it cannot join",
+        || async { said().contains("cannot reach a peer to form or join the group") },
+    )
+    .await;
+    let _ = intruder.kill();
+    let _ = intruder.wait();
+    let line = said()
+        .lines()
+        .find(|line| line.contains("cannot reach a peer"))
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(
+        line.contains("certificate") || line.contains("unknownissuer"),
+        "the warning does not name the TLS problem: {line}"
+    );
+    drop(group);
 }
 
 /// An agent reaches TLS replicas with the CA from its Upstream's Secret, and applies a Sync

@@ -163,6 +163,7 @@ fn node_config(host: &Host) -> NodeConfig {
         tls: None,
         agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
         deletion_timeout: std::time::Duration::from_secs(300),
+        metrics_auth: false,
     }
 }
 

@@ -112,6 +112,10 @@ pub struct NodeArgs {
     /// are left there, the object goes, and the SyncGroup's status says so.
     #[arg(long, env = "STARLING_DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub deletion_timeout: Duration,
+    /// `/metrics` takes a token that reads every namespace, as the fleet view does (open by
+    /// default, as Prometheus expects); needs --admin-token-file.
+    #[arg(long, env = "STARLING_METRICS_AUTH")]
+    pub metrics_auth: bool,
     /// Operator mode: Cluster API `Cluster` objects (cluster.x-k8s.io/v1beta1) become Starling
     /// Clusters, with their labels and their `<name>-kubeconfig` Secret.
     #[arg(long, env = "STARLING_CAPI")]
@@ -212,6 +216,8 @@ pub struct NodeConfig {
     pub agent_grace: Duration,
     /// How long pruning may wait for unreachable clusters (`--deletion-timeout`).
     pub deletion_timeout: Duration,
+    /// `/metrics` requires a reader token (`--metrics-auth`).
+    pub metrics_auth: bool,
 }
 
 impl NodeConfig {
@@ -257,10 +263,10 @@ impl NodeConfig {
             self.max_concurrent_syncs,
             self.max_waiting_syncs,
             humantime::format_duration(self.drain_timeout),
-            if self.admin_token_file.is_some() {
-                "tokens"
-            } else {
-                "open"
+            match (self.admin_token_file.is_some(), self.metrics_auth) {
+                (false, _) => "open",
+                (true, false) => "tokens",
+                (true, true) => "tokens metrics-auth",
             },
             if self.tls.is_some() { "on" } else { "insecure" },
             mode,
@@ -347,6 +353,11 @@ pub enum ConfigError {
          --tls-cert, --tls-key and --tls-ca"
     )]
     InsecureLeavesHost { flag: &'static str, address: String },
+    #[error(
+        "--metrics-auth needs tokens: give --admin-token-file (an open installation has no \
+         token to ask /metrics for)"
+    )]
+    MetricsAuthOpen,
 }
 
 /// Whether `host:port` names this host: a loopback IP address or `localhost`.
@@ -456,6 +467,9 @@ impl NodeArgs {
         }
         peers.insert(id, advertise.clone());
         let operator = self.operator_config()?;
+        if self.metrics_auth && self.admin_token_file.is_none() {
+            return Err(ConfigError::MetricsAuthOpen);
+        }
         let tls = self.tls_files()?;
         let http_listen = self.http_listen.unwrap_or_else(|| {
             let mut address = self.listen;
@@ -499,6 +513,7 @@ impl NodeArgs {
             tls,
             agent_grace: self.agent_grace,
             deletion_timeout: self.deletion_timeout,
+            metrics_auth: self.metrics_auth,
         })
     }
 

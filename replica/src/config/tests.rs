@@ -48,6 +48,20 @@ fn tls_is_required_off_loopback_and_comes_as_three_files() {
     assert!(open.to_string().contains("loopback"));
 }
 
+/// `--metrics-auth` needs tokens to ask for, and says so in the summary.
+#[test]
+fn metrics_auth_needs_an_admin_token() {
+    assert_eq!(
+        args(&["--metrics-auth"]).validate().unwrap_err(),
+        ConfigError::MetricsAuthOpen
+    );
+    let config = args(&["--metrics-auth", "--admin-token-file=/tmp/admin"])
+        .validate()
+        .unwrap();
+    assert!(config.metrics_auth);
+    assert!(config.summary().contains(" auth tokens metrics-auth "));
+}
+
 /// Regression (issue 32, part 2): `--insecure` refused a non-loopback `--listen` but accepted
 /// an advertised address, peers and an HTTP port off the host, so Raft traffic could leave it
 /// in plain text.

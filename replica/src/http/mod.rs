@@ -1,5 +1,6 @@
 //! The HTTP side of a replica: `/healthz` (the process serves), `/readyz` (a leader is known
-//! and this replica has caught up with it), `/metrics` (Prometheus text format) and the
+//! and this replica has caught up with it), `/metrics` (Prometheus text format; a reader
+//! token with `--metrics-auth`) and the
 //! webhook receiver `POST /hooks/<namespace>/<source>` ([`crate::http::webhook`]) and the fleet view
 //! `/ui` ([`crate::http::ui`]).
 
@@ -78,7 +79,18 @@ async fn readyz(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+/// Prometheus' scrape: open, as Prometheus expects, unless `--metrics-auth` asks for a token
+/// that reads every namespace.
+async fn metrics(
+    State(state): State<HttpState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if state.replica.config.metrics_auth
+        && let Some(refusal) =
+            ui::refuse_unless_reader(&state.replica, &headers, "read the metrics")
+    {
+        return refusal;
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -93,4 +105,5 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
             state.agents.count(),
         ),
     )
+        .into_response()
 }

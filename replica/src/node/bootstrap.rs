@@ -19,6 +19,10 @@
 //! demotes a voter that asks to join (only an empty replica asks), and the voter reconciler
 //! ([`super::voters`]) promotes it again once it is caught up.
 //!
+//! A peer that does not answer for [`PEER_QUIET`] is named at WARN with the cause (a TLS
+//! refusal names the certificate problem), again every [`PEER_WARN_EVERY`]: a replica that
+//! cannot join says why.
+//!
 //! The lowest id initialises only when no peer reports a group (a leader, or any member), and
 //! waits up to [`INIT_PROBE_WINDOW`] for unreachable peers to answer, so a lowest replica whose
 //! volume was lost joins the existing group instead of starting a second one.
@@ -87,6 +91,73 @@ struct PeerReport {
     applied: u64,
 }
 
+/// How long a peer may fail to answer before this replica says so at WARN (replicas started
+/// together wait for each other briefly), and how often it says so again.
+const PEER_QUIET: Duration = Duration::from_secs(10);
+const PEER_WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// Since when each peer has failed to answer, and when that was last logged.
+static PEER_FAILURES: std::sync::Mutex<BTreeMap<String, (Instant, Option<Instant>)>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// A peer answered: its failures are forgotten.
+fn peer_answered(address: &str) {
+    let mut failures = PEER_FAILURES.lock().unwrap_or_else(|e| e.into_inner());
+    failures.remove(address);
+}
+
+/// A peer did not answer while this replica forms or joins a group. A replica that cannot
+/// join must say why (a TLS refusal names the certificate problem): after [`PEER_QUIET`] of
+/// failures the cause goes to WARN, then every [`PEER_WARN_EVERY`].
+fn peer_failed(replica: &Replica, address: &str, cause: String) {
+    let now = Instant::now();
+    let mut failures = PEER_FAILURES.lock().unwrap_or_else(|e| e.into_inner());
+    let (since, logged) = failures.entry(address.to_string()).or_insert((now, None));
+    let due = now.duration_since(*since) >= PEER_QUIET
+        && logged.is_none_or(|at| now.duration_since(at) >= PEER_WARN_EVERY);
+    if due {
+        *logged = Some(now);
+        tracing::warn!(
+            node = replica.id(),
+            peer = %address,
+            failing_for = %humantime::format_duration(Duration::from_secs(now.duration_since(*since).as_secs())),
+            %cause,
+            "cannot reach a peer to form or join the group"
+        );
+    } else {
+        tracing::debug!(peer = %address, %cause, "peer did not answer");
+    }
+}
+
+/// An error and its causes on one line (a TLS refusal is a few sources down a transport
+/// error).
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// A failed call's message and the causes under it.
+fn status_causes(status: &tonic::Status) -> String {
+    let mut text = status.message().to_string();
+    if let Some(source) = std::error::Error::source(status) {
+        let below = causes(source);
+        if !text.contains(&below) {
+            text.push_str(": ");
+            text.push_str(&below);
+        }
+    }
+    text
+}
+
 /// Asks every other peer for its view of the members; `None` for a peer that did not answer.
 async fn probe(replica: &Replica) -> Vec<Option<PeerReport>> {
     let mut reports = Vec::new();
@@ -94,9 +165,13 @@ async fn probe(replica: &Replica) -> Vec<Option<PeerReport>> {
         if *id == replica.id() {
             continue;
         }
-        let Ok(channel) = replica.peer_channel(address, REQUEST_TIMEOUT) else {
-            reports.push(None);
-            continue;
+        let channel = match replica.peer_channel(address, REQUEST_TIMEOUT) {
+            Ok(channel) => channel,
+            Err(error) => {
+                peer_failed(replica, address, causes(&error));
+                reports.push(None);
+                continue;
+            }
         };
         let mut client = proto::admin_client::AdminClient::new(channel);
         let report = match client
@@ -104,6 +179,7 @@ async fn probe(replica: &Replica) -> Vec<Option<PeerReport>> {
             .await
         {
             Ok(reply) => {
+                peer_answered(address);
                 let reply = reply.into_inner();
                 Some(PeerReport {
                     in_group: reply.leader_id != 0 || !reply.members.is_empty(),
@@ -115,7 +191,10 @@ async fn probe(replica: &Replica) -> Vec<Option<PeerReport>> {
                         .unwrap_or(0),
                 })
             }
-            Err(_) => None,
+            Err(status) => {
+                peer_failed(replica, address, status_causes(&status));
+                None
+            }
         };
         reports.push(report);
     }
@@ -200,18 +279,21 @@ async fn add_self(replica: &Replica) -> u64 {
             if *id == replica.id() {
                 continue;
             }
-            let Ok(channel) = replica.peer_channel(address, JOIN_TIMEOUT) else {
-                continue;
+            let channel = match replica.peer_channel(address, JOIN_TIMEOUT) {
+                Ok(channel) => channel,
+                Err(error) => {
+                    peer_failed(replica, address, causes(&error));
+                    continue;
+                }
             };
             let mut client = proto::admin_client::AdminClient::new(channel);
             match client.add_node(replica.peer_request(request.clone())).await {
                 Ok(reply) => {
+                    peer_answered(address);
                     tracing::info!(node = replica.id(), via = %address, "admitted by the leader");
                     return reply.into_inner().log_index;
                 }
-                Err(status) => {
-                    tracing::debug!(via = %address, error = %status.message(), "join attempt failed")
-                }
+                Err(status) => peer_failed(replica, address, status_causes(&status)),
             }
         }
         tokio::time::sleep(RETRY).await;

@@ -65,28 +65,40 @@ async fn require_viewer(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    match refuse_unless_reader(&replica, request.headers(), "open the fleet view") {
+        None => next.run(request).await,
+        Some(refusal) => refusal,
+    }
+}
+
+/// `None` when the request may read every namespace (or the installation is open); otherwise
+/// the 401 to answer, saying why. The fleet view and `--metrics-auth` share it.
+pub(crate) fn refuse_unless_reader(
+    replica: &Replica,
+    headers: &axum::http::HeaderMap,
+    what: &str,
+) -> Option<axum::response::Response> {
     use axum::response::IntoResponse as _;
     let authenticator = replica.authenticator();
     if !authenticator.enforcing() {
-        return next.run(request).await;
+        return None;
     }
-    let header = request
-        .headers()
+    let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
     let bearer = crate::auth::Authenticator::http_bearer(header);
     let verdict = authenticator
         .authenticate(bearer.as_deref())
-        .and_then(|caller| caller.require(fleet::state::Role::Reader, None, "open the fleet view"));
-    match verdict {
-        Ok(()) => next.run(request).await,
-        Err(status) => (
+        .and_then(|caller| caller.require(fleet::state::Role::Reader, None, what));
+    let status = verdict.err()?;
+    Some(
+        (
             axum::http::StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Basic realm=\"starling\"")],
             format!("{}\n", status.message()),
         )
             .into_response(),
-    }
+    )
 }
 
 /// A cell's state letter: `U` updated, `P` in progress (admitted, applying, not ready yet),
@@ -369,22 +381,28 @@ async fn sync_json(
 }
 
 /// `/ui/events`: a `snapshot` event now, then one each time the state changed (at most one
-/// per [`MIN_PERIOD`]).
+/// per [`MIN_PERIOD`]). The stream ends within [`LOOK`] once its token no longer opens the
+/// view (revoked): a token's stream lives no longer than the token.
 async fn events(
     State(replica): State<Arc<Replica>>,
     State(snapshots): State<Arc<Snapshots>>,
+    headers: axum::http::HeaderMap,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let start = (replica, snapshots, None::<u64>);
-    let stream = futures::stream::unfold(start, |(replica, snapshots, last)| async move {
+    let start = (replica, snapshots, None::<u64>, headers);
+    let stream = futures::stream::unfold(start, |(replica, snapshots, last, headers)| async move {
         if last.is_some() {
             tokio::time::sleep(MIN_PERIOD).await;
         }
         loop {
+            if refuse_unless_reader(&replica, &headers, "open the fleet view").is_some() {
+                tracing::info!("a fleet view stream ended: its token no longer opens the view");
+                return None;
+            }
             let revision = replica.raft.reader().read(|state| state.revision);
             if last != Some(revision) {
                 let snapshot = snapshots.current(&replica);
                 let event = Event::default().event("snapshot").data(snapshot.as_str());
-                return Some((Ok(event), (replica, snapshots, Some(revision))));
+                return Some((Ok(event), (replica, snapshots, Some(revision), headers)));
             }
             tokio::time::sleep(LOOK).await;
         }
