@@ -58,10 +58,11 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
             std::io::stdout().write_all(&backup)?;
             return Ok(());
         }
-        // Written beside the target and renamed: a backup is never left half written.
+        // Written beside the target and renamed: a backup is never left half written. It
+        // holds every kubeconfig and git token in clear: readable by this user only.
         let path = PathBuf::from(&args.file);
         let partial = path.with_extension("partial");
-        std::fs::write(&partial, &backup)
+        write_private(&partial, &backup)
             .map_err(|error| anyhow::anyhow!("cannot write {}: {error}", partial.display()))?;
         std::fs::rename(&partial, &path)
             .map_err(|error| anyhow::anyhow!("cannot write {}: {error}", path.display()))?;
@@ -72,6 +73,23 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         );
         Ok(())
     })
+}
+
+/// Writes `bytes` to a new file of mode 0600 (replacing one left by an earlier attempt).
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 pub fn import(args: ImportArgs) -> anyhow::Result<()> {

@@ -38,6 +38,16 @@ pub mod serve;
 mod spec_source;
 mod worker;
 
+/// Makes every file and directory this process creates from now on its own: mode 0600 and
+/// 0700. A replica's data directory (the Raft log, snapshots, artifacts) holds every
+/// kubeconfig and git token of the fleet. `starling node` calls it first.
+pub fn keep_files_private() {
+    // SAFETY: umask sets the process's file mode creation mask and has no failure mode.
+    unsafe {
+        libc::umask(0o077);
+    }
+}
+
 pub use error::ReplicaError;
 pub use node::{Replica, lock};
 pub use spec_source::{PatchError, SpecSource};

@@ -214,6 +214,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         }
         Command::Node(args) => {
             let config = args.validate()?;
+            starling_replica::keep_files_private();
             init_tracing(log_format);
             runtime().and_then(|rt| rt.block_on(node(config)))
         }

@@ -106,7 +106,7 @@ impl Replica {
             Some(files) => Some(starling_transport::tls::Tls::load(files.clone())?),
             None => None,
         };
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| ReplicaError::DataDir {
+        private_dir(&config.data_dir).map_err(|source| ReplicaError::DataDir {
             path: config.data_dir.clone(),
             source,
         })?;
@@ -408,4 +408,27 @@ pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Creates the data directory readable by this user only (0700), and narrows an existing one
+/// that others may read, when this user owns it (a volume's root may belong to another user:
+/// then it is logged and left as it is).
+fn private_dir(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    let mode = std::fs::metadata(path)?.permissions().mode();
+    if mode & 0o077 != 0
+        && let Err(error) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+    {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format!("{:o}", mode & 0o777),
+            %error,
+            "the data directory is readable by others and cannot be narrowed to 0700"
+        );
+    }
+    Ok(())
 }
