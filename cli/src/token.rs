@@ -22,8 +22,13 @@ pub struct TokenArgs {
 pub enum TokenCommand {
     /// Make a token and print it (once).
     Create {
-        /// A namespace it acts in; repeat for several; `*` for every namespace.
-        #[arg(long = "tenant", required = true, value_name = "NAMESPACE")]
+        /// The namespaces it acts in: `a,b`, or repeated; `*` for every namespace.
+        #[arg(
+            long = "tenant",
+            required = true,
+            value_name = "NAMESPACE",
+            value_delimiter = ','
+        )]
         tenants: Vec<String>,
         /// admin, writer, reader or agent.
         #[arg(long, default_value = "reader")]

@@ -317,6 +317,33 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
     );
     assert!(!secret_view.contains(SECRET_VALUE), "{secret_view}");
 
+    // A token for two tenants (`--tenant a,b`) acts in both, and nowhere else.
+    let reader_ab = create_token(&group, "team-a,team-b", "reader");
+    for namespace in ["team-a", "team-b"] {
+        ok(
+            starling(
+                &group,
+                1,
+                Some(&reader_ab),
+                &["get", "clusters", "-n", namespace],
+            ),
+            "a two-tenant reader in one of its namespaces",
+        );
+    }
+    let elsewhere = refused(
+        starling(
+            &group,
+            1,
+            Some(&reader_ab),
+            &["get", "clusters", "-n", "team-c"],
+        ),
+        "a two-tenant reader in a third namespace",
+    );
+    assert!(
+        elsewhere.contains("team-a") && elsewhere.contains("team-b"),
+        "{elsewhere}"
+    );
+
     // The fleet view shows every namespace: it takes a token that reads them all.
     let http = group.running().next().expect("a node").http.clone();
     assert_eq!(harness::http_status(&http, "/ui/api/snapshot"), 401);

@@ -101,19 +101,28 @@ async fn a_signed_push_rolls_a_commit_out_at_once_and_replays_are_refused() {
         sent.elapsed()
     );
 
-    // The same delivery again is a replay; a wrong secret, an unknown source and an
-    // oversized body are refused with their own codes.
+    // The same delivery again is a replay; an oversized body is refused with its own code. A
+    // wrong secret and an unknown source get the same answer (issue 32, part 4): a caller
+    // without the secret cannot tell which Sources have a webhook.
     let replay = http_post(&receiver, hook, &github_event("d-1", body, SECRET), body);
     assert_eq!(replay.map(|a| a.0), Some(409));
     let forged = http_post(&receiver, hook, &github_event("d-2", body, "guess"), body);
-    assert_eq!(forged.map(|a| a.0), Some(401));
     let unknown = http_post(
         &receiver,
         "/hooks/default/nothing",
         &github_event("d-3", body, SECRET),
         body,
     );
-    assert_eq!(unknown.map(|a| a.0), Some(404));
+    let unsigned = http_post(&receiver, "/hooks/default/nothing", &[], body);
+    assert_eq!(forged.as_ref().map(|a| a.0), Some(401));
+    assert_eq!(
+        forged, unknown,
+        "a forged delivery and an unknown source differ"
+    );
+    assert_eq!(
+        forged, unsigned,
+        "an unsigned call to an unknown source differs"
+    );
     let huge = vec![b'x'; 2 * 1024 * 1024];
     let oversized = http_post(&receiver, hook, &github_event("d-4", &huge, SECRET), &huge);
     assert_eq!(oversized.map(|a| a.0), Some(413));

@@ -59,6 +59,11 @@ impl Deliveries {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Refusal(pub StatusCode, pub String);
 
+/// The one answer to a delivery that was not verified: an unknown Source, one without a
+/// webhook or its secret, a missing or wrong signature.
+const UNVERIFIED: &str =
+    "not accepted: no such webhook, or the delivery's signature or token does not verify";
+
 fn refuse(code: StatusCode, message: impl Into<String>) -> Refusal {
     Refusal(code, message.into())
 }
@@ -248,25 +253,35 @@ async fn handle(
             });
             (spec, secret)
         });
+    // Until a delivery is verified, every refusal reads the same, so that a caller without the
+    // secret cannot tell which Sources have a webhook; the replica logs the real reason.
+    let unverified = |reason: Refusal| {
+        tracing::info!(source = %key, status = reason.0.as_u16(), reason = %reason.1, "webhook not verified");
+        refuse(StatusCode::UNAUTHORIZED, UNVERIFIED)
+    };
     let Some(spec) = spec else {
-        return Err(refuse(
+        return Err(unverified(refuse(
             StatusCode::NOT_FOUND,
             format!("no source {key} with a webhook"),
-        ));
+        )));
     };
     let Some(secret) = secret.filter(|s| !s.is_empty()) else {
-        return Err(refuse(
+        tracing::warn!(
+            source = %key,
+            "the webhook secret of source {key} (secret {namespace}/{}, key token) is missing: \
+             every delivery is refused",
+            spec.secret_ref.name
+        );
+        return Err(unverified(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the webhook secret of source {key} (secret {namespace}/{}, key token) is missing",
-                spec.secret_ref.name
-            ),
-        ));
+            "the webhook secret is missing",
+        )));
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (delivery, verdict) = verify(spec.provider, secret.expose(), headers, body, now)?;
+    let (delivery, verdict) =
+        verify(spec.provider, secret.expose(), headers, body, now).map_err(unverified)?;
     if let Some(delivery) = delivery
         && !deliveries.first_time(format!("{key}/{delivery}"))
     {
