@@ -688,9 +688,12 @@ fn final_checks(world: &World) -> Vec<String> {
 /// `SIM_WATCH=<sync key>` (`fleet/app-c002`): every change of that Sync and its cluster, as the
 /// most advanced replica holds them, goes into the trace (for replaying one seed).
 fn watch_sync(world: &Rc<RefCell<World>>, at: Duration) {
-    let Ok(sync) = std::env::var("SIM_WATCH") else {
+    // Read once: it is looked at every simulated step.
+    static WATCHED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(sync) = WATCHED.get_or_init(|| std::env::var("SIM_WATCH").ok()) else {
         return;
     };
+    let sync = sync.clone();
     let mut world = world.borrow_mut();
     let Some(node) = world
         .nodes
