@@ -350,8 +350,9 @@ fn timed_out(error: &kube::Error) -> bool {
     false
 }
 
-/// An error and its sources, joined by `: `, without repeats.
-fn chain(error: &dyn std::error::Error) -> String {
+/// An error and its sources, joined by `: `, without repeats (also for the replica's own
+/// connection errors).
+pub fn chain(error: &dyn std::error::Error) -> String {
     let mut parts: Vec<String> = vec![error.to_string()];
     let mut source = error.source();
     while let Some(current) = source {

@@ -129,27 +129,11 @@ fn peer_failed(replica: &Replica, address: &str, cause: String) {
     }
 }
 
-/// An error and its causes on one line (a TLS refusal is a few sources down a transport
-/// error).
-fn causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(cause) = next {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        next = cause.source();
-    }
-    text
-}
-
 /// A failed call's message and the causes under it.
 fn status_causes(status: &tonic::Status) -> String {
     let mut text = status.message().to_string();
     if let Some(source) = std::error::Error::source(status) {
-        let below = causes(source);
+        let below = starling_sync::error::chain(source);
         if !text.contains(&below) {
             text.push_str(": ");
             text.push_str(&below);
@@ -168,7 +152,7 @@ async fn probe(replica: &Replica) -> Vec<Option<PeerReport>> {
         let channel = match replica.peer_channel(address, REQUEST_TIMEOUT) {
             Ok(channel) => channel,
             Err(error) => {
-                peer_failed(replica, address, causes(&error));
+                peer_failed(replica, address, starling_sync::error::chain(&error));
                 reports.push(None);
                 continue;
             }
@@ -282,7 +266,7 @@ async fn add_self(replica: &Replica) -> u64 {
             let channel = match replica.peer_channel(address, JOIN_TIMEOUT) {
                 Ok(channel) => channel,
                 Err(error) => {
-                    peer_failed(replica, address, causes(&error));
+                    peer_failed(replica, address, starling_sync::error::chain(&error));
                     continue;
                 }
             };
