@@ -534,6 +534,7 @@ impl Agent {
         request.wait = job.wait;
         request.retire = job.retire;
         request.cancel = cancel;
+        request.render = job.render.clone();
         request.record = match (&job.revision, &job.record_digest) {
             (Some(revision), Some(digest)) => Some(starling_sync::inventory::MirrorRecord {
                 revision: revision.clone(),

@@ -14,6 +14,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod render;
+
+pub use render::{HelmSpec, RenderSpec, RenderType, ValuesKind, ValuesOverride, ValuesReference};
+
 /// The API group of every Starling resource.
 pub const GROUP: &str = "starling.dev";
 /// The API version of every Starling resource.
@@ -328,8 +332,13 @@ pub struct SyncTemplate {
     /// Directory inside the source, relative; the whole tree when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// Variables for `${NAME}` in manifests. Values may use `${cluster.name}`,
-    /// `${cluster.namespace}` and `${cluster.labels.KEY}`.
+    /// How the path is rendered: plain YAML, a Kustomize build or a Helm chart (found by the
+    /// files at the path when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub render: Option<RenderSpec>,
+    /// Variables for `${NAME}` in plain manifests, in Kustomize's output and in Helm values.
+    /// Values may use `${cluster.name}`, `${cluster.namespace}`, `${cluster.labels.KEY}` and
+    /// `${cluster.annotations.KEY}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub substitute: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

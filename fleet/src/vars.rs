@@ -3,8 +3,9 @@
 //! `$${` is an escape that leaves a literal `${` in the output.
 //!
 //! Besides user variables (`[A-Za-z_][A-Za-z0-9_]*`) there are built-ins describing the target
-//! cluster: `${cluster.name}`, `${cluster.namespace}` and `${cluster.labels.KEY}` (KEY a label
-//! key, so it may contain `.`, `/` and `-`).
+//! cluster: `${cluster.name}`, `${cluster.namespace}`, `${cluster.labels.KEY}` and
+//! `${cluster.annotations.KEY}` (KEY a label or annotation key, so it may contain `.`, `/` and
+//! `-`).
 //!
 //! ```text
 //! substitute values --(built-ins resolved)--> variable values --\
@@ -25,6 +26,7 @@ use crate::selector::check_label_key;
 /// The built-in variables' prefix.
 const BUILTIN_PREFIX: &str = "cluster.";
 const LABELS_PREFIX: &str = "cluster.labels.";
+const ANNOTATIONS_PREFIX: &str = "cluster.annotations.";
 
 /// Largest text a substitution may produce, in bytes (16 MiB, the largest manifest file a render
 /// reads): a short text that uses a large value many times must not exhaust memory.
@@ -36,6 +38,8 @@ pub struct ClusterContext {
     pub name: String,
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl ClusterContext {
@@ -49,18 +53,24 @@ impl ClusterContext {
                 .clone()
                 .unwrap_or_else(|| "default".to_owned()),
             labels: cluster.metadata.labels.clone().unwrap_or_default(),
+            annotations: cluster.metadata.annotations.clone().unwrap_or_default(),
         }
     }
 
-    /// The value of a built-in (`cluster.name`, …), `None` for an absent label.
+    /// The value of a built-in (`cluster.name`, …), `None` for an absent label or annotation.
     fn builtin(&self, name: &str) -> Option<&str> {
         match name {
             "cluster.name" => Some(&self.name),
             "cluster.namespace" => Some(&self.namespace),
-            _ => name
-                .strip_prefix(LABELS_PREFIX)
-                .and_then(|key| self.labels.get(key))
-                .map(String::as_str),
+            _ => {
+                if let Some(key) = name.strip_prefix(LABELS_PREFIX) {
+                    self.labels.get(key).map(String::as_str)
+                } else {
+                    name.strip_prefix(ANNOTATIONS_PREFIX)
+                        .and_then(|key| self.annotations.get(key))
+                        .map(String::as_str)
+                }
+            }
         }
     }
 }
@@ -92,7 +102,7 @@ pub enum VarError {
         reason: String,
     },
     #[error(
-        "unknown built-in variable {name:?} at {at}: the built-ins are cluster.name, cluster.namespace and cluster.labels.KEY"
+        "unknown built-in variable {name:?} at {at}: the built-ins are cluster.name, cluster.namespace, cluster.labels.KEY and cluster.annotations.KEY"
     )]
     UnknownBuiltin { name: String, at: Position },
     #[error(
@@ -106,7 +116,7 @@ pub enum VarError {
     #[error("invalid variable name {name:?}: must match [A-Za-z_][A-Za-z0-9_]*")]
     InvalidVariableName { name: String },
     #[error(
-        "the value of variable {variable:?} refers to {name:?}: values may only use cluster.name, cluster.namespace and cluster.labels.KEY"
+        "the value of variable {variable:?} refers to {name:?}: values may only use cluster.name, cluster.namespace, cluster.labels.KEY and cluster.annotations.KEY"
     )]
     NotBuiltin { variable: String, name: String },
     #[error(
@@ -202,16 +212,21 @@ fn check_reference_name(name: &str, at: Position) -> Result<(), VarError> {
         if builtin == "name" || builtin == "namespace" {
             return Ok(());
         }
-        let Some(key) = name.strip_prefix(LABELS_PREFIX) else {
+        let (key, what) = if let Some(key) = name.strip_prefix(LABELS_PREFIX) {
+            (key, "label")
+        } else if let Some(key) = name.strip_prefix(ANNOTATIONS_PREFIX) {
+            (key, "annotation")
+        } else {
             return Err(VarError::UnknownBuiltin {
                 name: name.to_owned(),
                 at,
             });
         };
+        // Annotation keys follow the same rules as label keys.
         return check_label_key(key).map_err(|reason| VarError::InvalidName {
             name: name.to_owned(),
             at,
-            reason: format!("label key {key:?} is invalid: {reason}"),
+            reason: format!("{what} key {key:?} is invalid: {reason}"),
         });
     }
     if !is_user_name(name) {
@@ -360,7 +375,31 @@ mod tests {
                 ("topology.kubernetes.io/zone".to_owned(), "eu-1a".to_owned()),
             ]
             .into(),
+            annotations: [("fleet.example.com/owner".to_owned(), "team-a".to_owned())].into(),
         }
+    }
+
+    #[test]
+    fn annotations_are_built_ins_like_labels() {
+        let out = substitute(
+            "owner: ${cluster.annotations.fleet.example.com/owner}\nmissing: ${cluster.annotations.absent:=none}\n",
+            &BTreeMap::new(),
+            &cluster(),
+        )
+        .unwrap();
+        assert_eq!(out, "owner: team-a\nmissing: none\n");
+        assert!(matches!(
+            substitute(
+                "${cluster.annotations.absent}",
+                &BTreeMap::new(),
+                &cluster()
+            ),
+            Err(VarError::Undefined { .. })
+        ));
+        assert!(matches!(
+            check_syntax("${cluster.annotations.-bad}"),
+            Err(VarError::InvalidName { .. })
+        ));
     }
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -255,6 +255,7 @@ ENGINES = {"kustomize": render_kustomize, "helm": render_helm}
 
 def versions() -> dict:
     import helm_python as helm
+    from helm_python import _native
 
     client = run_kubectl("version", "--client", "-o", "json")
     info = json.loads(client.stdout) if client.returncode == 0 else {}
@@ -262,6 +263,7 @@ def versions() -> dict:
         "kubectl": kubectl(),
         "kubectlVersion": (info.get("clientVersion") or {}).get("gitVersion"),
         "kustomizeVersion": info.get("kustomizeVersion"),
+        "helmLibrary": str(_native.library_path),
         "helmC": helm.helm_c_version(),
         "helmSdk": helm.helm_sdk_version(),
     }

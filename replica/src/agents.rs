@@ -305,6 +305,7 @@ mod tests {
             retire: false,
             record_digest: None,
             survey: None,
+            render: Default::default(),
         }
     }
 

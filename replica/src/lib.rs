@@ -34,6 +34,7 @@ pub mod error;
 mod http;
 mod metrics;
 mod node;
+mod render_inputs;
 pub mod serve;
 mod spec_source;
 mod worker;

@@ -60,6 +60,10 @@ pub struct Metrics {
     pub artifacts_from_peers: Counter,
     pub artifacts_from_git: Counter,
     pub lease_lapses: Counter,
+    /// Renders answered from the node's render cache, and engine runs (cache misses).
+    render_cache_hits: Counter,
+    render_engine_runs: Counter,
+    render_cache_bytes: Gauge,
     in_flight: Gauge,
     /// Agents of pull clusters whose stream this replica serves (as their clusters' owner).
     agents_connected: Gauge,
@@ -95,6 +99,9 @@ impl Metrics {
             artifacts_from_peers: Counter::default(),
             artifacts_from_git: Counter::default(),
             lease_lapses: Counter::default(),
+            render_cache_hits: Counter::default(),
+            render_engine_runs: Counter::default(),
+            render_cache_bytes: Gauge::default(),
             in_flight: Gauge::default(),
             agents_connected: Gauge::default(),
             in_flight_count: AtomicI64::new(0),
@@ -119,6 +126,21 @@ impl Metrics {
             metrics.raft_applied_index.clone(),
         );
         registry.register("members", "Members by state", metrics.members.clone());
+        registry.register(
+            "render_cache_hits",
+            "Renders answered from this node's render cache (Kustomize and Helm)",
+            metrics.render_cache_hits.clone(),
+        );
+        registry.register(
+            "render_engine_runs",
+            "Kustomize and Helm engine runs on this node (render cache misses)",
+            metrics.render_engine_runs.clone(),
+        );
+        registry.register(
+            "render_cache_bytes",
+            "Bytes of engine output held in this node's render cache",
+            metrics.render_cache_bytes.clone(),
+        );
         registry.register(
             "agents_connected",
             "Agents of pull clusters this replica serves as their owner",
@@ -237,8 +259,16 @@ impl Metrics {
         raft: &starling_raft::RaftNode,
         leader_commit: u64,
         agents_connected: usize,
+        render: starling_sync::render::CacheStats,
     ) -> String {
         let metrics = raft.metrics().borrow().clone();
+        // The cache counts by itself; the counters catch up with it at each scrape.
+        let catch_up = |counter: &Counter, total: u64| {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        catch_up(&self.render_cache_hits, render.hits);
+        catch_up(&self.render_engine_runs, render.renders);
+        self.render_cache_bytes.set(render.bytes as i64);
         self.agents_connected.set(agents_connected as i64);
         self.raft_term.set(metrics.current_term as i64);
         self.raft_leader

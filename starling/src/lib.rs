@@ -6,6 +6,7 @@
 //!  starling agent  ─► starling-agent
 //!  starling dev    ─► starling-dev (feature `dev`, on by default)
 //!  starling get|apply|describe|rollout|… ─► starling-cli
+//!  starling render-worker (hidden) ─► starling-render's Helm worker (one chart, then exit)
 //! ```
 //!
 //! It is a library too so that the benchmarks (`loadtest/`) can run the same command line as
@@ -94,6 +95,11 @@ enum Command {
     Recover(cli::recovery::RecoverArgs),
     /// Create, list or revoke API tokens (per tenant and role).
     Token(cli::token::TokenArgs),
+    /// The Helm render worker: renders one chart from a request on stdin and exits. Started by
+    /// replicas, agents and `starling render` so that Helm's engine (a Go runtime) never runs
+    /// in their own process; not for people.
+    #[command(name = "render-worker", hide = true)]
+    RenderWorker,
 }
 
 /// Logs to stderr as text or JSON, filtered by `STARLING_LOG` (info by default).
@@ -167,6 +173,7 @@ impl Command {
             Command::Apply(_) => Some("starling apply"),
             Command::Delete(_) => Some("starling delete"),
             Command::Render(_) => Some("starling render"),
+            Command::RenderWorker => Some("starling render-worker"),
             Command::Cluster(_) => Some("starling cluster"),
             Command::Describe(_) => Some("starling describe"),
             Command::Export(_) => Some("starling export"),
@@ -188,6 +195,10 @@ impl Command {
 /// Runs the command line the process was started with: the `starling` binary's `main`.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Command::RenderWorker = cli.command {
+        // Nothing else is set up: the worker speaks JSON on stdin and stdout only.
+        return starling_render::helm::worker::worker_main();
+    }
     let log_format = cli.global.log_format;
     let result = match (cli.global.output, cli.command.without_output()) {
         (Some(output), Some(command)) => Err(anyhow::anyhow!(
@@ -255,6 +266,13 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::Import(args) => cli::recovery::import(args),
         Command::Recover(args) => cli::recovery::recover(args),
         Command::Token(args) => cli::token::run(args),
+        Command::RenderWorker => {
+            if starling_render::helm::worker::worker_main() == std::process::ExitCode::SUCCESS {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("the render worker could not answer"))
+            }
+        }
     }
 }
 

@@ -85,10 +85,12 @@ fn namespaced_reference(object: &ObjectRef, namespace: Option<String>) -> Object
     }
 }
 
-/// Resolves every object's kind and sorts the writes into apply order.
+/// Resolves every object's kind and sorts the writes into apply order. Namespaced objects that
+/// name no namespace get `default_namespace` (a Helm release's), or the target's default.
 pub(crate) async fn plan(
     session: &Session,
     objects: &[RenderedObject],
+    default_namespace: Option<&str>,
 ) -> Result<Vec<Planned>, SyncError> {
     let defined = defined_kinds(objects);
     let mut known: HashMap<String, Option<Resolved>> = HashMap::new();
@@ -130,6 +132,7 @@ pub(crate) async fn plan(
             reference
                 .namespace
                 .clone()
+                .or_else(|| default_namespace.map(str::to_owned))
                 .unwrap_or_else(|| session.client.default_namespace.clone())
         });
         let reference = namespaced_reference(reference, namespace);
@@ -290,12 +293,13 @@ async fn server_side_apply(
     })
 }
 
-/// Waits, bounded by `budget` (and the sync's deadline), until the render's CRDs are
-/// Established and the kinds they define are discovered; fills in the resource of every planned
-/// object that waited for them.
+/// Waits, bounded by `budget` (and the sync's deadline), until the render's CRDs (`defined`,
+/// applied) are Established and the kinds they define are discovered; fills in the resource
+/// of every object in `waiting` (those whose kind waited for them).
 pub(crate) async fn wait_for_crds(
     session: &Session,
-    plan: &mut [Planned],
+    defined: &[Planned],
+    waiting: Vec<&mut Planned>,
     budget: Duration,
 ) -> Result<(), SyncError> {
     let limit = (Instant::now() + budget).min(session.deadline());
@@ -303,11 +307,7 @@ pub(crate) async fn wait_for_crds(
         operation,
         after: budget,
     };
-    let crds: Vec<Planned> = plan
-        .iter()
-        .filter(|p| p.phase == Phase::Crds)
-        .cloned()
-        .collect();
+    let crds: Vec<&Planned> = defined.iter().filter(|p| p.phase == Phase::Crds).collect();
     for crd in &crds {
         let Some(resolved) = &crd.resolved else {
             continue;
@@ -332,7 +332,7 @@ pub(crate) async fn wait_for_crds(
             delay = (delay * 2).min(LAST_POLL);
         }
     }
-    for planned in plan.iter_mut().filter(|p| p.resolved.is_none()) {
+    for planned in waiting.into_iter().filter(|p| p.resolved.is_none()) {
         let operation = format!(
             "wait for kind {} in {} to be discovered",
             planned.reference.kind, planned.reference.api_version

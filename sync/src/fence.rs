@@ -134,7 +134,7 @@ fn foreign(stored: FenceState) -> SyncError {
     }
 }
 
-/// Creates the system namespace if it is missing.
+/// Creates a namespace if it is missing (the system namespace, a Helm release's).
 pub(crate) async fn ensure_namespace(session: &Session, namespace: &str) -> Result<(), SyncError> {
     let api: Api<Namespace> = Api::all(session.kube());
     let object = Namespace {

@@ -37,6 +37,9 @@ pub struct AgentJob {
     /// inventory mirrors ([`crate::SyncEngine::survey`]); the answer is a [`SurveyAnswer`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub survey: Option<Vec<String>>,
+    /// Release name, cluster annotations and `valuesFrom` documents for the render.
+    #[serde(default)]
+    pub render: crate::RenderInputs,
 }
 
 /// What an agent answers to a survey job.

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! artifact ─render─► objects ─plan/order─► SSA (field manager `starling`) ─► readiness (kstatus)
+//!  (starling-render: plain, Kustomize, Helm with hooks around the apply)
 //!                                   ▲                                          │
 //!                 fence (owner generation CAS)                 prune by inventory ─► SyncReport
 //! ```
@@ -20,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod fence;
 mod health;
+mod hooks;
 pub mod inventory;
 mod job;
 pub mod object;
@@ -27,13 +29,12 @@ pub mod order;
 mod outcome;
 pub mod prune;
 pub mod readiness;
-pub mod render;
 pub mod retry;
 mod session;
 
 pub use client::{ClientCache, ClientSettings, ClusterTarget, Connection};
 pub use engine::{
-    ApplySlot, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, LeaseEnd,
+    ApplySlot, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest, LeaseEnd, RenderInputs,
     SYSTEM_NAMESPACE, SurveyedSync, SyncEngine, SyncFailure, SyncReport, SyncRequest, TargetSurvey,
 };
 pub use error::{ErrorClass, SyncError};
@@ -42,5 +43,7 @@ pub use outcome::{class_named, outcome_of, redact_outcome};
 pub use readiness::ObjectHealth;
 pub use render::{ArtifactSource, RenderError, RenderOptions, RenderedObject};
 pub use retry::RetryPolicy;
+/// Rendering (plain YAML, Kustomize, Helm) is the `starling-render` crate's.
+pub use starling_render as render;
 pub use starling_secret::{Redactor, SecretBytes, SecretString};
 pub use tokio_util::sync::CancellationToken;

@@ -84,6 +84,7 @@ fn options() -> RenderOptions {
             name: "edge-1".into(),
             namespace: "fleet".into(),
             labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
         },
         ..RenderOptions::default()
     }
@@ -93,7 +94,7 @@ fn options() -> RenderOptions {
 fn render_error(bytes: Bytes, options: RenderOptions) -> String {
     within(GENEROUS, move || {
         match render(&ArtifactSource::ArchiveBytes(bytes), &options) {
-            Ok(objects) => panic!("rendered hostile input: {} objects", objects.len()),
+            Ok(objects) => panic!("rendered hostile input: {} objects", objects.objects.len()),
             Err(error) => error.to_string(),
         }
     })

@@ -17,11 +17,13 @@
 //! ```text
 //! validate.rs        the error, the per-kind validators, the checks of whole sections
 //! validate/rules.rs  single-field rules: names, git url and ref, semver, commit, path, selector
+//! validate/render.rs the render spec: Helm fields, release name, values, overrides
 //! validate/defaults.rs  resolved values: maxUnavailable budget, intervals, time-outs
 //! validate/size.rs   size limits, the same as a Kubernetes API server's
 //! ```
 
 mod defaults;
+mod render;
 mod rules;
 mod size;
 
@@ -31,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 pub use defaults::*;
+pub use render::{MAX_RELEASE_NAME, check_release_name};
 pub use rules::*;
 pub use size::{
     MAX_ANNOTATIONS_BYTES, MAX_OBJECT_BYTES, MAX_SECRET_DATA_BYTES, check_annotations_size,
@@ -140,6 +143,8 @@ pub enum ValidationError {
         limit: usize,
         found: usize,
     },
+    #[error("{field}: {reason}")]
+    Render { field: String, reason: String },
     #[error("{}", join(.0))]
     Several(Vec<ValidationError>),
 }
@@ -385,6 +390,9 @@ fn check_metadata(problems: &mut Problems, metadata: &ObjectMeta) {
 fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate, own_name: &str) {
     if let Some(path) = &template.path {
         problems.check(check_path(&format!("{prefix}.path"), path));
+    }
+    if let Some(render) = &template.render {
+        render::check_render(problems, &format!("{prefix}.render"), render);
     }
     for (name, value) in &template.substitute {
         let field = format!("{prefix}.substitute[{name:?}]");

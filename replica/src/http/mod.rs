@@ -103,6 +103,7 @@ async fn metrics(
                 .leader_commit
                 .load(std::sync::atomic::Ordering::Relaxed),
             state.agents.count(),
+            state.replica.engine.render_cache(),
         ),
     )
         .into_response()

@@ -27,9 +27,17 @@ pub trait Applier: Send + Sync + 'static {
         cluster: &'a starling_sync::ClusterTarget,
         syncs: &'a [String],
     ) -> BoxFuture<'a, Result<starling_sync::TargetSurvey, starling_sync::SyncError>>;
+    /// How the node's render cache did (`/metrics`); zero where renders run elsewhere.
+    fn render_cache(&self) -> starling_sync::render::CacheStats {
+        starling_sync::render::CacheStats::default()
+    }
 }
 
 impl Applier for SyncEngine {
+    fn render_cache(&self) -> starling_sync::render::CacheStats {
+        self.config().render_engines.cache.stats()
+    }
+
     fn sync(&self, request: SyncRequest) -> BoxFuture<'_, Result<SyncReport, SyncFailure>> {
         Box::pin(SyncEngine::sync(self, request))
     }

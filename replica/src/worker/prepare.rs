@@ -27,6 +27,8 @@ pub(super) struct Prepared {
     pub(super) installation: String,
     /// The cluster is being adopted from another installation (`starling cluster adopt`).
     pub(super) adopt: bool,
+    /// Release name, cluster annotations and `valuesFrom` for the render.
+    pub(super) render: Result<crate::render_inputs::ResolvedRender, String>,
 }
 
 impl Prepared {
@@ -43,6 +45,11 @@ impl Prepared {
         {
             for value in data.values() {
                 redactor.add_value(value.expose());
+            }
+        }
+        if let Ok(render) = &self.render {
+            for value in &render.secret_values {
+                redactor.add_value(value.as_bytes());
             }
         }
         redactor
@@ -97,6 +104,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
             pull,
             installation,
             adopt,
+            render: Ok(Default::default()),
         });
     }
     let target = state.target_of(sync)?;
@@ -141,6 +149,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
         pull,
         installation,
         adopt,
+        render: crate::render_inputs::render_inputs(state, sync, cluster),
     })
 }
 

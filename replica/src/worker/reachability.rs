@@ -165,6 +165,7 @@ async fn look(replica: Arc<Replica>, agents: Arc<Agents>, watched: Watched) -> O
                 retire: false,
                 record_digest: None,
                 survey: Some(syncs),
+                render: Default::default(),
             };
             match agents.survey(&cluster, &job, AGENT_SURVEY_LIMIT).await {
                 Ok(survey) => Some(Found::Recovered(cluster, survey)),

@@ -349,6 +349,11 @@ async fn apply(
         Ok(target) => target,
         Err(message) => return fail(ErrorClass::Invalid, message),
     };
+    let render = match &prepared.render {
+        Ok(render) => render.inputs.clone(),
+        Err(message) if !prepared.retire => return fail(ErrorClass::Invalid, message.clone()),
+        Err(_) => Default::default(),
+    };
     // The apply slot: held while fetching, rendering and applying; the engine gives it back
     // before it waits for readiness.
     let Ok(slot) = applying.acquire_owned().await else {
@@ -377,6 +382,7 @@ async fn apply(
     request.apply_slot = slot;
     request.installation = prepared.installation.clone();
     request.adopt = prepared.adopt;
+    request.render = render;
     request.previous_inventory = prepared
         .object
         .status
@@ -466,6 +472,7 @@ async fn pull_sync(
         retire: request.retire,
         record_digest: request.record.as_ref().map(|r| r.digest.clone()),
         survey: None,
+        render: request.render.clone(),
     };
     let outcome = shared
         .agents

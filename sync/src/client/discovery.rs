@@ -104,6 +104,8 @@ pub struct DiscoveryCache {
     ttl: Duration,
     groups: Mutex<HashMap<String, (Instant, Kinds)>>,
     shared: Arc<SharedAnswers>,
+    /// The server's `gitVersion` (for Helm's `.Capabilities.KubeVersion`), kept for the TTL.
+    version: Mutex<Option<(Instant, String)>>,
 }
 
 impl DiscoveryCache {
@@ -113,7 +115,34 @@ impl DiscoveryCache {
             ttl,
             groups: Mutex::new(HashMap::new()),
             shared,
+            version: Mutex::new(None),
         }
+    }
+
+    /// The server's version as `helm install` reads it (`gitVersion`, `v1.33.1`), asked once
+    /// per TTL.
+    pub async fn server_version(&self, client: &Client) -> Result<String, kube::Error> {
+        {
+            let cached = self.version.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((fetched, version)) = cached.as_ref()
+                && fetched.elapsed() < self.ttl
+            {
+                return Ok(version.clone());
+            }
+        }
+        let info = client.apiserver_version().await?;
+        let version = if info.git_version.is_empty() {
+            format!(
+                "v{}.{}.0",
+                info.major.trim_end_matches('+'),
+                info.minor.trim_end_matches('+')
+            )
+        } else {
+            info.git_version
+        };
+        *self.version.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Instant::now(), version.clone()));
+        Ok(version)
     }
 
     fn cached(&self, group_version: &str) -> Option<(Instant, Kinds)> {

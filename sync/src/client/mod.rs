@@ -105,12 +105,14 @@ impl ClusterTarget {
         redactor
     }
 
-    /// What `${cluster.name}`, `${cluster.namespace}` and `${cluster.labels.KEY}` see.
+    /// What `${cluster.name}`, `${cluster.namespace}` and `${cluster.labels.KEY}` see
+    /// (`${cluster.annotations.KEY}` comes with the sync request's render inputs).
     pub fn context(&self) -> ClusterContext {
         ClusterContext {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             labels: self.labels.clone(),
+            annotations: Default::default(),
         }
     }
 }

@@ -1,11 +1,18 @@
 //! The whole sync of one Sync to one cluster, and the health re-check, as the node calls them.
 //!
 //! ```text
-//! render (blocking pool) ─► client (cache) ─► fence: CAS our generation ─► read mirrored inventory
+//! read the source, pick the renderer (blocking pool) ─► client (cache)
+//!   ─► Helm only: the target's version (cached per discovery TTL) ─► render (blocking pool,
+//!      engines out of process, bounded by the node's render slots)
+//!   ─► fence: CAS our generation ─► read mirrored inventory
 //!   ─► plan (discovery; unknown kinds fail before any write) ─► mirror previous ∪ new
-//!   ─► apply CRDs ─► wait Established + discovered ─► apply Namespaces, cluster-scoped, namespaced
-//!   ─► wait for readiness (optional) ─► fence check ─► prune ─► mirror new ─► SyncReport
+//!   ─► apply CRDs ─► wait Established + discovered ─► pre-install/pre-upgrade hooks
+//!   ─► apply Namespaces, cluster-scoped, namespaced ─► wait for readiness (optional)
+//!   ─► post-install/post-upgrade hooks ─► fence check ─► prune ─► mirror new ─► SyncReport
 //! ```
+//!
+//! Helm hooks are not in the inventory; a Sync is *installed* (pre-install and post-install
+//! hooks run) while nothing it applied is recorded, and *upgraded* after that.
 //!
 //! A retiring Sync (`SyncRequest::retire`, deleted with prune) renders nothing, so the same
 //! path deletes its whole inventory, fenced like any write.
@@ -18,7 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::resources::{ObjectRef, SyncTemplate};
+use fleet::resources::{ObjectRef, RenderType, SyncTemplate};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -28,11 +35,12 @@ use crate::client::{ClientCache, ClusterTarget};
 use crate::error::SyncError;
 use crate::fence::{self, FENCE_NAME, FenceState};
 use crate::health::{observe_all, wait_ready};
+use crate::hooks::run_hooks;
 use crate::inventory::{self, Mirror, normalized, removed, same};
 use crate::order::Phase;
 use crate::prune::{PruneOutcome, prune};
 use crate::readiness::{ObjectHealth, least_status, status_of};
-use crate::render::{RenderOptions, RenderedObject, render};
+use crate::render::{HookPhase, RenderOptions, Rendered};
 use crate::session::Session;
 
 pub(crate) mod drift;
@@ -40,7 +48,7 @@ mod types;
 
 pub use types::{
     ApplySlot, Drift, DriftedField, EngineConfig, FIELD_MANAGER, HealthReport, HealthRequest,
-    LeaseEnd, SYSTEM_NAMESPACE, SyncFailure, SyncReport, SyncRequest,
+    LeaseEnd, RenderInputs, SYSTEM_NAMESPACE, SyncFailure, SyncReport, SyncRequest,
 };
 
 /// What a sync has done so far, kept outside its future so a time-out can still report it.
@@ -141,7 +149,7 @@ impl SyncEngine {
             Err(error) => {
                 // The one redaction step: the secrets of this target leave no trace in the
                 // message that status, events and logs are built from.
-                let error = error.redacted(&request.cluster.redactor());
+                let error = error.redacted(&request.redactor());
                 span.in_scope(|| {
                     tracing::warn!(class = %error.class(), error = %error, duration_ms = duration.as_millis() as u64, "sync failed");
                 });
@@ -199,21 +207,60 @@ impl SyncEngine {
         Ok(Arc::new(session))
     }
 
-    async fn render(&self, request: &SyncRequest) -> Result<Vec<RenderedObject>, SyncError> {
-        let source = request.artifact.clone();
-        let options = RenderOptions {
+    /// Renders the request's artifact for its cluster: the renderer is decided first, so that
+    /// only a Helm render asks the target for its version.
+    async fn render(
+        &self,
+        request: &SyncRequest,
+        session: &Session,
+    ) -> Result<Rendered, SyncError> {
+        let mut cluster = request.cluster.context();
+        cluster.annotations = request.render.cluster_annotations.clone();
+        let release_name = request.render.release_name.clone().unwrap_or_else(|| {
+            let name = request
+                .sync
+                .rsplit_once('/')
+                .map_or(request.sync.as_str(), |(_, n)| n);
+            name.to_owned()
+        });
+        let mut options = RenderOptions {
             path: request.template.path.clone(),
+            spec: request.template.render.clone(),
             variables: request.template.substitute.clone(),
-            cluster: request.cluster.context(),
+            cluster,
             limits: self.config.render_limits,
+            release_name,
+            kube_version: None,
+            values_from: request.render.values_from.clone(),
+            engines: self.config.render_engines.clone(),
         };
-        let rendered = tokio::task::spawn_blocking(move || render(&source, &options))
+        let source = request.artifact.clone();
+        let blocking_failed = |error: tokio::task::JoinError| SyncError::Invalid {
+            operation: "render".to_owned(),
+            message: format!("the render task failed: {error}"),
+        };
+        let prepared = {
+            let options = options.clone();
+            tokio::task::spawn_blocking(move || crate::render::prepare(&source, &options))
+                .await
+                .map_err(blocking_failed)??
+        };
+        if prepared.renderer() == RenderType::Helm {
+            let discovery = session.client.discovery.clone();
+            let client = session.kube();
+            let version = session
+                .read("read the server version", || {
+                    let discovery = discovery.clone();
+                    let client = client.clone();
+                    async move { discovery.server_version(&client).await }
+                })
+                .await?;
+            options.kube_version = Some(version);
+        }
+        let rendered = tokio::task::spawn_blocking(move || prepared.render(&options))
             .await
-            .map_err(|error| SyncError::Invalid {
-                operation: "render".to_owned(),
-                message: format!("the render task failed: {error}"),
-            })?;
-        Ok(rendered?)
+            .map_err(blocking_failed)??;
+        Ok(rendered)
     }
 
     async fn run(
@@ -222,13 +269,17 @@ impl SyncEngine {
         deadline: Instant,
         progress: &mut Progress,
     ) -> Result<SyncReport, SyncError> {
-        let objects = if request.retire {
-            Vec::new()
-        } else {
-            self.render(request).await?
-        };
         let session = self.sync_session(request, deadline).await?;
         progress.session = Some(session.clone());
+        let rendered = if request.retire {
+            Rendered {
+                renderer: RenderType::Plain,
+                objects: Vec::new(),
+                namespace: None,
+            }
+        } else {
+            self.render(request, &session).await?
+        };
         let system = self.config.system_namespace.as_str();
         let ours = FenceState {
             generation: request.generation,
@@ -246,7 +297,20 @@ impl SyncEngine {
                 .chain(stored.iter().flat_map(|m| m.objects.iter()))
                 .cloned(),
         );
-        let mut planned = plan(&session, &objects).await?;
+        // Helm's install versus upgrade: nothing of this Sync is on record yet.
+        let install = previous.is_empty() && stored_record.is_none();
+        // Hooks Starling never runs (tests, delete and rollback hooks) are left out here.
+        let objects: Vec<_> = rendered
+            .objects
+            .iter()
+            .filter(|object| object.hook.as_ref().is_none_or(|hook| hook.ever_runs()))
+            .cloned()
+            .collect();
+        let (mut hooks, mut planned): (Vec<_>, Vec<_>) =
+            plan(&session, &objects, rendered.namespace.as_deref())
+                .await?
+                .into_iter()
+                .partition(|p| p.object.hook.is_some());
         let current = normalized(planned.iter().map(|p| p.reference.clone()));
         let pending = normalized(previous.iter().chain(current.iter()).cloned());
         progress.inventory = Some(pending.clone());
@@ -262,6 +326,22 @@ impl SyncEngine {
             inventory::write(&session, system, &request.sync, &mirror).await?;
         }
 
+        // A chart's release namespace is created when missing, as `helm install
+        // --create-namespace` does, unless the chart makes it itself and no hook needs it
+        // first. It is not in the inventory: nothing prunes it.
+        if rendered.renderer == RenderType::Helm
+            && let Some(namespace) = rendered.namespace.as_deref()
+        {
+            let templated = planned
+                .iter()
+                .any(|p| p.reference.kind == "Namespace" && p.reference.name == namespace);
+            let needed_first =
+                !crate::hooks::hooks_of(&hooks, HookPhase::BeforeApply, install).is_empty();
+            if !templated || needed_first {
+                fence::ensure_namespace(&session, namespace).await?;
+            }
+        }
+
         let drift_mode = request.template.drift_mode();
         let mut drift = Vec::new();
         let mut health = Vec::with_capacity(planned.len());
@@ -269,9 +349,28 @@ impl SyncEngine {
             .iter()
             .take_while(|p| p.phase == Phase::Crds)
             .count();
-        for index in 0..planned.len() {
-            if index == crds && planned.iter().any(|p| p.resolved.is_none()) {
-                wait_for_crds(&session, &mut planned, self.config.crd_timeout).await?;
+        let mut hooks_run = 0;
+        for index in 0..=planned.len() {
+            if index == crds {
+                // The CRDs are applied: their kinds may be what the rest (and the hooks) use.
+                if planned
+                    .iter()
+                    .chain(hooks.iter())
+                    .any(|p| p.resolved.is_none())
+                {
+                    let (defined, rest) = planned.split_at_mut(crds);
+                    let waiting = rest
+                        .iter_mut()
+                        .chain(hooks.iter_mut())
+                        .filter(|p| p.resolved.is_none())
+                        .collect();
+                    wait_for_crds(&session, defined, waiting, self.config.crd_timeout).await?;
+                }
+                hooks_run +=
+                    run_hooks(&session, &hooks, HookPhase::BeforeApply, install, deadline).await?;
+            }
+            if index == planned.len() {
+                break;
             }
             let applied = apply_one(&session, &planned[index], drift_mode).await?;
             progress.applied += 1;
@@ -289,6 +388,10 @@ impl SyncEngine {
         if request.wait {
             let resolved: Vec<_> = planned.iter().map(|p| p.resolved.clone()).collect();
             health = wait_ready(&session, health, &resolved, deadline).await?;
+        }
+        hooks_run += run_hooks(&session, &hooks, HookPhase::AfterApply, install, deadline).await?;
+        if hooks_run > 0 {
+            tracing::info!(hooks = hooks_run, install, "helm hooks ran");
         }
 
         let mut outcome = PruneOutcome::default();

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{ClientSettings, ClusterTarget};
 use crate::error::SyncError;
 use crate::readiness::ObjectHealth;
-use crate::render::{ArtifactSource, ReadLimits};
+use crate::render::{ArtifactSource, Engines, ReadLimits, ValuesDocument};
 use crate::retry::RetryPolicy;
 
 /// The namespace of Starling's bookkeeping objects on targets.
@@ -30,6 +30,8 @@ pub struct EngineConfig {
     /// Retries of single requests inside a sync.
     pub request_retry: RetryPolicy,
     pub render_limits: ReadLimits,
+    /// How Kustomize and Helm renders run (worker command, engine paths, process limits).
+    pub render_engines: Engines,
 }
 
 impl Default for EngineConfig {
@@ -42,6 +44,7 @@ impl Default for EngineConfig {
             crd_timeout: Duration::from_secs(60),
             request_retry: RetryPolicy::request_default(),
             render_limits: ReadLimits::default(),
+            render_engines: Engines::default(),
         }
     }
 }
@@ -74,6 +77,7 @@ impl EngineConfig {
         if self.clients.max_clients == 0 {
             return Err("the client cache must hold at least one client".to_owned());
         }
+        self.render_engines.validate()?;
         if self.field_manager.is_empty() {
             return Err("the field manager must not be empty".to_owned());
         }
@@ -187,9 +191,39 @@ pub struct SyncRequest {
     pub installation: String,
     /// Take the target over from another installation (`starling cluster adopt`).
     pub adopt: bool,
+    /// What the render needs besides the artifact and the template.
+    pub render: RenderInputs,
+}
+
+/// What a render needs besides the artifact and the template, resolved by the caller from
+/// the fleet state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RenderInputs {
+    /// Helm's `.Release.Name` when the template names none: the SyncGroup's name for a
+    /// group's Sync; the Sync's own name (from [`SyncRequest::sync`]) when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_name: Option<String>,
+    /// The target Cluster's annotations, for `${cluster.annotations.KEY}`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub cluster_annotations: std::collections::BTreeMap<String, String>,
+    /// The template's `valuesFrom` documents, in order, read from the Sync's namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values_from: Vec<ValuesDocument>,
 }
 
 impl SyncRequest {
+    /// Every secret value in play for this sync: the target's credentials and the values of
+    /// the `valuesFrom` Secrets.
+    pub fn redactor(&self) -> starling_secret::Redactor {
+        let mut redactor = self.cluster.redactor();
+        for document in &self.render.values_from {
+            for value in document.redacted_values() {
+                redactor.add_value(value.as_bytes());
+            }
+        }
+        redactor
+    }
+
     /// A request with an empty previous inventory, waiting for readiness, never cancelled.
     pub fn new(
         sync: impl Into<String>,
@@ -216,6 +250,7 @@ impl SyncRequest {
             record: None,
             installation: String::new(),
             adopt: false,
+            render: RenderInputs::default(),
         }
     }
 }
@@ -332,4 +367,40 @@ pub struct HealthRequest {
 pub struct HealthReport {
     pub health: ResourceStatus,
     pub objects: Vec<ObjectHealth>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::ValuesDocument;
+
+    #[test]
+    fn the_redactor_knows_the_values_of_values_from_secrets() {
+        let target = ClusterTarget::at_url("c1", "https://127.0.0.1:6443".to_owned());
+        let mut request = SyncRequest::new(
+            "default/web",
+            target,
+            "1",
+            1,
+            ArtifactSource::Directory(std::path::PathBuf::new()),
+            SyncTemplate::default(),
+        );
+        request.render.values_from = vec![
+            ValuesDocument {
+                origin: "Secret default/web, key values.yaml".into(),
+                text: "db: {password: marker-0123456789}\n".into(),
+                secret: true,
+            },
+            ValuesDocument {
+                origin: "values.yaml".into(),
+                text: "replicas: plain-value\n".into(),
+                secret: false,
+            },
+        ];
+        let scrubbed = request
+            .redactor()
+            .scrub("helm: wrong type for value marker-0123456789 near plain-value");
+        assert!(!scrubbed.contains("marker-0123456789"), "{scrubbed}");
+        assert!(scrubbed.contains("plain-value"), "{scrubbed}");
+    }
 }

@@ -9,6 +9,9 @@
 //!
 //! Symlinks are followed inside the tree only (to files and to directories); one leading out of
 //! it is an error. Sizes are bounded so that a hostile artifact cannot exhaust memory.
+//!
+//! The engines (kustomize, Helm) read more than manifests: for them the tree keeps every file
+//! and is written out to a scratch directory ([`Tree::write_to`]), symlinks turned into copies.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -72,10 +75,15 @@ pub const MAX_VISIBLE_MANIFESTS: usize = 100_000;
 
 /// The files and symlinks of a tree, before symlinks are resolved.
 #[derive(Default)]
-struct Tree {
+pub(crate) struct Tree {
+    /// Keep every file, not only manifests (for the engines, which read templates, values,
+    /// `.helmignore` and the like).
+    keep_all: bool,
     files: BTreeMap<String, usize>,
-    contents: Vec<String>,
+    contents: Vec<Vec<u8>>,
     links: BTreeMap<String, String>,
+    /// Every regular file's path, kept or not (for detecting the renderer).
+    names: std::collections::BTreeSet<String>,
     /// Every directory that holds at least one entry.
     directories: std::collections::BTreeSet<String>,
     total_bytes: u64,
@@ -100,7 +108,9 @@ impl Tree {
         limits: &ReadLimits,
     ) -> Result<(), RenderError> {
         self.note_directories(&path);
-        if !is_manifest(&path) {
+        self.names.insert(path.clone());
+        let manifest = is_manifest(&path);
+        if !manifest && !self.keep_all {
             return Ok(());
         }
         if size > limits.max_file_bytes {
@@ -125,11 +135,14 @@ impl Tree {
                 what: path.clone(),
                 message: error.to_string(),
             })?;
-        let text = String::from_utf8(bytes).map_err(|_| RenderError::Read {
-            what: path.clone(),
-            message: "file is not valid utf-8".to_owned(),
-        })?;
-        self.contents.push(text);
+        // The engines read what they read; plain manifests must be text.
+        if !self.keep_all && std::str::from_utf8(&bytes).is_err() {
+            return Err(RenderError::Read {
+                what: path.clone(),
+                message: "file is not valid utf-8".to_owned(),
+            });
+        }
+        self.contents.push(bytes);
         self.files.insert(path, self.contents.len() - 1);
         Ok(())
     }
@@ -257,13 +270,17 @@ fn entry_path(path: &Path) -> Result<Option<String>, String> {
     Ok((!parts.is_empty()).then(|| parts.join("/")))
 }
 
-fn read_archive(reader: impl Read, source: &str, limits: &ReadLimits) -> Result<Tree, RenderError> {
+fn read_archive(
+    reader: impl Read,
+    source: &str,
+    limits: &ReadLimits,
+    mut tree: Tree,
+) -> Result<Tree, RenderError> {
     let read_error = |message: String| RenderError::Read {
         what: source.to_owned(),
         message,
     };
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(reader));
-    let mut tree = Tree::default();
     let entries = archive
         .entries()
         .map_err(|error| read_error(error.to_string()))?;
@@ -297,8 +314,7 @@ fn read_archive(reader: impl Read, source: &str, limits: &ReadLimits) -> Result<
     Ok(tree)
 }
 
-fn read_directory(root: &Path, limits: &ReadLimits) -> Result<Tree, RenderError> {
-    let mut tree = Tree::default();
+fn read_directory(root: &Path, limits: &ReadLimits, mut tree: Tree) -> Result<Tree, RenderError> {
     let mut pending = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, prefix)) = pending.pop() {
         let read_error = |error: std::io::Error| RenderError::Read {
@@ -333,6 +349,124 @@ fn read_directory(root: &Path, limits: &ReadLimits) -> Result<Tree, RenderError>
     Ok(tree)
 }
 
+/// Reads a tree: its manifests only, or every file (`keep_all`, for the engines).
+pub(crate) fn read_tree(
+    source: &ArtifactSource,
+    keep_all: bool,
+    limits: &ReadLimits,
+) -> Result<Tree, RenderError> {
+    let described = source.describe();
+    let tree = Tree {
+        keep_all,
+        ..Tree::default()
+    };
+    match source {
+        ArtifactSource::Archive(file) => {
+            let reader = std::fs::File::open(file).map_err(|error| RenderError::Read {
+                what: described.clone(),
+                message: error.to_string(),
+            })?;
+            read_archive(std::io::BufReader::new(reader), &described, limits, tree)
+        }
+        ArtifactSource::ArchiveBytes(bytes) => {
+            read_archive(bytes.as_ref(), &described, limits, tree)
+        }
+        ArtifactSource::Directory(dir) => read_directory(dir, limits, tree),
+    }
+}
+
+impl Tree {
+    /// Fails when `path` names nothing in the tree: a typo must not render an empty set and
+    /// prune everything.
+    pub(crate) fn check_path(
+        &self,
+        path: &str,
+        source: &ArtifactSource,
+    ) -> Result<(), RenderError> {
+        if self.has_directory(path) {
+            Ok(())
+        } else {
+            Err(RenderError::PathNotFound {
+                path: path.to_owned(),
+                artifact: source.describe(),
+            })
+        }
+    }
+
+    /// The names of the files and symlinks directly in directory `path` (`""`: the root).
+    pub(crate) fn names_in(&self, path: &str) -> Vec<&str> {
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
+        self.names
+            .iter()
+            .chain(self.links.keys())
+            .filter_map(|name| name.strip_prefix(&prefix))
+            .filter(|rest| !rest.contains('/'))
+            .collect()
+    }
+
+    /// Every manifest file under `path`, sorted by path.
+    pub(crate) fn manifests_under(&self, path: &str) -> Result<Vec<ManifestFile>, RenderError> {
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
+        let visible = self.visible()?;
+        Ok(visible
+            .into_iter()
+            .filter(|(file, _)| (file.starts_with(&prefix) || file == path) && is_manifest(file))
+            .map(|(file, content)| ManifestFile {
+                path: file,
+                text: String::from_utf8_lossy(&self.contents[content]).into_owned(),
+            })
+            .collect())
+    }
+
+    /// The content of one file (through symlinks inside the tree), if the tree kept it.
+    pub(crate) fn file(&self, path: &str) -> Result<Option<&[u8]>, RenderError> {
+        if let Some(&content) = self.files.get(path) {
+            return Ok(Some(&self.contents[content]));
+        }
+        Ok(self
+            .visible()?
+            .get(path)
+            .map(|&content| self.contents[content].as_slice()))
+    }
+
+    /// Writes every kept file under `path` (`""`: all) into `root`, at the same relative
+    /// paths; symlinks become copies, so nothing written points anywhere else.
+    pub(crate) fn write_to(&self, path: &str, root: &Path) -> Result<usize, RenderError> {
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
+        let write_error = |what: &Path, error: std::io::Error| RenderError::Read {
+            what: format!("the render's copy {}", what.display()),
+            message: error.to_string(),
+        };
+        let mut written = 0;
+        for (file, content) in self.visible()? {
+            if !file.starts_with(&prefix) {
+                continue;
+            }
+            let target = root.join(&file);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|error| write_error(parent, error))?;
+            }
+            std::fs::write(&target, &self.contents[content])
+                .map_err(|error| write_error(&target, error))?;
+            written += 1;
+        }
+        // Directories that hold only directories (an empty `charts/`) matter to no engine.
+        Ok(written)
+    }
+}
+
 /// Every manifest file under `path` (normalised, `""` for all), sorted by path. A `path` that
 /// names nothing in the tree is an error: a typo must not render an empty set and prune
 /// everything.
@@ -341,38 +475,9 @@ pub fn read_manifests(
     path: &str,
     limits: &ReadLimits,
 ) -> Result<Vec<ManifestFile>, RenderError> {
-    let described = source.describe();
-    let tree = match source {
-        ArtifactSource::Archive(file) => {
-            let reader = std::fs::File::open(file).map_err(|error| RenderError::Read {
-                what: described.clone(),
-                message: error.to_string(),
-            })?;
-            read_archive(std::io::BufReader::new(reader), &described, limits)?
-        }
-        ArtifactSource::ArchiveBytes(bytes) => read_archive(bytes.as_ref(), &described, limits)?,
-        ArtifactSource::Directory(dir) => read_directory(dir, limits)?,
-    };
-    if !tree.has_directory(path) {
-        return Err(RenderError::PathNotFound {
-            path: path.to_owned(),
-            artifact: described,
-        });
-    }
-    let prefix = if path.is_empty() {
-        String::new()
-    } else {
-        format!("{path}/")
-    };
-    let visible = tree.visible()?;
-    Ok(visible
-        .into_iter()
-        .filter(|(file, _)| (file.starts_with(&prefix) || file == path) && is_manifest(file))
-        .map(|(file, content)| ManifestFile {
-            path: file,
-            text: tree.contents[content].clone(),
-        })
-        .collect())
+    let tree = read_tree(source, false, limits)?;
+    tree.check_path(path, source)?;
+    tree.manifests_under(path)
 }
 
 #[cfg(test)]

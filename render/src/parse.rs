@@ -193,7 +193,7 @@ pub(super) fn render_file(
 
 /// Adds the objects of one document: nothing for an empty one, the items of a `List` or of an
 /// array, or the document itself.
-fn collect(
+pub(crate) fn collect(
     value: Value,
     document: usize,
     origin: &dyn Fn(usize, Option<usize>) -> Origin,
@@ -256,6 +256,7 @@ fn checked(value: Value, at: Origin) -> Result<RenderedObject, RenderError> {
         origin: at,
         reference,
         manifest: value,
+        hook: None,
     })
 }
 
@@ -275,6 +276,7 @@ mod tests {
             name: "edge-1".into(),
             namespace: "fleet".into(),
             labels: [("region".to_owned(), "eu".to_owned())].into(),
+            annotations: BTreeMap::new(),
         }
     }
 

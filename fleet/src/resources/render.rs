@@ -1,0 +1,147 @@
+//! How a Sync's path becomes objects: `render` on a Sync and on a SyncGroup's template.
+//!
+//! ```yaml
+//! render:
+//!   type: Helm                 # Auto (default) | Plain | Kustomize | Helm
+//!   helm:
+//!     releaseName: web         # the Sync's name (a SyncGroup's: the group's) when unset
+//!     namespace: shop          # `default` when unset, as `helm template`
+//!     valuesFiles: [values/prod.yaml]
+//!     valuesFrom: [{kind: Secret, name: web-values, key: values.yaml}]
+//!     values: {replicaCount: 3}
+//!   overrides:                 # Helm values per cluster selector, applied in order
+//!     - clusterSelector: {matchLabels: {tier: edge}}
+//!       values: {replicaCount: 1}
+//! ```
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How the files under a Sync's path are rendered into objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RenderSpec {
+    /// `Auto` (the default): `Kustomize` when the path holds `kustomization.yaml`,
+    /// `kustomization.yml` or `Kustomization`, `Helm` when it holds `Chart.yaml`, `Plain`
+    /// otherwise.
+    #[serde(default, rename = "type")]
+    pub type_: RenderType,
+    /// Helm's release and values; only for the `Helm` renderer (or `Auto` finding a chart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<HelmSpec>,
+    /// Helm values for the clusters a selector picks, merged in order over `helm.values`
+    /// (later entries win). Matched against the target cluster's labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<ValuesOverride>,
+}
+
+/// Which renderer turns a path into objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RenderType {
+    /// Decided by the files at the path (see [`RenderSpec::type_`]).
+    #[default]
+    Auto,
+    /// Every `.yaml`, `.yml` and `.json` file under the path, with `${VAR}` substitution.
+    Plain,
+    /// kustomize's own build (`kubectl kustomize`) of the path.
+    Kustomize,
+    /// Helm's own engine (Helm v4) on the chart at the path.
+    Helm,
+}
+
+impl RenderType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RenderType::Auto => "Auto",
+            RenderType::Plain => "Plain",
+            RenderType::Kustomize => "Kustomize",
+            RenderType::Helm => "Helm",
+        }
+    }
+}
+
+/// The release a chart is rendered as, and its values.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmSpec {
+    /// `.Release.Name`; the Sync's name when unset (for a SyncGroup's Syncs, the group's
+    /// name, so every cluster renders the same release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_name: Option<String>,
+    /// `.Release.Namespace`, and the namespace of namespaced objects that name none;
+    /// `default` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Values files inside the source, relative to the chart's directory, merged in order
+    /// over the chart's `values.yaml` (as `helm -f`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values_files: Vec<String>,
+    /// Values read from ConfigMaps or Secrets in the Sync's namespace, merged in order after
+    /// the values files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values_from: Vec<ValuesReference>,
+    /// Values merged last (before the SyncGroup's `overrides`), as `helm --set`'s map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Option<Value>,
+}
+
+/// Where a values document is kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ValuesKind {
+    #[default]
+    ConfigMap,
+    Secret,
+}
+
+impl ValuesKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValuesKind::ConfigMap => "ConfigMap",
+            ValuesKind::Secret => "Secret",
+        }
+    }
+}
+
+/// A values document in a ConfigMap or Secret of the Sync's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesReference {
+    pub kind: ValuesKind,
+    pub name: String,
+    /// The key holding a YAML values document; `values.yaml` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A missing object or key is skipped instead of failing the sync.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
+}
+
+impl ValuesReference {
+    /// The key read: `values.yaml` when unset.
+    pub fn key_or_default(&self) -> &str {
+        self.key.as_deref().unwrap_or("values.yaml")
+    }
+}
+
+/// Helm values for the clusters a selector picks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesOverride {
+    pub cluster_selector: LabelSelector,
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Value,
+}
+
+// `LabelSelector` is not `Eq` in k8s-openapi; its fields are (strings and lists of strings).
+impl Eq for ValuesOverride {}
+
+/// A JSON object of any shape: values keep their fields as written.
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}

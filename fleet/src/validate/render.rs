@@ -1,0 +1,180 @@
+//! Rules for a template's `render`: the Helm fields only where Helm renders, a release name and
+//! namespace Helm accepts, values that are objects, values files inside the source, references
+//! to ConfigMaps and Secrets with valid names and keys, and valid override selectors.
+
+use serde_json::Value;
+
+use super::rules::{
+    check_dns1123_label, check_dns1123_subdomain, check_object_name, check_secret_key,
+    check_selector, name_error,
+};
+use super::{Problems, ValidationError};
+use crate::resources::{RenderSpec, RenderType};
+
+/// Helm's limit on release names (`helm install` refuses longer ones).
+pub const MAX_RELEASE_NAME: usize = 53;
+
+pub(super) fn check_render(problems: &mut Problems, prefix: &str, render: &RenderSpec) {
+    let helm_allowed = matches!(render.type_, RenderType::Auto | RenderType::Helm);
+    if !helm_allowed && render.helm.is_some() {
+        problems.push(ValidationError::Render {
+            field: format!("{prefix}.helm"),
+            reason: format!(
+                "only the Helm renderer takes Helm settings, and the type is {}",
+                render.type_.as_str()
+            ),
+        });
+    }
+    if !helm_allowed && !render.overrides.is_empty() {
+        problems.push(ValidationError::Render {
+            field: format!("{prefix}.overrides"),
+            reason: format!(
+                "overrides set Helm values, and the type is {}",
+                render.type_.as_str()
+            ),
+        });
+    }
+    for (index, entry) in render.overrides.iter().enumerate() {
+        let field = format!("{prefix}.overrides[{index}]");
+        problems.check(check_selector(
+            &format!("{field}.clusterSelector"),
+            &entry.cluster_selector,
+        ));
+        check_object(problems, &format!("{field}.values"), &entry.values);
+    }
+    let Some(helm) = &render.helm else {
+        return;
+    };
+    let prefix = format!("{prefix}.helm");
+    if let Some(name) = &helm.release_name {
+        let field = format!("{prefix}.releaseName");
+        problems.check(name_error(&field, name, check_release_name(name)));
+    }
+    if let Some(namespace) = &helm.namespace {
+        let field = format!("{prefix}.namespace");
+        problems.check(name_error(
+            &field,
+            namespace,
+            check_dns1123_label(namespace),
+        ));
+    }
+    for (index, file) in helm.values_files.iter().enumerate() {
+        let field = format!("{prefix}.valuesFiles[{index}]");
+        let error = |reason: &str| ValidationError::Path {
+            field: field.clone(),
+            value: file.clone(),
+            reason: reason.to_owned(),
+        };
+        if file.is_empty() {
+            problems.push(error("must not be empty"));
+        } else if file.starts_with('/') || file.starts_with('\\') {
+            problems.push(error(
+                "must be relative to the chart's directory, not absolute",
+            ));
+        } else if file.contains('\0') {
+            problems.push(error("must not contain NUL"));
+        }
+    }
+    for (index, reference) in helm.values_from.iter().enumerate() {
+        let field = format!("{prefix}.valuesFrom[{index}]");
+        problems.check(check_object_name(&format!("{field}.name"), &reference.name));
+        if let Some(key) = &reference.key {
+            problems.check(check_secret_key(&format!("{field}.key"), key));
+        }
+    }
+    if let Some(values) = &helm.values {
+        check_object(problems, &format!("{prefix}.values"), values);
+    }
+}
+
+/// A release name as Helm checks it: a DNS-1123 subdomain of at most 53 characters.
+pub fn check_release_name(name: &str) -> Result<(), String> {
+    if name.len() > MAX_RELEASE_NAME {
+        return Err(format!(
+            "Helm release names have at most {MAX_RELEASE_NAME} characters, this one has {}",
+            name.len()
+        ));
+    }
+    check_dns1123_subdomain(name)
+}
+
+fn check_object(problems: &mut Problems, field: &str, values: &Value) {
+    if !values.is_object() {
+        problems.push(ValidationError::Render {
+            field: field.to_owned(),
+            reason: "values must be a map (a YAML mapping)".to_owned(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::resources::{HelmSpec, ValuesKind, ValuesOverride, ValuesReference};
+
+    use super::*;
+
+    fn problems_of(render: &RenderSpec) -> Vec<String> {
+        let mut problems = Problems::default();
+        check_render(&mut problems, "spec.render", render);
+        match problems.finish() {
+            Ok(()) => Vec::new(),
+            Err(ValidationError::Several(all)) => all.iter().map(ToString::to_string).collect(),
+            Err(one) => vec![one.to_string()],
+        }
+    }
+
+    #[test]
+    fn a_helm_render_with_good_fields_passes() {
+        let render = RenderSpec {
+            type_: RenderType::Helm,
+            helm: Some(HelmSpec {
+                release_name: Some("web".into()),
+                namespace: Some("shop".into()),
+                values_files: vec!["values/prod.yaml".into(), "../shared/eu.yaml".into()],
+                values_from: vec![ValuesReference {
+                    kind: ValuesKind::Secret,
+                    name: "web-values".into(),
+                    key: Some("values.yaml".into()),
+                    optional: false,
+                }],
+                values: Some(serde_json::json!({"replicaCount": 2})),
+            }),
+            overrides: vec![ValuesOverride {
+                cluster_selector: Default::default(),
+                values: serde_json::json!({"replicaCount": 1}),
+            }],
+        };
+        assert_eq!(problems_of(&render), Vec::<String>::new());
+    }
+
+    #[test]
+    fn helm_settings_elsewhere_and_bad_fields_are_refused() {
+        let render = RenderSpec {
+            type_: RenderType::Kustomize,
+            helm: Some(HelmSpec {
+                release_name: Some("Bad_Name".into()),
+                values_files: vec!["/etc/values.yaml".into()],
+                values: Some(serde_json::json!([1, 2])),
+                ..HelmSpec::default()
+            }),
+            overrides: vec![ValuesOverride {
+                cluster_selector: Default::default(),
+                values: serde_json::json!("x"),
+            }],
+        };
+        let problems = problems_of(&render);
+        let text = problems.join("\n");
+        for expected in [
+            "spec.render.helm: only the Helm renderer takes Helm settings, and the type is Kustomize",
+            "spec.render.overrides: overrides set Helm values, and the type is Kustomize",
+            "spec.render.overrides[0].values: values must be a map",
+            "spec.render.helm.releaseName: \"Bad_Name\" is not a valid name",
+            "spec.render.helm.valuesFiles[0]: \"/etc/values.yaml\" is not a valid path",
+            "spec.render.helm.values: values must be a map",
+        ] {
+            assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+        }
+        assert!(check_release_name(&"a".repeat(54)).is_err());
+        assert!(check_release_name(&"a".repeat(53)).is_ok());
+    }
+}
