@@ -7,14 +7,25 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use fleetsim::FleetSim;
 
+use crate::renderers::Demo;
+
 pub struct DemoRepo {
     pub path: PathBuf,
     repo: git2::Repository,
 }
 
 /// The app at a version: the config map's `version` and the deployment's image tag change.
-fn files(version: &str, image: &str) -> Vec<(&'static str, String)> {
-    vec![
+/// The repository holds it three ways: plain YAML (`app/`), a Helm chart and a Kustomize
+/// overlay ([`crate::renderers`]).
+fn files(version: &str, image: &str) -> Vec<(String, String)> {
+    let mut files = plain_files(version, image);
+    files.extend(crate::renderers::chart_files(version, image));
+    files.extend(crate::renderers::kustomize_files(version, image));
+    files
+}
+
+fn plain_files(version: &str, image: &str) -> Vec<(String, String)> {
+    let files: Vec<(&str, String)> = vec![
         (
             "app/namespace.yaml",
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n".to_string(),
@@ -31,7 +42,11 @@ fn files(version: &str, image: &str) -> Vec<(&'static str, String)> {
                 "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: demo-web\n  namespace: demo\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {{app: demo-web}}\n  template:\n    metadata:\n      labels: {{app: demo-web}}\n    spec:\n      containers:\n        - name: web\n          image: {image}\n          env:\n            - name: REGION\n              value: ${{REGION}}\n"
             ),
         ),
-    ]
+    ];
+    files
+        .into_iter()
+        .map(|(name, content)| (name.to_owned(), content))
+        .collect()
 }
 
 impl DemoRepo {
@@ -79,9 +94,13 @@ impl DemoRepo {
                     .with_context(|| format!("cannot remove {}", file.display()))?;
             }
         }
-        let files: Vec<(&str, String)> = files(version, image)
+        let files: Vec<(String, String)> = files(version, image)
             .into_iter()
-            .filter(|(name, _)| !left_out.contains(name))
+            .filter(|(name, _)| !left_out.contains(&name.as_str()))
+            .collect();
+        let files: Vec<(&str, String)> = files
+            .iter()
+            .map(|(name, content)| (name.as_str(), content.clone()))
             .collect();
         self.commit_files(&files, message)
     }
@@ -129,18 +148,20 @@ pub fn demo_manifests(
     url: &str,
     max_unavailable: &str,
 ) -> anyhow::Result<Vec<String>> {
-    demo_manifests_for(sim, &sim.cluster_names(), url, max_unavailable)
+    demo_manifests_for(sim, &sim.cluster_names(), url, max_unavailable, Demo::Plain)
 }
 
-/// [`demo_manifests`] with the given fleetsim clusters as the targets.
+/// [`demo_manifests`] with the given fleetsim clusters as the targets, rendered as `demo` says.
 pub fn demo_manifests_for(
     sim: &FleetSim,
     targets: &[String],
     url: &str,
     max_unavailable: &str,
+    demo: Demo,
 ) -> anyhow::Result<Vec<String>> {
+    let template = demo.template();
     let mut documents = vec![format!(
-        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n    maxUnavailable: \"{max_unavailable}\"\n"
+        "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 2s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n{template}  rollout:\n    maxUnavailable: \"{max_unavailable}\"\n"
     )];
     let regions = ["eu-west", "us-east", "ap-south"];
     for (index, name) in targets.iter().enumerate() {

@@ -17,6 +17,7 @@ pub mod demo;
 mod invocation;
 mod management;
 mod progress;
+pub mod renderers;
 pub mod report;
 mod watch;
 
@@ -36,6 +37,7 @@ use demo::DemoRepo;
 pub use demo::{demo_manifests, demo_manifests_for};
 use management::Management;
 use progress::Progress;
+pub use renderers::Demo;
 use report::{Check, RolloutTiming, Summary};
 use starling_cli::output::{OutputFormat, ReportFormat};
 use starling_replica::config::{Mode, NodeConfig, OperatorConfig};
@@ -87,6 +89,11 @@ pub struct DevArgs {
     /// a target) that the replicas watch and write status to; its kubeconfig is printed.
     #[arg(long, value_enum, default_value_t = Mode::Standalone)]
     pub mode: Mode,
+    /// How the demo app is rendered: its plain YAML, its Helm chart (Helm's engine, per-cluster
+    /// values) or its Kustomize overlay. `helm` and `kustomize` need the render engines
+    /// (`scripts/install-render-engines`).
+    #[arg(long, value_enum, default_value_t = Demo::Plain)]
+    pub demo: Demo,
 }
 
 impl DevArgs {
@@ -103,6 +110,19 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
         Ok(duration) if duration.is_zero() => Err("the timeout must be more than zero".into()),
         Ok(duration) => Ok(duration),
         Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Fails before anything starts when the demo's renderer has no engine on this machine.
+fn check_engines(demo: Demo) -> anyhow::Result<()> {
+    let missing = match demo {
+        Demo::Plain => return Ok(()),
+        Demo::Helm => starling_render::helm::library::find_library(None).err(),
+        Demo::Kustomize => starling_render::kustomize::find_kubectl(None).err(),
+    };
+    match missing {
+        None => Ok(()),
+        Some(error) => anyhow::bail!("--demo {} needs its render engine: {error}", demo.as_str()),
     }
 }
 
@@ -157,6 +177,7 @@ pub async fn run(
         .tempdir()
         .context("cannot create a temporary directory")?;
     let quiet = format == ReportFormat::Json;
+    check_engines(args.demo)?;
     let progress = Progress::new(quiet);
     progress.say(&format!("starling dev: data in {}", dir.path().display()));
 
@@ -340,6 +361,7 @@ impl Dev {
             &self.targets(),
             &repo.url(),
             &self.args.max_unavailable,
+            self.args.demo,
         )?;
         if let Some(management) = &self.management {
             return self.create_in_management(management, &documents).await;

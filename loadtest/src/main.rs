@@ -61,8 +61,11 @@ struct BenchArgs {
 
 fn main() -> std::process::ExitCode {
     // The replicas and agents a bench starts are this binary running `starling node` and
-    // `starling agent`.
-    if matches!(std::env::args().nth(1).as_deref(), Some("node" | "agent")) {
+    // `starling agent`; their Helm renders run it as `starling render-worker`.
+    if matches!(
+        std::env::args().nth(1).as_deref(),
+        Some("node" | "agent" | "render-worker")
+    ) {
         return starling::main();
     }
     let args = <BenchArgs as clap::Parser>::parse();
@@ -266,6 +269,22 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
 /// Current resident set (`VmRSS`) of a process, in MiB.
 fn rss_mib(pid: u32) -> Option<f64> {
     proc_status_mib(pid, "VmRSS:")
+}
+
+/// CPU time a process and its reaped children (render engines) used, in seconds: utime,
+/// stime, cutime and cstime of `/proc/PID/stat` at the kernel's 100 ticks per second.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the name: state is field 3, so utime (14) .. cstime (17) are at 11..=14 here.
+    let ticks: f64 = fields
+        .get(11..=14)?
+        .iter()
+        .map(|field| field.parse::<f64>().unwrap_or(0.0))
+        .sum();
+    Some(ticks / 100.0)
 }
 
 fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {

@@ -22,6 +22,7 @@ use chaos::harness::pull::Agents;
 
 use super::{Proc, Testbed, peak_rss_mib, resident, rss_mib, shards, wait_for};
 use crate::report::{self, Series};
+use starling_dev::Demo;
 use starling_dev::report::physical_bound;
 
 /// A `clap::Parser` too, so that `scale` can start from its defaults.
@@ -58,6 +59,10 @@ pub struct RolloutArgs {
     /// process (set by the benches that take `--pull`).
     #[arg(skip)]
     pub pull: usize,
+    /// How the demo app is rendered: plain YAML, its Helm chart (30 templates, values per
+    /// region) or its Kustomize overlay (a generator, a patch, per-cluster substitution).
+    #[arg(long, value_enum, default_value_t = Demo::Plain)]
+    pub render: Demo,
 }
 
 impl RolloutArgs {
@@ -154,8 +159,17 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
     let address = bed.procs[&1].grpc.clone();
     let names = bed.sim.cluster_names();
     let (push, pull) = names.split_at(args.clusters);
-    let documents =
-        starling_dev::demo_manifests_for(&bed.sim, push, &bed.repo.url(), &args.max_unavailable)?;
+    let mut documents = starling_dev::demo_manifests_for(
+        &bed.sim,
+        push,
+        &bed.repo.url(),
+        &args.max_unavailable,
+        args.render,
+    )?;
+    if args.render == Demo::Helm {
+        // One value set per region, not one per cluster: renders per node = regions.
+        documents[0] = documents[0].replace("          cluster: \"${cluster.name}\"\n", "");
+    }
     // The clusters and their Secrets first, the Source and SyncGroup (document 0) last, so
     // that the memory of the specs alone is seen before any rollout starts.
     let (group, clusters) = documents
@@ -255,11 +269,20 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     } = roll_out_once(&args).await?;
     let address = procs[&1].grpc.clone();
     let counters_before = counters(&procs).await;
+    let cpu = |procs: &std::collections::BTreeMap<u64, Proc>| -> f64 {
+        procs
+            .values()
+            .filter_map(|proc| super::cpu_seconds(proc.child.id()))
+            .sum()
+    };
+    let cpu_before = cpu(&procs);
     let writes_before = sim.audit_stats().recorded;
     repo.commit("v2", "nginx:1.28", "second version")?;
     let (_, seconds, timeline) = wait_rollout(&address, &first, &args).await?;
     let writes = sim.audit_stats().recorded - writes_before;
     let counters_after = counters(&procs).await;
+    // Every replica's CPU, render engines included, per cluster synced.
+    let cpu_per_sync = (cpu(&procs) - cpu_before) / args.clusters.max(1) as f64;
     let leader = leader_of(&procs).await;
 
     let mean = mean_sync_duration(&procs).await;
@@ -292,6 +315,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     let mut nodes = Vec::new();
     let mut worst_kib = 0.0f64;
     let mut most_fetches = 0.0f64;
+    let mut most_renders = 0.0f64;
     for (id, proc) in &procs {
         let peak = peak_rss_mib(proc.child.id());
         let clusters = owned.get(id).copied().unwrap_or(0);
@@ -310,6 +334,9 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                     .copied()
                     .unwrap_or(0.0)
         };
+        let renders = delta(RENDER_RUNS);
+        let render_hits = delta(RENDER_HITS);
+        most_renders = most_renders.max(renders);
         let git_fetches = delta(SOURCE_FETCHES);
         let from_git = delta(ARTIFACTS_FROM_GIT);
         // The source's owner polls git every interval; one of its polls brought the commit,
@@ -328,6 +355,8 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             "git_fetches_for_the_commit": for_the_commit,
             "artifacts_built_from_git_during_rollout": from_git,
             "artifacts_copied_from_peers_during_rollout": delta(ARTIFACTS_FROM_PEERS),
+            "engine_renders_during_rollout": renders,
+            "render_cache_hits_during_rollout": render_hits,
         }));
         println!(
             "node {id}{}: peak {} MiB, {clusters} clusters owned, {} KiB per cluster; during the \
@@ -338,7 +367,17 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             kib.map_or("?".into(), |k| format!("{k:.0}")),
             delta(ARTIFACTS_FROM_PEERS)
         );
+        if args.render != Demo::Plain {
+            println!(
+                "node {id}: {renders} engine renders, {render_hits} answered from the render cache"
+            );
+        }
     }
+    println!(
+        "renderer {}: at most {most_renders} engine renders on one node; CPU per sync {:.1} ms (every replica, engines included)",
+        args.render.as_str(),
+        cpu_per_sync * 1000.0
+    );
     let balance = placement(&owned, args.nodes);
     let snapshots: Vec<u64> = procs
         .keys()
@@ -381,6 +420,9 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "placement_most_to_mean": balance.ratio,
         "snapshot_bytes_per_node": snapshots,
         "snapshot_bytes_per_cluster": snapshot_per_cluster,
+        "render": args.render.as_str(),
+        "engine_renders_per_node_max": most_renders,
+        "cpu_seconds_per_sync": cpu_per_sync,
         "git_fetches_per_replica_max": most_fetches,
         "git_fetches_per_replica_limit": 1.0,
         "per_node": nodes,
@@ -439,6 +481,8 @@ fn snapshot_bytes(data_dir: &std::path::Path) -> u64 {
 const SOURCE_FETCHES: &str = "starling_source_fetch_duration_seconds_count";
 const ARTIFACTS_FROM_GIT: &str = "starling_artifacts_from_git_total";
 const ARTIFACTS_FROM_PEERS: &str = "starling_artifacts_from_peers_total";
+const RENDER_RUNS: &str = "starling_render_engine_runs_total";
+const RENDER_HITS: &str = "starling_render_cache_hits_total";
 
 /// The counters the report compares before and after the timed rollout, per node.
 async fn counters(
@@ -453,7 +497,15 @@ async fn counters(
             let Some((name, value)) = line.rsplit_once(' ') else {
                 continue;
             };
-            if [SOURCE_FETCHES, ARTIFACTS_FROM_GIT, ARTIFACTS_FROM_PEERS].contains(&name) {
+            if [
+                SOURCE_FETCHES,
+                ARTIFACTS_FROM_GIT,
+                ARTIFACTS_FROM_PEERS,
+                RENDER_RUNS,
+                RENDER_HITS,
+            ]
+            .contains(&name)
+            {
                 values.insert((*id, name.to_string()), value.parse().unwrap_or(0.0));
             }
         }
