@@ -9,10 +9,13 @@ the binary (`starling node --validate-config`, path in STARLING_BIN).
 Each check prints what it did; the script exits non-zero when any failed.
 """
 
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -35,6 +38,12 @@ VARIANTS = [
     ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
     ("disaster recovery", "starling", NAMESPACE, {"node": {"recovery": True}}),
     ("API tokens", "starling", NAMESPACE, {"auth": {"adminTokenSecret": "starling-admin"}}),
+    (
+        "API tokens, /metrics behind them",
+        "starling",
+        NAMESPACE,
+        {"auth": {"adminTokenSecret": "starling-admin", "metricsAuth": True}},
+    ),
     (
         "a TLS Secret of the user's",
         "starling",
@@ -275,6 +284,7 @@ def check_schema_rejects_bad_values():
         ("an unknown podAntiAffinity", {"podAntiAffinity": "sometimes"}),
         ("an unknown resources key", {"resources": {"requests": {"gpu": 1}}}),
         ("an unknown tls key", {"tls": {"issuer": "letsencrypt"}}),
+        ("a metricsAuth that is not a boolean", {"auth": {"metricsAuth": "yes"}}),
         ("a certificate duration in days", {"tls": {"certManager": {"duration": "90d"}}}),
         ("a Secret name with capitals", {"tls": {"secretName": "Starling_TLS"}}),
         (
@@ -299,6 +309,12 @@ def check_schema_rejects_bad_values():
         expect("drainTimeoutSeconds" in str(error), f"a grace period shorter than the drain: {error}")
     else:
         raise CheckFailed("the chart accepted a grace period shorter than the drain")
+    try:
+        render({"auth": {"metricsAuth": True}})
+    except helm_python.HelmError as error:
+        expect("adminTokenSecret" in str(error), f"metricsAuth without an admin token: {error}")
+    else:
+        raise CheckFailed("the chart accepted auth.metricsAuth without auth.adminTokenSecret")
     try:
         render({"tls": {"secretName": "starling-ca"}})
     except helm_python.HelmError as error:
@@ -698,9 +714,42 @@ def container_environment(container, pod_name, namespace):
     return environment
 
 
+MOUNTED = "/etc/starling/"
+
+
+def mounted_files(root):
+    """What the chart mounts under /etc/starling/, made under `root` for --validate-config to
+    read as a start would: an admin token of 48 characters, and a CA with a replica's
+    certificate and key made by openssl (P-256)."""
+    tls = root / "tls"
+    auth = root / "auth"
+    tls.mkdir(parents=True)
+    auth.mkdir(parents=True)
+    (auth / "token").write_text("t" * 48 + "\n")
+
+    def openssl(*args):
+        completed = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
+        if completed.returncode != 0:
+            raise RuntimeError(f"openssl {' '.join(args)} failed: {completed.stderr.strip()}")
+
+    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    openssl("req", "-x509", *curve, "-keyout", str(tls / "ca.key"), "-out", str(tls / "ca.crt"),
+            "-subj", "/CN=starling-test-ca", "-days", "2")
+    openssl("req", *curve, "-keyout", str(tls / "tls.key"), "-out", str(tls / "tls.csr"),
+            "-subj", "/CN=starling")
+    extensions = tls / "san.cnf"
+    extensions.write_text("subjectAltName=DNS:starling,DNS:*.starling\n")
+    openssl("x509", "-req", "-in", str(tls / "tls.csr"), "-CA", str(tls / "ca.crt"),
+            "-CAkey", str(tls / "ca.key"), "-CAcreateserial", "-out", str(tls / "tls.crt"),
+            "-days", "2", "-extfile", str(extensions))
+
+
 def check_binary_accepts_rendered_args():
     binary = Path(STARLING_BIN)
     expect(binary.is_file(), f"no starling binary at {binary} (build it, or set STARLING_BIN)")
+    scratch = Path(tempfile.mkdtemp(prefix="starling-chart-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    mounted_files(scratch)
     runs = 0
     # The test's own STARLING_* variables must not leak into the binary's configuration.
     clean_environment = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
@@ -715,6 +764,8 @@ def check_binary_accepts_rendered_args():
         for pod_name in sorted({pods[0], pods[-1]}):
             environment = container_environment(container, pod_name, namespace)
             args = [expand_kubernetes_references(a, environment) for a in container["args"]]
+            # The mounted Secrets' paths point at the files made above.
+            args = [a.replace(MOUNTED, f"{scratch}/") for a in args]
             expect(args[0] == "node", f"{description}: the container runs `starling node`")
             unexpanded = [a for a in args if "$(" in a]
             expect(not unexpanded, f"{description}: unexpanded references {unexpanded}")
@@ -746,6 +797,11 @@ def check_binary_accepts_rendered_args():
             effective = merged(values)
             auth = "tokens" if effective["auth"]["adminTokenSecret"] else "open"
             expect(f" auth {auth} " in summary, f"{description}: auth {auth}: {summary}")
+            metrics_auth = bool(effective["auth"].get("metricsAuth"))
+            expect(
+                (" metrics-auth " in summary) == metrics_auth,
+                f"{description}: /metrics behind tokens is {metrics_auth}: {summary}",
+            )
             expect(" tls on " in summary, f"{description}: TLS on the gRPC port: {summary}")
             if effective["mode"] == "operator":
                 rbac = effective["rbac"]

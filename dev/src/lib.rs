@@ -322,6 +322,7 @@ impl Dev {
                 agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
                 deletion_timeout: Duration::from_secs(300),
                 metrics_auth: false,
+                token_use_interval: std::time::Duration::from_secs(60),
             };
             let spec_source = match &config.operator {
                 Some(operator) => Some(Arc::new(

@@ -656,6 +656,7 @@ async fn admission(
             agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
             deletion_timeout: Duration::from_secs(300),
             metrics_auth: false,
+            token_use_interval: std::time::Duration::from_secs(60),
         };
         nodes.push(starling_replica::serve::start(config, None).await?);
     }

@@ -10,9 +10,13 @@
 //!
 //! Without `--admin-token-file` the API is open: every caller is an anonymous admin, as in
 //! development. Tokens are compared by SHA-256 digest in constant time; a token never appears
-//! in a log line, an error message or a metric.
+//! in a log line, an error message or a metric. A token past its `expires` is refused. The
+//! admin token's file is re-read every 2 s ([`Credentials::watch`]): writing a new token into
+//! it (a Secret update) rotates it without a restart. Each replica notes which tokens were
+//! presented and reports their last use once a minute ([`fleet::Command::NoteTokenUse`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 
 use fleet::state::{Role, TokenEntry};
 use sha2::{Digest as _, Sha256};
@@ -136,11 +140,155 @@ fn parse_token(token: &str) -> Option<(&str, &str)> {
     token.strip_prefix(TOKEN_PREFIX)?.split_once('_')
 }
 
+/// The installation's credentials on this replica: the admin token (re-read from its file
+/// when it changes, so it rotates without a restart) and the tokens seen since the last report
+/// of their use.
+pub struct Credentials {
+    file: Option<std::path::PathBuf>,
+    admin: RwLock<AdminSecret>,
+    /// Token id → when it was last presented here (seconds since the epoch); at most one entry
+    /// per token in the state, drained by [`Credentials::take_uses`].
+    uses: Mutex<HashMap<String, i64>>,
+}
+
+struct AdminSecret {
+    token: String,
+    digest: [u8; 32],
+}
+
+impl AdminSecret {
+    fn new(token: String) -> AdminSecret {
+        AdminSecret {
+            digest: Sha256::digest(token.as_bytes()).into(),
+            token,
+        }
+    }
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Credentials {
+    /// Credentials with `token` as the admin token, read from `file` (re-read by
+    /// [`Credentials::reload`]) when given.
+    pub fn new(token: String, file: Option<std::path::PathBuf>) -> Credentials {
+        Credentials {
+            file,
+            admin: RwLock::new(AdminSecret::new(token)),
+            uses: Mutex::default(),
+        }
+    }
+
+    /// The admin token now in use (for calls to peers).
+    pub fn admin_token(&self) -> String {
+        self.admin
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .token
+            .clone()
+    }
+
+    /// Re-reads the admin token's file: `Ok(true)` when the token changed (the old one is
+    /// refused from now on), `Ok(false)` when it is the same; an unreadable, blank or short
+    /// file keeps the current token and says why.
+    pub fn reload(&self) -> Result<bool, crate::config::ConfigError> {
+        let Some(file) = &self.file else {
+            return Ok(false);
+        };
+        let token = crate::config::read_admin_token(file)?;
+        let mut admin = self.admin.write().unwrap_or_else(|e| e.into_inner());
+        if admin.token == token {
+            return Ok(false);
+        }
+        *admin = AdminSecret::new(token);
+        Ok(true)
+    }
+
+    /// Re-reads the admin token's file every `interval` until the task is aborted.
+    pub async fn watch(self: Arc<Self>, interval: std::time::Duration) {
+        loop {
+            tokio::time::sleep(interval).await;
+            match self.reload() {
+                Ok(true) => tracing::info!(
+                    file = %self.file.as_deref().unwrap_or(std::path::Path::new("")).display(),
+                    "admin token reloaded: the previous one is refused from now on"
+                ),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(
+                    %error,
+                    "admin token not reloaded; the current one stays in use"
+                ),
+            }
+        }
+    }
+
+    fn note_use(&self, id: &str, now: i64) {
+        let mut uses = locked(&self.uses);
+        match uses.get_mut(id) {
+            Some(at) => *at = (*at).max(now),
+            None => {
+                uses.insert(id.to_owned(), now);
+            }
+        }
+    }
+
+    /// The uses seen since the last call, as `(id, RFC 3339)`, for
+    /// [`fleet::Command::NoteTokenUse`].
+    pub fn take_uses(&self) -> Vec<(String, String)> {
+        let uses = std::mem::take(&mut *locked(&self.uses));
+        let mut uses: Vec<(String, String)> = uses
+            .into_iter()
+            .map(|(id, at)| {
+                let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
+                (id, humantime::format_rfc3339_seconds(time).to_string())
+            })
+            .collect();
+        uses.sort();
+        uses
+    }
+}
+
+/// Reports the token uses this replica saw, every `--token-use-interval`, as one command;
+/// uses that could not be committed are kept for the next report.
+pub(crate) async fn report_uses(replica: Arc<crate::node::Replica>) {
+    let Some(credentials) = replica.credentials.clone() else {
+        return;
+    };
+    let interval = replica
+        .config
+        .token_use_interval
+        .max(std::time::Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(interval).await;
+        let uses = credentials.take_uses();
+        if uses.is_empty() {
+            continue;
+        }
+        let command = fleet::Command::NoteTokenUse { uses: uses.clone() };
+        if let Err(error) = replica.raft.propose(command).await {
+            tracing::debug!(%error, tokens = uses.len(), "token uses not reported; kept for the next report");
+            for (id, at) in uses {
+                if let Some(seconds) = fleet::duration::unix_seconds(&at) {
+                    credentials.note_use(&id, seconds);
+                }
+            }
+        }
+    }
+}
+
+/// The replica's wall clock in seconds since the epoch.
+pub(crate) fn unix_now() -> i64 {
+    crate::node::system_now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 /// Authenticates every request of a service (a tonic interceptor) and records the caller.
 #[derive(Clone)]
 pub struct Authenticator {
-    /// SHA-256 of the admin token; `None`: the API is open.
-    admin: Option<[u8; 32]>,
+    /// `None`: the API is open.
+    credentials: Option<Arc<Credentials>>,
     state: Option<Arc<starling_raft::StateReader>>,
 }
 
@@ -148,27 +296,30 @@ impl Authenticator {
     /// An open API: every caller is [`Principal::anonymous`].
     pub fn open() -> Authenticator {
         Authenticator {
-            admin: None,
+            credentials: None,
             state: None,
         }
     }
 
     /// Tokens required: the admin token, or one in the replicated state.
-    pub fn with_tokens(admin_token: &str, state: starling_raft::StateReader) -> Authenticator {
+    pub fn with_tokens(
+        credentials: Arc<Credentials>,
+        state: starling_raft::StateReader,
+    ) -> Authenticator {
         Authenticator {
-            admin: Some(Sha256::digest(admin_token.as_bytes()).into()),
+            credentials: Some(credentials),
             state: Some(Arc::new(state)),
         }
     }
 
     /// Whether calls need a token.
     pub fn enforcing(&self) -> bool {
-        self.admin.is_some()
+        self.credentials.is_some()
     }
 
     /// The caller a bearer token stands for.
     pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, Status> {
-        let Some(admin) = self.admin else {
+        let Some(credentials) = &self.credentials else {
             return Ok(Principal::anonymous());
         };
         let Some(token) = bearer else {
@@ -177,6 +328,11 @@ impl Authenticator {
             ));
         };
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let admin = credentials
+            .admin
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .digest;
         if bool::from(presented.ct_eq(&admin)) {
             return Ok(Principal::admin_token());
         }
@@ -184,13 +340,25 @@ impl Authenticator {
         let (id, secret) = parse_token(token).ok_or_else(invalid)?;
         let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
         let state = self.state.as_ref().ok_or_else(invalid)?;
-        state
-            .read(|state| {
-                let entry = state.tokens.get(id)?;
-                let stored = hex::decode(&entry.digest).ok()?;
-                bool::from(stored.as_slice().ct_eq(&digest)).then(|| Principal::of_token(id, entry))
+        let now = unix_now();
+        let verdict = state.read(|state| {
+            let entry = state.tokens.get(id)?;
+            let stored = hex::decode(&entry.digest).ok()?;
+            if !bool::from(stored.as_slice().ct_eq(&digest)) {
+                return None;
+            }
+            Some(if entry.expired_at(now) {
+                Err(Status::unauthenticated(format!(
+                    "token {id} expired at {}: an admin makes a new one with `starling token create`",
+                    entry.expires.as_deref().unwrap_or_default()
+                )))
+            } else {
+                Ok(Principal::of_token(id, entry))
             })
-            .ok_or_else(invalid)
+        });
+        let principal = verdict.ok_or_else(invalid)??;
+        credentials.note_use(id, now);
+        Ok(principal)
     }
 }
 
@@ -294,7 +462,7 @@ mod tests {
         );
         let admin = "a".repeat(40);
         let auth = Authenticator {
-            admin: Some(Sha256::digest(admin.as_bytes()).into()),
+            credentials: Some(Arc::new(Credentials::new(admin.clone(), None))),
             state: None,
         };
         assert_eq!(auth.authenticate(Some(&admin)).unwrap().role, Role::Admin);
@@ -303,5 +471,48 @@ mod tests {
         let wrong = auth.authenticate(Some("stl_0011_secret")).unwrap_err();
         assert_eq!(wrong.code(), tonic::Code::Unauthenticated);
         assert!(!wrong.message().contains("secret"));
+    }
+
+    /// Issue 32, part 3: the admin token rotates by rewriting its file; a blank or short file
+    /// keeps the current one.
+    #[test]
+    fn the_admin_token_rotates_when_its_file_changes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("token");
+        let (old, new) = ("o".repeat(40), "n".repeat(40));
+        std::fs::write(&file, &old).expect("write");
+        let credentials = Arc::new(Credentials::new(old.clone(), Some(file.clone())));
+        let auth = Authenticator {
+            credentials: Some(credentials.clone()),
+            state: None,
+        };
+        assert!(auth.authenticate(Some(&old)).is_ok());
+        assert!(!credentials.reload().expect("same file"));
+        std::fs::write(&file, format!("{new}\n")).expect("rewrite");
+        assert!(credentials.reload().expect("new token"));
+        assert!(auth.authenticate(Some(&new)).is_ok());
+        assert!(auth.authenticate(Some(&old)).is_err());
+        assert_eq!(credentials.admin_token(), new);
+        std::fs::write(&file, "short").expect("rewrite");
+        assert!(credentials.reload().is_err());
+        assert!(auth.authenticate(Some(&new)).is_ok());
+    }
+
+    /// Uses are kept per token (the latest only) until taken, as RFC 3339 times.
+    #[test]
+    fn uses_are_kept_per_token_until_reported() {
+        let credentials = Credentials::new("a".repeat(40), None);
+        credentials.note_use("t1", 1_800_000_000);
+        credentials.note_use("t1", 1_800_000_060);
+        credentials.note_use("t1", 1_800_000_030);
+        credentials.note_use("t2", 1_800_000_000);
+        assert_eq!(
+            credentials.take_uses(),
+            [
+                ("t1".to_owned(), "2027-01-15T08:01:00Z".to_owned()),
+                ("t2".to_owned(), "2027-01-15T08:00:00Z".to_owned()),
+            ]
+        );
+        assert!(credentials.take_uses().is_empty());
     }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplicaError {
-    #[error("{0}")]
+    #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Tls(#[from] starling_transport::tls::TlsError),

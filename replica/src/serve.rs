@@ -147,6 +147,14 @@ pub async fn start(
     if let Some(tls) = &replica.tls {
         tasks.push(tokio::spawn(tls.clone().watch()));
     }
+    if let Some(credentials) = &replica.credentials {
+        tasks.push(tokio::spawn(
+            credentials
+                .clone()
+                .watch(starling_transport::tls::RELOAD_INTERVAL),
+        ));
+        tasks.push(tokio::spawn(crate::auth::report_uses(replica.clone())));
+    }
     tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %replica.config.http_listen, "starling node started");
     Ok(RunningNode {
         replica,

@@ -220,6 +220,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
     match command {
         Command::Node(args) if args.validate_config => {
             let config = args.validate()?;
+            config.check_files()?;
             println!("{}", config.summary());
             Ok(())
         }

@@ -461,3 +461,167 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
         }
     }
 }
+
+/// Issue 32, part 3: a token made with `--ttl` is refused once expired and listed as such;
+/// `token list` shows when tokens were last used (reported every `--token-use-interval`); the
+/// admin token rotates by rewriting its file, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_expire_show_their_last_use_and_the_admin_token_rotates() {
+    let group = Group::start_together(
+        3,
+        Options {
+            admin_token: Some(ADMIN.into()),
+            extra_args: vec!["--token-use-interval=1s".into()],
+            ..Options::default()
+        },
+    );
+    group.wait_for_members(3).await;
+
+    // A token for two tenants that lives three seconds.
+    let text = ok(
+        starling(
+            &group,
+            1,
+            Some(ADMIN),
+            &[
+                "token",
+                "create",
+                "--tenant",
+                "team-a,team-b",
+                "--role",
+                "reader",
+                "--ttl",
+                "3s",
+            ],
+        ),
+        "token create --ttl",
+    );
+    assert!(text.contains("for 3s"), "{text}");
+    let short_lived = text.lines().last().expect("a token line").trim().to_owned();
+    let id = token_id(&short_lived);
+    ok(
+        starling(
+            &group,
+            2,
+            Some(&short_lived),
+            &["get", "clusters", "-n", "team-b"],
+        ),
+        "a fresh token reads",
+    );
+    // Its use reaches the replicated state within the report interval.
+    wait_until(
+        Duration::from_secs(30),
+        "the token's last use listed",
+        || async {
+            let list = ok(
+                starling(&group, 1, Some(ADMIN), &["token", "list", "-o", "json"]),
+                "token list",
+            );
+            let list: serde_json::Value = serde_json::from_str(&list).expect("json");
+            list["tokens"].as_array().into_iter().flatten().any(|t| {
+                t["id"] == id.as_str() && t["lastUsed"].is_string() && t["expires"].is_string()
+            })
+        },
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(30),
+        "the token refused as expired",
+        || async {
+            let output = starling(
+                &group,
+                3,
+                Some(&short_lived),
+                &["get", "clusters", "-n", "team-b"],
+            );
+            !output.status.success() && String::from_utf8_lossy(&output.stderr).contains("expired")
+        },
+    )
+    .await;
+    let list = ok(
+        starling(&group, 1, Some(ADMIN), &["token", "list"]),
+        "token list",
+    );
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&id) && l.contains("(expired)")),
+        "{list}"
+    );
+
+    // The admin token rotates: the file is rewritten, every replica refuses the old one and
+    // takes the new one, with no restart.
+    let rotated = "rotated-admin-token-for-the-tenancy-test-9876543210";
+    std::fs::write(group.admin_token_file(), rotated).expect("rewrite the admin token");
+    wait_until(
+        Duration::from_secs(30),
+        "every replica on the new admin token",
+        || async {
+            (1..=3).all(|node| {
+                let old = starling(&group, node, Some(ADMIN), &["members", "list"]);
+                let new = starling(&group, node, Some(rotated), &["members", "list"]);
+                !old.status.success() && new.status.success()
+            })
+        },
+    )
+    .await;
+    // The replicas still reach each other's Admin API with it: a write through a follower
+    // is forwarded to the leader.
+    let created = ok(
+        starling(
+            &group,
+            3,
+            Some(rotated),
+            &["token", "create", "--tenant", "team-a"],
+        ),
+        "token create with the rotated admin token",
+    );
+    assert!(created.contains("stl_"), "{created}");
+}
+
+/// Issue 32, part 3: `starling node --validate-config` reads the admin token file as a start
+/// does: a missing, blank or short one is refused, saying why, once.
+#[test]
+fn validate_config_checks_the_admin_token_file_as_a_start_does() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = |name: &str, content: Option<&str>| {
+        let path = dir.path().join(name);
+        if let Some(content) = content {
+            std::fs::write(&path, content).expect("write the token file");
+        }
+        path.to_str().expect("utf-8 path").to_owned()
+    };
+    let validate = |token_file: &str| {
+        Command::new(binary())
+            .args(["node", "--id", "1", "--insecure", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--admin-token-file", token_file, "--validate-config"])
+            .env_remove("STARLING_ADMIN_TOKEN_FILE")
+            .output()
+            .expect("run starling node --validate-config")
+    };
+    for (name, content, says) in [
+        ("missing", None, "cannot read the admin token file"),
+        ("blank", Some("\n"), "too short"),
+        ("short", Some("0123456789"), "too short"),
+    ] {
+        let output = validate(&file(name, content));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "a {name} admin token file was accepted"
+        );
+        assert!(stderr.contains(says), "{name}: {stderr}");
+        assert_eq!(
+            stderr.matches(says).count(),
+            1,
+            "{name}: said twice: {stderr}"
+        );
+    }
+    let output = validate(&file("good", Some(ADMIN)));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains(" auth tokens "));
+}

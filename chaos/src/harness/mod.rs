@@ -311,7 +311,7 @@ impl Group {
     }
 
     /// Where the admin token file is (written by `prepare` when the group has a token).
-    fn admin_token_file(&self) -> PathBuf {
+    pub fn admin_token_file(&self) -> PathBuf {
         self.dir.path().join("admin-token")
     }
 

@@ -164,6 +164,7 @@ fn node_config(host: &Host) -> NodeConfig {
         agent_grace: starling_replica::config::DEFAULT_AGENT_GRACE,
         deletion_timeout: std::time::Duration::from_secs(300),
         metrics_auth: false,
+        token_use_interval: std::time::Duration::from_secs(60),
     }
 }
 

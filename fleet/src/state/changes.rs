@@ -95,6 +95,7 @@ impl Touch {
             | Command::RequestPoll { .. }
             | Command::CreateToken { .. }
             | Command::RevokeToken { .. }
+            | Command::NoteTokenUse { .. }
             | Command::FormInstallation { .. }
             | Command::SetLearnerOnly { .. }
             | Command::GroupFormed => Touch::Nothing,

@@ -491,6 +491,11 @@ pub enum Command {
     RevokeToken {
         id: String,
     },
+    /// Replicas report when tokens were last presented, in batches (at most one a minute per
+    /// replica): `(id, RFC 3339 time)`.
+    NoteTokenUse {
+        uses: Vec<(String, String)>,
+    },
     /// `starling recover`: what one target cluster holds (its fence and each Sync's inventory
     /// mirror). Refused unless recovering.
     RecoverCluster {
@@ -776,6 +781,7 @@ impl FleetState {
             Command::FinishRecovery { pending } => self.finish_recovery(pending),
             Command::CreateToken { id, entry } => self.create_token(id, entry),
             Command::RevokeToken { id } => self.revoke_token(&id),
+            Command::NoteTokenUse { uses } => self.note_token_use(uses),
             Command::RecoverCluster {
                 cluster,
                 fence,

@@ -73,9 +73,24 @@ pub struct TokenEntry {
     pub description: String,
     /// When it was created (RFC 3339).
     pub created: String,
+    /// When it stops working (RFC 3339); never when unset (`starling token create --ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+    /// When a replica last saw it presented (RFC 3339, to about a minute: replicas report
+    /// uses in batches, [`super::Command::NoteTokenUse`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used: Option<String>,
 }
 
 impl TokenEntry {
+    /// Whether it has expired at `now` (seconds since the epoch). An expiry that does not
+    /// parse counts as expired: the API only writes ones that do.
+    pub fn expired_at(&self, now: i64) -> bool {
+        self.expires.as_deref().is_some_and(|expires| {
+            crate::duration::unix_seconds(expires).is_none_or(|at| at <= now)
+        })
+    }
+
     /// Whether the token acts in `namespace`.
     pub fn serves(&self, namespace: &str) -> bool {
         self.tenants.iter().any(|t| t == "*" || t == namespace)
@@ -105,6 +120,28 @@ impl FleetState {
         Outcome::Ok
     }
 
+    /// [`super::Command::NoteTokenUse`]: moves each named token's last use forward (never
+    /// back); ids no longer known are skipped (revoked since).
+    pub(super) fn note_token_use(&mut self, uses: Vec<(String, String)>) -> Outcome {
+        for (id, at) in uses {
+            let Some(entry) = self.tokens.get_mut(&id) else {
+                continue;
+            };
+            let Some(seconds) = crate::duration::unix_seconds(&at) else {
+                continue;
+            };
+            let newer = entry
+                .last_used
+                .as_deref()
+                .and_then(crate::duration::unix_seconds)
+                .is_none_or(|previous| seconds > previous);
+            if newer {
+                entry.last_used = Some(at);
+            }
+        }
+        Outcome::Ok
+    }
+
     pub(super) fn revoke_token(&mut self, id: &str) -> Outcome {
         match self.tokens.remove(id) {
             Some(_) => Outcome::Ok,
@@ -112,5 +149,59 @@ impl FleetState {
                 message: format!("token {id} not found"),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Command;
+
+    fn entry(expires: Option<&str>) -> TokenEntry {
+        TokenEntry {
+            role: Role::Reader,
+            tenants: vec!["team-a".into()],
+            digest: "00".repeat(32),
+            description: String::new(),
+            created: "2026-11-27T10:00:00Z".into(),
+            expires: expires.map(str::to_owned),
+            last_used: None,
+        }
+    }
+
+    #[test]
+    fn a_token_expires_at_its_time_and_an_unreadable_expiry_counts_as_expired() {
+        let noon = crate::duration::unix_seconds("2026-11-27T12:00:00Z").expect("time");
+        assert!(!entry(None).expired_at(noon));
+        assert!(!entry(Some("2026-11-27T12:00:01Z")).expired_at(noon));
+        assert!(entry(Some("2026-11-27T12:00:00Z")).expired_at(noon));
+        assert!(entry(Some("soon")).expired_at(noon));
+    }
+
+    #[test]
+    fn last_use_only_moves_forward_and_revoked_tokens_are_skipped() {
+        let mut state = FleetState::default();
+        state.apply(Command::CreateToken {
+            id: "a1".into(),
+            entry: entry(None),
+        });
+        let used = |state: &FleetState| state.tokens["a1"].last_used.clone();
+        state.apply(Command::NoteTokenUse {
+            uses: vec![
+                ("a1".into(), "2026-11-27T12:00:00Z".into()),
+                ("gone".into(), "2026-11-27T12:00:00Z".into()),
+            ],
+        });
+        assert_eq!(used(&state).as_deref(), Some("2026-11-27T12:00:00Z"));
+        // A replica reporting late does not move it back.
+        state.apply(Command::NoteTokenUse {
+            uses: vec![("a1".into(), "2026-11-27T11:00:00Z".into())],
+        });
+        assert_eq!(used(&state).as_deref(), Some("2026-11-27T12:00:00Z"));
+        state.apply(Command::NoteTokenUse {
+            uses: vec![("a1".into(), "2026-11-27T12:05:00Z".into())],
+        });
+        assert_eq!(used(&state).as_deref(), Some("2026-11-27T12:05:00Z"));
+        assert!(!state.tokens.contains_key("gone"));
     }
 }

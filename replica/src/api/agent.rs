@@ -434,6 +434,8 @@ mod tests {
                 tenants: vec!["team-a".into()],
                 description: String::new(),
                 created: String::new(),
+                expires: None,
+                last_used: None,
             },
         });
         state

@@ -520,6 +520,8 @@ mod tests {
             digest: "00".repeat(32),
             description: String::new(),
             created: "2026-11-26T00:00:00Z".into(),
+            expires: None,
+            last_used: None,
         };
         backup.tokens.insert("abc".into(), entry.clone());
         let (commands, _, _) = import_commands(&backup, "2026-11-26T00:00:00Z");

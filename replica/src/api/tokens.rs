@@ -11,6 +11,8 @@ use crate::node::Replica;
 
 /// The longest description kept with a token.
 const MAX_DESCRIPTION: usize = 256;
+/// The longest a token may live: ten years.
+const MAX_TTL_SECONDS: u64 = 10 * 365 * 86_400;
 
 /// Makes a token; its secret is in the answer only.
 pub(crate) async fn create(
@@ -38,13 +40,27 @@ pub(crate) async fn create(
             "the description is longer than {MAX_DESCRIPTION} bytes"
         ))));
     }
+    if request.ttl_seconds > MAX_TTL_SECONDS {
+        return Err(status(ApiError::invalid_argument(format!(
+            "a token lives at most {} days (--ttl {}h)",
+            MAX_TTL_SECONDS / 86_400,
+            MAX_TTL_SECONDS / 3_600
+        ))));
+    }
     let (id, token, digest) = crate::auth::new_token();
+    let now = crate::node::system_now();
+    let expires = (request.ttl_seconds > 0).then(|| {
+        humantime::format_rfc3339_seconds(now + std::time::Duration::from_secs(request.ttl_seconds))
+            .to_string()
+    });
     let entry = TokenEntry {
         role,
         tenants: request.tenants,
         digest,
         description: request.description,
-        created: Replica::now_rfc3339(),
+        created: humantime::format_rfc3339_seconds(now).to_string(),
+        expires,
+        last_used: None,
     };
     propose_all(
         replica,
@@ -63,8 +79,9 @@ pub(crate) async fn create(
     })
 }
 
-/// Every token, without secrets or digests.
+/// Every token, without secrets or digests, with its expiry and last use.
 pub(crate) fn list(replica: &Replica) -> proto::TokenListResponse {
+    let now = crate::auth::unix_now();
     let tokens = replica.raft.reader().read(|state| {
         state
             .tokens
@@ -75,6 +92,9 @@ pub(crate) fn list(replica: &Replica) -> proto::TokenListResponse {
                 tenants: entry.tenants.clone(),
                 description: entry.description.clone(),
                 created: entry.created.clone(),
+                expires: entry.expires.clone().unwrap_or_default(),
+                last_used: entry.last_used.clone().unwrap_or_default(),
+                expired: entry.expired_at(now),
             })
             .collect()
     });

@@ -10,9 +10,9 @@
 //! so a replica 0 would be invisible as a leader. A StatefulSet starts its ordinals at 1 with
 //! `spec.ordinals.start: 1`, as the Helm chart does.
 //!
-//! `starling node --validate-config` runs [`NodeArgs::validate`] alone and prints
-//! [`NodeConfig::summary`], so that a deployment's flags and environment can be checked
-//! without starting anything.
+//! `starling node --validate-config` runs [`NodeArgs::validate`] and
+//! [`NodeConfig::check_files`] and prints [`NodeConfig::summary`], so that a deployment's
+//! flags, environment and files can be checked without starting anything.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -116,6 +116,10 @@ pub struct NodeArgs {
     /// default, as Prometheus expects); needs --admin-token-file.
     #[arg(long, env = "STARLING_METRICS_AUTH")]
     pub metrics_auth: bool,
+    /// How often this replica reports which API tokens it saw presented (`starling token list`
+    /// shows their last use): one Raft write per interval at most.
+    #[arg(long, env = "STARLING_TOKEN_USE_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub token_use_interval: Duration,
     /// Operator mode: Cluster API `Cluster` objects (cluster.x-k8s.io/v1beta1) become Starling
     /// Clusters, with their labels and their `<name>-kubeconfig` Secret.
     #[arg(long, env = "STARLING_CAPI")]
@@ -151,8 +155,9 @@ pub struct NodeArgs {
     /// --http-listen, --advertise and --peers all loopback addresses).
     #[arg(long, env = "STARLING_INSECURE")]
     pub insecure: bool,
-    /// Check the flags and environment, print the resulting configuration on one line and exit
-    /// without starting anything (non-zero when the configuration is invalid).
+    /// Check the flags and environment and the files they name (the admin token, the TLS
+    /// certificate, key and CA, read as a start reads them), print the resulting configuration
+    /// on one line and exit without starting anything (non-zero when anything is invalid).
     #[arg(long)]
     pub validate_config: bool,
 }
@@ -218,9 +223,24 @@ pub struct NodeConfig {
     pub deletion_timeout: Duration,
     /// `/metrics` requires a reader token (`--metrics-auth`).
     pub metrics_auth: bool,
+    /// How often token uses are reported (`--token-use-interval`).
+    pub token_use_interval: Duration,
 }
 
 impl NodeConfig {
+    /// Reads the files the configuration names, as a start does: the admin token (present, at
+    /// least 32 characters) and the TLS certificate, key and CA (readable PEM that fit
+    /// together). `starling node --validate-config` runs it after [`NodeArgs::validate`].
+    pub fn check_files(&self) -> Result<(), crate::error::ReplicaError> {
+        if let Some(path) = &self.admin_token_file {
+            read_admin_token(path)?;
+        }
+        if let Some(files) = &self.tls {
+            starling_transport::tls::Tls::load(files.clone())?;
+        }
+        Ok(())
+    }
+
     /// The configuration on one line, as `starling node --validate-config` prints it.
     pub fn summary(&self) -> String {
         let peers = self
@@ -514,6 +534,7 @@ impl NodeArgs {
             agent_grace: self.agent_grace,
             deletion_timeout: self.deletion_timeout,
             metrics_auth: self.metrics_auth,
+            token_use_interval: self.token_use_interval,
         })
     }
 

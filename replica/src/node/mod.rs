@@ -46,9 +46,10 @@ use lease::Lease;
 /// Shared by every task and service of a replica.
 pub struct Replica {
     pub config: NodeConfig,
-    /// The installation's admin token (`--admin-token-file`), presented on the calls this
-    /// replica makes to its peers' Admin API (joining, forwarding to the leader).
-    pub admin_token: Option<String>,
+    /// The installation's admin token (`--admin-token-file`, re-read when it changes),
+    /// presented on the calls this replica makes to its peers' Admin API (joining, forwarding
+    /// to the leader), and the token uses not reported yet. `None`: the API is open.
+    pub credentials: Option<Arc<crate::auth::Credentials>>,
     /// `--tls-*`: the gRPC server's and the peer clients' TLS, reloaded from its files.
     pub tls: Option<Arc<starling_transport::tls::Tls>>,
     pub raft: RaftNode,
@@ -98,8 +99,11 @@ pub struct Report {
 impl Replica {
     /// Opens the Raft stores and builds the replica; nothing runs yet.
     pub async fn open(config: NodeConfig) -> Result<Replica, ReplicaError> {
-        let admin_token = match &config.admin_token_file {
-            Some(path) => Some(crate::config::read_admin_token(path)?),
+        let credentials = match &config.admin_token_file {
+            Some(path) => Some(Arc::new(crate::auth::Credentials::new(
+                crate::config::read_admin_token(path)?,
+                Some(path.clone()),
+            ))),
             None => None,
         };
         let tls = match &config.tls {
@@ -137,7 +141,7 @@ impl Replica {
             starling_sync::SyncEngine::new(starling_sync::EngineConfig::for_lease(config.lease))
                 .map_err(ReplicaError::Engine)?;
         let mut replica = Replica::assemble(config, raft, Arc::new(engine), store, mirrors);
-        replica.admin_token = admin_token;
+        replica.credentials = credentials;
         replica.tls = tls;
         Ok(replica)
     }
@@ -174,7 +178,7 @@ impl Replica {
             stopping: tokio_util::sync::CancellationToken::new(),
             applied_history: Mutex::new(VecDeque::new()),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
-            admin_token: None,
+            credentials: None,
             tls: None,
             config,
             raft,
@@ -184,15 +188,18 @@ impl Replica {
     /// How callers of this replica's APIs are authenticated: tokens required when it has an
     /// admin token.
     pub fn authenticator(&self) -> crate::auth::Authenticator {
-        match &self.admin_token {
-            Some(token) => crate::auth::Authenticator::with_tokens(token, self.raft.reader()),
+        match &self.credentials {
+            Some(credentials) => {
+                crate::auth::Authenticator::with_tokens(credentials.clone(), self.raft.reader())
+            }
             None => crate::auth::Authenticator::open(),
         }
     }
 
     /// A request to a peer's Admin API, carrying the installation's admin token.
     pub fn peer_request<T>(&self, message: T) -> tonic::Request<T> {
-        starling_transport::with_bearer(tonic::Request::new(message), self.admin_token.as_deref())
+        let token = self.credentials.as_ref().map(|c| c.admin_token());
+        starling_transport::with_bearer(tonic::Request::new(message), token.as_deref())
     }
 
     /// A channel to a peer (`host:port`), over TLS when the replica has it.
