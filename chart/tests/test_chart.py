@@ -376,6 +376,7 @@ def check_statefulset():
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             get = container[probe]["httpGet"]
             expect(get["path"] == path and get["port"] == "http", f"{where}: {probe} on {path}")
+            expect(get.get("scheme") == "HTTPS", f"{where}: {probe} over HTTPS (the HTTP port has TLS)")
 
         security = container["securityContext"]
         expect(security["runAsNonRoot"] is True, f"{where}: runAsNonRoot")

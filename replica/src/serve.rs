@@ -120,8 +120,17 @@ pub async fn start(
             deliveries: Default::default(),
             snapshots: Default::default(),
         });
+        let tls = replica.tls.clone();
         tokio::spawn(async move {
-            if let Err(error) = axum::serve(http_listener, router).await {
+            let served = match tls {
+                // HTTPS, with the gRPC port's certificate.
+                Some(tls) => match crate::http::TlsListener::new(http_listener, tls) {
+                    Ok(listener) => axum::serve(listener, router).await,
+                    Err(error) => Err(error),
+                },
+                None => axum::serve(http_listener, router).await,
+            };
+            if let Err(error) = served {
                 tracing::error!(%error, "http server failed");
             }
         })

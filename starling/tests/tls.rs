@@ -1,6 +1,8 @@
 //! TLS end to end, with three real `starling node` processes started at once, each serving
 //! gRPC over TLS and talking to its peers with mutual TLS (`--tls-cert/--tls-key/--tls-ca`):
 //! - the replicas form a group over TLS, and the CLI reaches it with `--tls-ca`;
+//! - the HTTP port serves HTTPS with the same certificate (`/healthz`, `/metrics`): plain HTTP
+//!   and a client that does not trust the CA get no answer;
 //! - a plain-text client gets nothing, and a CLI without `--tls-ca` is told to give it;
 //! - a TLS client without a client certificate is refused by the replicas' own services
 //!   (Raft, Node), and one whose certificate comes from another CA fails the handshake;
@@ -37,6 +39,13 @@ impl Authority {
             pem,
             issuer: Issuer::new(params, key),
         }
+    }
+
+    /// Its certificate in `dir/<name>.crt`, for a client that trusts it.
+    fn pem_file(&self, dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(format!("{name}.crt"));
+        std::fs::write(&path, &self.pem).expect("write the CA");
+        path
     }
 
     /// A certificate for 127.0.0.1 and localhost (server and client use): (cert, key) PEM.
@@ -120,6 +129,37 @@ async fn status_as(
     fleet.status(request).await.map(|r| r.into_inner())
 }
 
+/// `GET path` over HTTPS/1.1 on a replica's HTTP port, trusting `tls`'s CA: the status line
+/// and the body, or why it failed.
+async fn https_get(address: &str, path: &str, tls: &Arc<Tls>) -> Result<(String, String), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut config = (*tls.client_config()).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let mut stream = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    Ok((
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    ))
+}
+
 async fn heartbeat(address: &str, tls: &Arc<Tls>) -> Result<(), tonic::Status> {
     let mut node = proto::node_client::NodeClient::new(channel(address, Some(tls)));
     node.heartbeat(proto::HeartbeatRequest::default())
@@ -161,6 +201,34 @@ async fn replicas_talk_mutual_tls_and_pick_up_rotated_certificates() {
         out.status.success(),
         "status over TLS: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The HTTP port serves HTTPS with the same certificate (issue 32, part 2): probes and
+    // /metrics answer a client that trusts the CA; plain HTTP gets no HTTP answer.
+    let http = group.running().next().expect("a node").http.clone();
+    let (status_line, body) = https_get(&http, "/healthz", &trusting)
+        .await
+        .expect("/healthz over HTTPS");
+    assert!(status_line.contains("200"), "{status_line}: {body}");
+    let (status_line, body) = https_get(&http, "/metrics", &trusting)
+        .await
+        .expect("/metrics over HTTPS");
+    assert!(
+        status_line.contains("200") && body.contains("starling_raft_term"),
+        "{status_line}"
+    );
+    let plain = harness::http_get(&http, "/healthz");
+    assert!(
+        plain.as_ref().is_none_or(|answer| !answer.contains("ok")),
+        "plain HTTP answered: {plain:?}"
+    );
+    let stranger = client_tls(
+        &Authority::new("another CA").pem_file(certs.path(), "stranger-ca"),
+        None,
+    );
+    assert!(
+        https_get(&http, "/healthz", &stranger).await.is_err(),
+        "a client that does not trust the CA got an answer"
     );
 
     // Plain text gets nothing, and the CLI says what is missing.

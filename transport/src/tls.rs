@@ -1,5 +1,6 @@
-//! TLS for the gRPC port (rustls), with certificates read from files and reloaded when they
-//! change on disk (cert-manager rewrites a mounted Secret in place).
+//! TLS for the gRPC port and the HTTP port (rustls), with certificates read from files and
+//! reloaded when they change on disk (cert-manager rewrites a mounted Secret in place). The HTTP
+//! port ([`incoming_http`]) uses the same certificate and also offers HTTP/1.1.
 //!
 //! One port serves everyone. The server asks every client for a certificate but does not
 //! insist: replicas present theirs (mutual TLS), the CLI and agents come without one and
@@ -401,6 +402,28 @@ impl AsyncWrite for Conn {
 /// The connections `listener` accepts, after their TLS handshake when `tls` is set. The
 /// listener closes when the stream is dropped (the server stopped).
 pub fn incoming(listener: TcpListener, tls: Option<Arc<Tls>>) -> ReceiverStream<io::Result<Conn>> {
+    accept(listener, tls, |config| config)
+}
+
+/// [`incoming`] for the HTTP port (probes, `/metrics`, `/ui`, webhooks): the same
+/// certificate, offering HTTP/1.1 beside HTTP/2 (kubelet's probes, Prometheus and browsers
+/// speak HTTP/1.1). A client certificate is asked for but not required.
+pub fn incoming_http(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+) -> ReceiverStream<io::Result<Conn>> {
+    accept(listener, tls, |config| {
+        let mut config = (*config).clone();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Arc::new(config)
+    })
+}
+
+fn accept(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+    configure: fn(Arc<ServerConfig>) -> Arc<ServerConfig>,
+) -> ReceiverStream<io::Result<Conn>> {
     let (sender, receiver) = mpsc::channel(ACCEPTED_QUEUE);
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
@@ -433,7 +456,7 @@ pub fn incoming(listener: TcpListener, tls: Option<Arc<Tls>>) -> ReceiverStream<
             };
             let sender = sender.clone();
             tokio::spawn(async move {
-                let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                let acceptor = tokio_rustls::TlsAcceptor::from(configure(config));
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
                         drop(permit);

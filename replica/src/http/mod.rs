@@ -3,6 +3,9 @@
 //! token with `--metrics-auth`) and the
 //! webhook receiver `POST /hooks/<namespace>/<source>` ([`crate::http::webhook`]) and the fleet view
 //! `/ui` ([`crate::http::ui`]).
+//!
+//! With TLS on, the port serves HTTPS with the gRPC port's certificate ([`TlsListener`],
+//! reloaded with it); with `--insecure` (loopback only), plain HTTP.
 
 pub(crate) mod ui;
 pub(crate) mod webhook;
@@ -51,6 +54,49 @@ impl FromRef<HttpState> for Arc<Deliveries> {
 impl FromRef<HttpState> for Arc<Snapshots> {
     fn from_ref(state: &HttpState) -> Self {
         state.snapshots.clone()
+    }
+}
+
+/// The HTTP port's connections after their TLS handshake (the gRPC port's certificate), for
+/// `axum::serve`.
+pub(crate) struct TlsListener {
+    connections:
+        tokio_stream::wrappers::ReceiverStream<std::io::Result<starling_transport::tls::Conn>>,
+    address: std::net::SocketAddr,
+}
+
+impl TlsListener {
+    pub(crate) fn new(
+        listener: tokio::net::TcpListener,
+        tls: Arc<starling_transport::tls::Tls>,
+    ) -> std::io::Result<TlsListener> {
+        let address = listener.local_addr()?;
+        Ok(TlsListener {
+            connections: starling_transport::tls::incoming_http(listener, Some(tls)),
+            address,
+        })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = starling_transport::tls::Conn;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        use tokio_stream::StreamExt as _;
+        loop {
+            match self.connections.next().await {
+                Some(Ok(connection)) => return (connection, self.address),
+                // A failed handshake was logged where it happened.
+                Some(Err(_)) => continue,
+                // The acceptor stopped (its TLS configuration is gone): nothing more comes.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.address)
     }
 }
 
