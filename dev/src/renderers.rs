@@ -3,7 +3,9 @@
 //! gives each cluster the same objects (namespace `demo`, config map `demo-config` with the
 //! cluster's name, region and the version, deployment `demo-web`), so the demo's checks hold
 //! for all three. The chart has 30 templates (`_helpers.tpl`, the config map, the deployment
-//! and 27 more config maps using `include`, `toYaml`/`nindent` and `range`); the overlay has a
+//! and 27 more config maps using `include`, `toYaml`/`nindent` and `range`, rendered only with
+//! `extras: true`, so that by default a cluster gets the same three objects from every
+//! renderer and a benchmark compares renderers, not object counts); the overlay has a
 //! generator, labels, an image override and a strategic-merge patch.
 
 /// How the demo's SyncGroup renders the app (`starling dev --demo`, `loadtest rollout
@@ -60,7 +62,7 @@ pub(crate) fn chart_files(version: &str, image: &str) -> Vec<(String, String)> {
         (
             "charts/demo/values.yaml".to_owned(),
             format!(
-                "version: \"{version}\"\nimage: {image}\nreplicas: 2\ngreeting: hello\nregion: none\ncluster: shared\nsettings:\n  logLevel: info\n  retries: 3\nfeatures:\n  audit: \"on\"\n  cache: \"off\"\n"
+                "version: \"{version}\"\nimage: {image}\nreplicas: 2\ngreeting: hello\nregion: none\ncluster: shared\nextras: false\nsettings:\n  logLevel: info\n  retries: 3\nfeatures:\n  audit: \"on\"\n  cache: \"off\"\n"
             ),
         ),
         (
@@ -80,7 +82,7 @@ pub(crate) fn chart_files(version: &str, image: &str) -> Vec<(String, String)> {
         files.push((
             format!("charts/demo/templates/extra-{index:02}.yaml"),
             format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo-extra-{index:02}\n  labels:\n    {{{{- include \"demo.labels\" . | nindent 4 }}}}\ndata:\n  version: {{{{ .Values.version | quote }}}}\n  region: {{{{ .Values.region | quote }}}}\n  settings.yaml: |\n    {{{{- toYaml .Values.settings | nindent 4 }}}}\n{{{{- range $name, $state := .Values.features }}}}\n  feature-{{{{ $name }}}}: {{{{ $state | quote }}}}\n{{{{- end }}}}\n"
+                "{{{{- if .Values.extras }}}}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo-extra-{index:02}\n  labels:\n    {{{{- include \"demo.labels\" . | nindent 4 }}}}\ndata:\n  version: {{{{ .Values.version | quote }}}}\n  region: {{{{ .Values.region | quote }}}}\n  settings.yaml: |\n    {{{{- toYaml .Values.settings | nindent 4 }}}}\n{{{{- range $name, $state := .Values.features }}}}\n  feature-{{{{ $name }}}}: {{{{ $state | quote }}}}\n{{{{- end }}}}\n{{{{- end }}}}\n"
             ),
         ));
     }

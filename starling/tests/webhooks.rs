@@ -1,7 +1,8 @@
 //! Webhooks end to end, with real `starling node` processes, fleetsim and `git daemon`: a
 //! Source polled only hourly gets a signed GitHub push event on a replica's HTTP port (any
 //! replica, not necessarily the one polling it), and the new commit rolls out at once. A
-//! replayed delivery, a wrong signature and an oversized body are refused.
+//! replayed delivery (on any replica, under any delivery id), a wrong signature and an
+//! oversized body are refused; a burst of pushes makes a poll or two, not one per push.
 
 mod harness;
 
@@ -106,6 +107,20 @@ async fn a_signed_push_rolls_a_commit_out_at_once_and_replays_are_refused() {
     // without the secret cannot tell which Sources have a webhook.
     let replay = http_post(&receiver, hook, &github_event("d-1", body, SECRET), body);
     assert_eq!(replay.map(|a| a.0), Some(409));
+    // Replay protection is replicated (issue 32, part 4): the same delivery on every other
+    // replica, and the same signed body under fresh delivery ids, are replays too.
+    for (index, node) in group.running().enumerate() {
+        let again = http_post(&node.http, hook, &github_event("d-1", body, SECRET), body);
+        assert_eq!(again.map(|a| a.0), Some(409), "node {}", node.id);
+        let fresh = format!("fresh-{index}");
+        let renamed = http_post(&node.http, hook, &github_event(&fresh, body, SECRET), body);
+        assert_eq!(
+            renamed.map(|a| a.0),
+            Some(409),
+            "node {}: a new id",
+            node.id
+        );
+    }
     let forged = http_post(&receiver, hook, &github_event("d-2", body, "guess"), body);
     let unknown = http_post(
         &receiver,
@@ -126,6 +141,59 @@ async fn a_signed_push_rolls_a_commit_out_at_once_and_replays_are_refused() {
     let huge = vec![b'x'; 2 * 1024 * 1024];
     let oversized = http_post(&receiver, hook, &github_event("d-4", &huge, SECRET), &huge);
     assert_eq!(oversized.map(|a| a.0), Some(413));
+
+    // A burst of distinct pushes, at once on every replica: each is taken, and the owner
+    // polls git one at a time plus one more after, not once per push.
+    let fetches = "starling_source_fetch_duration_seconds_count";
+    let polls_before = group.metric(owner, fetches).unwrap_or(0.0);
+    let pushes: usize = 24;
+    let addresses: Vec<String> = group.running().map(|n| n.http.clone()).collect();
+    let taken = std::thread::scope(|scope| {
+        let sent: Vec<_> = (0..pushes)
+            .map(|index| {
+                let address = addresses[index % addresses.len()].clone();
+                scope.spawn(move || {
+                    let body = format!(r#"{{"ref":"refs/heads/main","after":"{index:040}"}}"#);
+                    let event = github_event(&format!("burst-{index}"), body.as_bytes(), SECRET);
+                    http_post(&address, hook, &event, body.as_bytes()).map(|a| a.0)
+                })
+            })
+            .collect();
+        sent.into_iter()
+            .map(|push| push.join().ok().flatten())
+            .filter(|status| *status == Some(202))
+            .count()
+    });
+    assert_eq!(taken, pushes, "every distinct push is taken");
+    // Every request so far (the burst's, and this one) is served once a poll that started
+    // after it finished: `status.observedPollRequest` says so.
+    let mut fleet = group.fleet(1).await;
+    let requested = fleet
+        .source_poll(group.request(proto::SourcePollRequest {
+            namespace: "default".into(),
+            name: "demo".into(),
+        }))
+        .await
+        .expect("source poll")
+        .into_inner()
+        .request;
+    wait_until(Duration::from_secs(30), "the pushes served", || async {
+        let source: serde_json::Value =
+            serde_json::from_str(&group.cli(&["get", "source", "demo", "-o", "json"]))
+                .unwrap_or_default();
+        source
+            .pointer("/status/observedPollRequest")
+            .and_then(serde_json::Value::as_u64)
+            .is_some_and(|observed| observed >= requested)
+    })
+    .await;
+    let polls = group.metric(owner, fetches).unwrap_or(0.0) - polls_before;
+    eprintln!("{pushes} pushes at once: {polls} polls by the owner");
+    // The burst's polls, and the one asked for above.
+    assert!(
+        polls >= 1.0 && polls <= (pushes / 3) as f64,
+        "{pushes} pushes made {polls} polls"
+    );
 
     // The secret appears in no replica's log.
     for node in group.running() {

@@ -37,7 +37,7 @@ mod tenancy;
 mod tokens;
 mod view;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -167,7 +167,19 @@ pub struct SourceEntry {
     /// The last poll request a finished poll served ([`Command::SourcePolled`]).
     #[serde(default)]
     pub polls_served: u64,
+    /// The webhook deliveries taken, oldest first, each by the keys it is known by (its
+    /// delivery id, its body's digest) and when (seconds since the epoch): a delivery with a
+    /// key seen here is a replay, whichever replica it reaches. At most
+    /// [`DELIVERIES_PER_SOURCE`], none older than [`DELIVERY_MEMORY_SECONDS`].
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub deliveries: VecDeque<(String, i64)>,
 }
+
+/// Webhook delivery keys kept per Source against replays.
+pub const DELIVERIES_PER_SOURCE: usize = 512;
+/// How long a webhook delivery key is kept: a day (a git host's redelivery comes sooner; a
+/// signed body older than that is refused by the providers' timestamps or is harmless).
+pub const DELIVERY_MEMORY_SECONDS: i64 = 86_400;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClusterEntry {
@@ -451,6 +463,14 @@ pub enum Command {
     /// poll now rather than at its interval.
     RequestPoll {
         source: Key,
+        /// A webhook delivery's keys (its delivery id, its body's digest): when one was
+        /// taken before, the request is a replay and changes nothing
+        /// (`Outcome::Applied(Unchanged)`). Empty for `rollout status --watch`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deliveries: Vec<String>,
+        /// When the delivery was received (RFC 3339), for the keys' expiry.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<String>,
     },
     /// The source's owner finished a poll that started after request `served`
     /// ([`SourceEntry::poll_requests`]), whether or not the revision changed.
@@ -755,15 +775,11 @@ impl FleetState {
             Command::ReleaseTickets { tickets } => self.release_tickets(&tickets),
             Command::ResumeRollout { group } => self.set_operator_pause(&group, false),
             Command::HoldCluster { cluster, hold, .. } => self.hold_cluster(&cluster, hold),
-            Command::RequestPoll { source } => match self.sources.get_mut(&source) {
-                Some(entry) => {
-                    entry.poll_requests += 1;
-                    Outcome::Ok
-                }
-                None => Outcome::Rejected {
-                    message: format!("source {source} not found"),
-                },
-            },
+            Command::RequestPoll {
+                source,
+                deliveries,
+                at,
+            } => self.request_poll(&source, deliveries, at.as_deref()),
             Command::SourcePolled { source, served } => match self.sources.get_mut(&source) {
                 Some(entry) if served > entry.polls_served => {
                     entry.polls_served = served;

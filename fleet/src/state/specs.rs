@@ -226,6 +226,7 @@ impl FleetState {
                         seq: 0,
                         poll_requests: 0,
                         polls_served: 0,
+                        deliveries: Default::default(),
                     },
                 );
                 let moves = self.source_placement.add_item(&key, 1);
@@ -808,6 +809,42 @@ impl FleetState {
             self.admit(&group);
         }
         Outcome::SourceRecorded { changed: true }
+    }
+
+    /// [`Command::RequestPoll`]: the owner polls at once, unless the delivery was taken
+    /// before (a replay: nothing changes).
+    pub(super) fn request_poll(
+        &mut self,
+        source: &str,
+        deliveries: Vec<String>,
+        at: Option<&str>,
+    ) -> Outcome {
+        let Some(entry) = self.sources.get_mut(source) else {
+            return Outcome::Rejected {
+                message: format!("source {source} not found"),
+            };
+        };
+        if !deliveries.is_empty() {
+            let now = at.and_then(crate::duration::unix_seconds).unwrap_or(0);
+            let known = &mut entry.deliveries;
+            while known
+                .front()
+                .is_some_and(|(_, seen)| *seen <= now - super::DELIVERY_MEMORY_SECONDS)
+            {
+                known.pop_front();
+            }
+            if known.iter().any(|(key, _)| deliveries.contains(key)) {
+                return Outcome::Applied(super::ApplyResult::Unchanged);
+            }
+            for key in deliveries {
+                if known.len() >= super::DELIVERIES_PER_SOURCE {
+                    known.pop_front();
+                }
+                known.push_back((key, now));
+            }
+        }
+        entry.poll_requests += 1;
+        Outcome::Ok
     }
 
     pub(super) fn source_failed(&mut self, source: &str, message: String, at: &str) -> Outcome {

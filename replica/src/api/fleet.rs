@@ -464,6 +464,8 @@ impl proto::fleet_server::Fleet for FleetService {
         let source = key_of(namespace, &request.name);
         self.propose_operation(Command::RequestPoll {
             source: source.clone(),
+            deliveries: Vec::new(),
+            at: None,
         })
         .await?;
         let request = self.replica.raft.reader().read(|state| {

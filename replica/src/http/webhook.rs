@@ -5,10 +5,14 @@
 //!
 //! Verification, by provider: an HMAC-SHA256 of the body (GitHub, Gitea/Forgejo, Bitbucket;
 //! the generic receiver signs `<timestamp>.<body>` and refuses timestamps more than five
-//! minutes off) or the token itself (GitLab). Comparisons are constant-time. A delivery id
-//! seen before is refused as a replay; bodies over [`MAX_BODY_BYTES`] are refused before they
-//! are read. Events other than pushes (and pings) are acknowledged and ignored. The secret is
-//! never logged or echoed.
+//! minutes off) or the token itself (GitLab). Comparisons are constant-time. A verified
+//! delivery is known by its delivery id and its body's digest in the replicated state
+//! (`SourceEntry::deliveries`, bounded and expiring): one seen before, on any replica and
+//! under any delivery id, is refused as a replay (409), and this replica's own recent ids are
+//! refused before they cost a Raft write. Bodies over [`MAX_BODY_BYTES`] are refused before
+//! they are read. Events other than pushes (and pings) are acknowledged and ignored. The
+//! secret is never logged or echoed. However many pushes arrive, the Source's owner runs at
+//! most one poll at a time and one more after it (`worker/sources.rs`).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -20,7 +24,7 @@ use fleet::Command;
 use fleet::resources::{WebhookProvider, WebhookSpec};
 use fleet::state::key_of;
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest as _, Sha256};
 
 use crate::node::Replica;
 
@@ -282,7 +286,7 @@ async fn handle(
         .map_or(0, |d| d.as_secs());
     let (delivery, verdict) =
         verify(spec.provider, secret.expose(), headers, body, now).map_err(unverified)?;
-    if let Some(delivery) = delivery
+    if let Some(delivery) = &delivery
         && !deliveries.first_time(format!("{key}/{delivery}"))
     {
         return Err(refuse(
@@ -293,16 +297,28 @@ async fn handle(
     if let Verdict::Ignore(message) = verdict {
         return Ok(message);
     }
+    // Known by its delivery id (when the provider gives one) and by its body's digest, in the
+    // replicated state: a body replayed on any replica, under any delivery id, is refused.
+    let mut keys = vec![format!("sha256:{}", hex::encode(Sha256::digest(body)))];
+    if let Some(delivery) = &delivery {
+        keys.push(format!("id:{delivery}"));
+    }
     match replica
         .raft
         .propose(Command::RequestPoll {
             source: key.clone(),
+            deliveries: keys,
+            at: Some(crate::node::Replica::now_rfc3339()),
         })
         .await
     {
         Ok((_, fleet::Outcome::Rejected { message })) => {
             Err(refuse(StatusCode::NOT_FOUND, message))
         }
+        Ok((_, fleet::Outcome::Applied(fleet::state::ApplyResult::Unchanged))) => Err(refuse(
+            StatusCode::CONFLICT,
+            "this delivery was already received (a replay?)",
+        )),
         Ok(_) => Ok(format!("polling source {key}")),
         Err(error) => Err(refuse(
             StatusCode::SERVICE_UNAVAILABLE,

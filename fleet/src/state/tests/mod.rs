@@ -690,3 +690,54 @@ fn a_resolution_made_from_an_outdated_view_cannot_move_the_source_back() {
         .and_then(|s| s.revision.clone());
     assert_eq!(revision.as_deref(), Some("main@sha1:2"));
 }
+
+/// Issue 32, part 4: a webhook delivery is known by its keys in the replicated state; one
+/// seen before is a replay (nothing changes), old keys expire and the memory is bounded.
+#[test]
+fn a_delivery_seen_before_is_a_replay_until_it_expires() {
+    let mut state = fleet(1, "1", "");
+    let source = "fleet/repo";
+    let poll = |state: &mut FleetState, keys: &[&str], at: &str| {
+        state.apply(Command::RequestPoll {
+            source: source.into(),
+            deliveries: keys.iter().map(|k| k.to_string()).collect(),
+            at: Some(at.into()),
+        })
+    };
+    let requests = |state: &FleetState| state.sources[source].poll_requests;
+    assert_eq!(
+        poll(&mut state, &["id:a", "sha256:1"], "2026-11-27T10:00:00Z"),
+        Outcome::Ok
+    );
+    assert_eq!(requests(&state), 1);
+    // The same id, or the same body under another id: a replay.
+    for keys in [["id:a", "sha256:2"], ["id:b", "sha256:1"]] {
+        assert_eq!(
+            poll(&mut state, &keys, "2026-11-27T10:00:01Z"),
+            Outcome::Applied(ApplyResult::Unchanged)
+        );
+    }
+    assert_eq!(requests(&state), 1);
+    // A day later the keys are forgotten.
+    assert_eq!(
+        poll(&mut state, &["id:a", "sha256:1"], "2026-11-28T10:00:00Z"),
+        Outcome::Ok
+    );
+    assert_eq!(requests(&state), 2);
+    // Bounded: the oldest keys go first.
+    for index in 0..DELIVERIES_PER_SOURCE {
+        poll(
+            &mut state,
+            &[&format!("id:n{index}")],
+            "2026-11-28T11:00:00Z",
+        );
+    }
+    assert_eq!(
+        state.sources[source].deliveries.len(),
+        DELIVERIES_PER_SOURCE
+    );
+    // A poll without a delivery (rollout status --watch) is always taken.
+    let before = requests(&state);
+    assert_eq!(poll(&mut state, &[], "2026-11-28T12:00:00Z"), Outcome::Ok);
+    assert_eq!(requests(&state), before + 1);
+}
