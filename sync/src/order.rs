@@ -32,46 +32,11 @@ pub fn phase_of(object: &ObjectRef, namespaced: bool) -> Phase {
     }
 }
 
-/// Kinds others depend on, in the order they are applied (after Helm's install order).
-const KIND_ORDER: &[&str] = &[
-    "PriorityClass",
-    "NetworkPolicy",
-    "ResourceQuota",
-    "LimitRange",
-    "PodDisruptionBudget",
-    "ServiceAccount",
-    "Secret",
-    "ConfigMap",
-    "StorageClass",
-    "PersistentVolume",
-    "PersistentVolumeClaim",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "Role",
-    "RoleBinding",
-    "Service",
-    "DaemonSet",
-    "Pod",
-    "ReplicationController",
-    "ReplicaSet",
-    "Deployment",
-    "HorizontalPodAutoscaler",
-    "StatefulSet",
-    "Job",
-    "CronJob",
-    "IngressClass",
-    "Ingress",
-    "APIService",
-    "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration",
-];
-
-/// The rank of a kind inside its phase; unknown kinds (custom resources) come last.
+/// The rank of a kind inside its phase: Helm's install order (kinds others depend on first:
+/// ServiceAccounts and ConfigMaps before the Deployments that mount them); unknown kinds
+/// (custom resources) come last.
 pub fn kind_rank(kind: &str) -> usize {
-    KIND_ORDER
-        .iter()
-        .position(|known| *known == kind)
-        .unwrap_or(KIND_ORDER.len())
+    crate::render::object::install_rank(kind)
 }
 
 /// Sorts items into apply order, keeping the given order among equals.
