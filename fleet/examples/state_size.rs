@@ -96,6 +96,7 @@ fn roll_out(state: &mut FleetState, revision: &str) {
         revision: revision.into(),
         artifact: None,
         expected: ExpectedRevision::Any,
+        inputs: Default::default(),
         at: AT.into(),
     });
     loop {

@@ -172,6 +172,7 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                     size: 1,
                 }),
                 expected: fleet::ExpectedRevision::Any,
+                inputs: Default::default(),
                 at: AT.into(),
             }
         }

@@ -705,6 +705,7 @@ async fn admission(
             revision: format!("main@sha1:{round:040}"),
             artifact: None,
             expected: fleet::ExpectedRevision::Any,
+            inputs: Default::default(),
             at: at.clone(),
         })
         .await?;

@@ -67,6 +67,12 @@ pub struct RolloutArgs {
     /// instead of the 3 every renderer gives by default).
     #[arg(long)]
     pub chart_extras: bool,
+    /// Before the timed rollout, a commit outside every path the group renders (the
+    /// mono-repository rule): the report gives the syncs it admitted and the writes it made to
+    /// the targets (fleetsim's audit log), both to be 0, and the time until every cluster
+    /// reports its revision.
+    #[arg(long)]
+    pub unrelated_commit: bool,
 }
 
 impl RolloutArgs {
@@ -285,6 +291,35 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             .filter_map(|proc| super::cpu_seconds(proc.child.id()))
             .sum()
     };
+    let mut first = first;
+    let unrelated = if args.unrelated_commit {
+        let grants_before = metric_sum(&procs, "grants_total").await;
+        let writes_before = sim.audit_stats().recorded;
+        repo.commit_files(
+            &[(
+                "docs/CHANGES.md",
+                "# Changes\n\nA commit outside every rendered path.\n".to_string(),
+            )],
+            "docs only",
+        )?;
+        let (revision, seconds, _) = wait_rollout(&address, &first, &args).await?;
+        let admitted = metric_sum(&procs, "grants_total").await - grants_before;
+        let writes = sim.audit_stats().recorded - writes_before;
+        println!(
+            "unrelated commit {revision}: {admitted} syncs admitted (target 0), {writes} writes \
+             to targets (target 0); every one of {} clusters reports it {seconds:.1}s after it \
+             was resolved",
+            args.targets()
+        );
+        first = revision;
+        Some(serde_json::json!({
+            "syncs_admitted": admitted,
+            "writes_to_targets": writes,
+            "seconds_until_every_cluster_reports_it": seconds,
+        }))
+    } else {
+        None
+    };
     let cpu_before = cpu(&procs);
     let writes_before = sim.audit_stats().recorded;
     repo.commit("v2", "nginx:1.28", "second version")?;
@@ -435,6 +470,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "cpu_seconds_per_sync": cpu_per_sync,
         "git_fetches_per_replica_max": most_fetches,
         "git_fetches_per_replica_limit": 1.0,
+        "unrelated_commit": unrelated,
         "per_node": nodes,
         "timeline": timeline.iter().map(|p| [p.0, p.1 as f64, p.2 as f64]).collect::<Vec<_>>(),
     });

@@ -24,6 +24,7 @@ pub mod archive;
 pub mod credentials;
 pub mod error;
 pub mod fetch;
+pub mod inputs;
 pub mod known_hosts;
 pub mod limits;
 pub mod mirror;

@@ -196,6 +196,23 @@ impl SourceWatcher {
         &self.resolution
     }
 
+    /// The input digest of each of `paths` at the last good revision ([`crate::inputs`]): a
+    /// path left out has no digest (its revisions always roll out). Blocking.
+    pub fn path_inputs(&self, paths: &[String]) -> std::collections::BTreeMap<String, String> {
+        let Some(good) = &self.resolution.last_good else {
+            return Default::default();
+        };
+        let found = good.revision.oid().ok().and_then(|commit| {
+            let repo = self.mirrors.mirror(&self.config.url).open().ok()?;
+            crate::inputs::path_inputs(&repo, commit, paths)
+                .map_err(|error| {
+                    tracing::warn!(url = %self.config.url, %error, "input digests of the source's paths failed; every path rolls out")
+                })
+                .ok()
+        });
+        found.unwrap_or_default()
+    }
+
     /// The delay before the next poll: the interval ±10%, from `seed`.
     pub fn next_delay(&self, seed: u64) -> Duration {
         jittered_interval(self.config.interval, seed)

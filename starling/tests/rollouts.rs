@@ -1,7 +1,8 @@
 //! Fleet rollouts end to end: real `starling node` processes, fleetsim (in this process) as
 //! the 300 target clusters, and a git repository served by `git daemon` on loopback. One
 //! scenario in sequence: the first sync converges; a new commit rolls out within
-//! `maxUnavailable` (checked from fleetsim's audit log and the ledger); a node is killed with
+//! `maxUnavailable` (checked from fleetsim's audit log and the ledger), while a commit outside
+//! the group's path writes nothing (the mono-repository rule); a node is killed with
 //! `kill -9` in the middle of a third rollout, which still completes with one writer per
 //! cluster and generation and no stale write after a fence.
 
@@ -83,7 +84,51 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
         );
     }
 
-    // 2. A new commit rolls out within maxUnavailable.
+    // 2. A commit outside the group's path (the mono-repository rule): every Sync reports the
+    // new revision, no cluster is written.
+    let last_record = sim
+        .audit(&AuditFilter::default())
+        .last()
+        .map_or(0, |r| r.seq);
+    demo.commit_files(
+        &[("docs/CHANGES.md", "# Changes\n\nDocs only.\n".to_string())],
+        "docs only",
+    )
+    .expect("commit docs");
+    let (unrelated, _) = rollout(&group, &first).await;
+    let syncs = fleet
+        .list(proto::ListRequest {
+            kind: "syncs".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list syncs")
+        .into_inner();
+    for object in &syncs.objects {
+        let value: serde_json::Value = serde_json::from_slice(&object.json).expect("sync json");
+        assert_eq!(value["status"]["lastAppliedRevision"], unrelated.as_str());
+        assert_eq!(
+            value["status"]["revisionHistory"][0]["revision"],
+            first.as_str(),
+            "the revision history lists what was written"
+        );
+    }
+    let written: Vec<_> = sim
+        .audit(&AuditFilter {
+            since: Some(last_record),
+            ..Default::default()
+        })
+        .into_iter()
+        .filter(|r| r.origin == fleetsim::Origin::Api)
+        .collect();
+    assert!(
+        written.is_empty(),
+        "a commit outside the path wrote to the targets: {:?}",
+        written.iter().take(5).collect::<Vec<_>>()
+    );
+    let first = unrelated;
+
+    // 3. A new commit rolls out within maxUnavailable.
     let since = unix_micros();
     demo.commit("v2", "nginx:1.28", "v2").expect("commit v2");
     let (second, most) = rollout(&group, &first).await;
@@ -102,7 +147,7 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
         "every cluster holds v2"
     );
 
-    // 3. kill -9 of a node in the middle of a third rollout.
+    // 4. kill -9 of a node in the middle of a third rollout.
     let status = group.status().await.expect("status");
     let victim = status
         .members

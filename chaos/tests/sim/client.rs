@@ -108,6 +108,7 @@ fn resolved(n: usize) -> Command {
         revision: revision(n),
         artifact: Some(artifact(n).1),
         expected: ExpectedRevision::Any,
+        inputs: Default::default(),
         at: AT.into(),
     }
 }

@@ -173,7 +173,13 @@ pub struct SourceEntry {
     /// [`DELIVERIES_PER_SOURCE`], none older than [`DELIVERY_MEMORY_SECONDS`].
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub deliveries: VecDeque<(String, i64)>,
+    /// The input digest of each path at the current revision ([`Command::SourceResolved`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
 }
+
+/// Paths of one source whose input digests are kept: beyond them, revisions always roll out.
+pub const INPUT_PATHS_PER_SOURCE: usize = 1024;
 
 /// Webhook delivery keys kept per Source against replays.
 pub const DELIVERIES_PER_SOURCE: usize = 512;
@@ -410,6 +416,11 @@ pub enum Command {
         /// on since (a resolution of another owner, during a handover, won).
         #[serde(default)]
         expected: ExpectedRevision,
+        /// The input digest of each path the source's Syncs render at this revision
+        /// (`source::inputs`): a Sync whose path's input is what it was at the revision it
+        /// applied moves to the new revision without a write. A path left out always rolls out.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        inputs: BTreeMap<String, String>,
         at: String,
     },
     /// A source's owner failed to fetch or resolve; the last good revision stays in use.
@@ -745,8 +756,9 @@ impl FleetState {
                 revision,
                 artifact,
                 expected,
+                inputs,
                 at,
-            } => self.source_resolved(&source, revision, artifact, &expected, &at),
+            } => self.source_resolved(&source, revision, artifact, &expected, inputs, &at),
             Command::SourceFailed {
                 source,
                 message,

@@ -227,6 +227,7 @@ impl FleetState {
                         poll_requests: 0,
                         polls_served: 0,
                         deliveries: Default::default(),
+                        inputs: Default::default(),
                     },
                 );
                 let moves = self.source_placement.add_item(&key, 1);
@@ -470,6 +471,21 @@ impl FleetState {
             .get(cluster)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The paths the Syncs of a source render (as their specs spell them), at most
+    /// [`super::INPUT_PATHS_PER_SOURCE`]: the owner digests their inputs at each new revision.
+    pub fn source_paths(&self, source: &str) -> Vec<String> {
+        let mut paths = BTreeSet::new();
+        for sync in self.source_syncs.get(source).into_iter().flatten() {
+            if let Some(entry) = self.syncs.get(sync) {
+                paths.insert(entry.object.spec.template.path.clone().unwrap_or_default());
+                if paths.len() >= super::INPUT_PATHS_PER_SOURCE {
+                    break;
+                }
+            }
+        }
+        paths.into_iter().collect()
     }
 
     pub(super) fn syncs_of_source(&self, source: &str) -> Vec<Key> {
@@ -743,8 +759,12 @@ impl FleetState {
         revision: String,
         artifact: Option<ArtifactRef>,
         expected: &ExpectedRevision,
+        mut inputs: BTreeMap<String, String>,
         at: &str,
     ) -> Outcome {
+        while inputs.len() > super::INPUT_PATHS_PER_SOURCE {
+            inputs.pop_last();
+        }
         let Some(entry) = self.sources.get_mut(source) else {
             return Outcome::Rejected {
                 message: format!("source {source} not found"),
@@ -780,11 +800,25 @@ impl FleetState {
             status.artifact = artifact;
             return Outcome::SourceRecorded { changed: true };
         }
-        status.revision = Some(revision);
+        status.revision = Some(revision.clone());
         status.artifact = artifact;
         status.observed_generation = entry.object.metadata.generation;
+        let previous_inputs = std::mem::replace(&mut entry.inputs, inputs);
         entry.seq += 1;
+        let seq = entry.seq;
         let syncs = self.syncs_of_source(source);
+        // The mono-repository rule: a Sync applied at the revision before, whose path's input
+        // is the same at this one, is at this one already. It moves forward without a write.
+        let unchanged: BTreeSet<String> = previous_inputs
+            .into_iter()
+            .filter(|(path, digest)| self.sources[source].inputs.get(path) == Some(digest))
+            .map(|(path, _)| path)
+            .collect();
+        if !unchanged.is_empty() {
+            for sync in &syncs {
+                self.carry_forward(sync, seq, &unchanged, &revision);
+            }
+        }
         let mut groups = BTreeSet::new();
         for sync in &syncs {
             if let Some(group) = self.syncs.get(sync).and_then(|s| s.group.clone()) {
@@ -809,6 +843,47 @@ impl FleetState {
             self.admit(&group);
         }
         Outcome::SourceRecorded { changed: true }
+    }
+
+    /// Moves a Sync whose input did not change from the source's previous revision (`seq - 1`)
+    /// to this one: what it applied, or failed with, is what this revision gives.
+    fn carry_forward(&mut self, key: &str, seq: u64, unchanged: &BTreeSet<String>, revision: &str) {
+        let Some(entry) = self.syncs.get_mut(key) else {
+            return;
+        };
+        let path = entry
+            .object
+            .spec
+            .template
+            .path
+            .as_deref()
+            .unwrap_or_default();
+        if entry.object.spec.pinned_revision.is_some()
+            || entry.retiring
+            || entry.rollout.ticket.is_some()
+            || !unchanged.contains(path)
+        {
+            return;
+        }
+        let generation = entry.object.metadata.generation.unwrap_or(1);
+        let before = (seq - 1, generation);
+        let facts = &mut entry.rollout;
+        if facts.applied == Some(before) {
+            facts.applied = Some((seq, generation));
+            let status = entry.object.status.get_or_insert_with(Default::default);
+            status.last_applied_revision = Some(revision.to_owned());
+            status.message = Some(format!(
+                "revision {revision} changes nothing at {}: nothing to apply",
+                if path.is_empty() {
+                    "the source's root"
+                } else {
+                    path
+                }
+            ));
+        }
+        if facts.failed == Some(before) {
+            facts.failed = Some((seq, generation));
+        }
     }
 
     /// [`Command::RequestPoll`]: the owner polls at once, unless the delivery was taken

@@ -334,6 +334,7 @@ mod tests {
             revision: revision.into(),
             artifact: None,
             expected: fleet::ExpectedRevision::Any,
+            inputs: Default::default(),
             at: AT.into(),
         });
     }

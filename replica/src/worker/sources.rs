@@ -210,6 +210,25 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, do
     } = done;
     let at = Replica::now_rfc3339();
     let mut command = None;
+    // The input digest of every path the source's Syncs render: those whose input is
+    // unchanged move to the new revision without a write (the mono-repository rule).
+    let mut watcher = watcher;
+    let mut inputs = BTreeMap::new();
+    if outcome.changed {
+        let paths = replica.raft.reader().read(|state| state.source_paths(&key));
+        let task = tokio::task::spawn_blocking(move || {
+            let inputs = watcher.path_inputs(&paths);
+            (watcher, inputs)
+        });
+        match task.await {
+            Ok(done) => (watcher, inputs) = done,
+            Err(error) => {
+                tracing::error!(source = %key, %error, "digesting the source's paths stopped");
+                watched.remove(&key);
+                return;
+            }
+        }
+    }
     if outcome.changed
         && let Some(good) = &watcher.resolution().last_good
     {
@@ -221,6 +240,7 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, do
                 size: good.artifact.size,
             }),
             expected,
+            inputs,
             at: at.clone(),
         });
     }
@@ -243,7 +263,6 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, do
     }
     entry.polls += 1;
     let seed = xxhash(&key) ^ entry.polls;
-    let mut watcher = watcher;
     entry.next_poll = if std::mem::take(&mut entry.poll_again) {
         watcher.fetch_on_next_poll();
         Instant::now()

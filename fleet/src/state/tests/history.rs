@@ -18,6 +18,7 @@ fn commit(state: &mut FleetState, revision: &str, at: &str) {
         revision: revision.into(),
         artifact: Some(artifact(revision)),
         expected: ExpectedRevision::Any,
+        inputs: Default::default(),
         at: at.into(),
     });
     assert_eq!(outcome, Outcome::SourceRecorded { changed: true });

@@ -71,6 +71,7 @@ fn resolve(state: &mut FleetState, revision: &str) {
         revision: revision.into(),
         artifact: None,
         expected: ExpectedRevision::Any,
+        inputs: Default::default(),
         at: AT.into(),
     });
     assert_eq!(outcome, Outcome::SourceRecorded { changed: true });
@@ -551,6 +552,7 @@ fn applied_commands_name_the_objects_they_changed() {
             revision: "main@sha1:1".into(),
             artifact: None,
             expected: ExpectedRevision::Any,
+            inputs: Default::default(),
             at: AT.into(),
         },
     );
@@ -638,6 +640,7 @@ mod edits;
 mod history;
 mod installation;
 mod members;
+mod monorepo;
 mod recovery;
 mod retire;
 mod tenancy;
@@ -657,6 +660,7 @@ fn a_resolution_made_from_an_outdated_view_cannot_move_the_source_back() {
             revision: revision.into(),
             artifact: None,
             expected,
+            inputs: Default::default(),
             at: AT.into(),
         })
     };

@@ -443,6 +443,7 @@ mod tests {
             revision: "main@sha1:aaa".into(),
             artifact: None,
             expected: fleet::ExpectedRevision::Any,
+            inputs: Default::default(),
             at,
         });
         let snapshot: serde_json::Value = serde_json::from_str(&build(&state)).unwrap();

@@ -1,0 +1,114 @@
+//! The mono-repository rule: a new revision rolls out only to the Syncs whose path's input
+//! changed; the others move to it without a write.
+
+use super::*;
+use crate::resources::RolloutOutcome;
+
+fn resolve_with(state: &mut FleetState, revision: &str, inputs: &[(&str, &str)]) {
+    let outcome = state.apply(Command::SourceResolved {
+        source: "fleet/repo".into(),
+        revision: revision.into(),
+        artifact: None,
+        expected: ExpectedRevision::Any,
+        inputs: inputs
+            .iter()
+            .map(|(path, digest)| (path.to_string(), digest.to_string()))
+            .collect(),
+        at: AT.into(),
+    });
+    assert_eq!(outcome, Outcome::SourceRecorded { changed: true });
+    state.check_invariants().expect("invariants hold");
+}
+
+fn roll_out(state: &mut FleetState, revision: &str) {
+    for _ in 0..20 {
+        if sync_round(state, revision, false) == 0 {
+            return;
+        }
+    }
+    panic!("the rollout of {revision} did not settle");
+}
+
+fn applied_revisions(state: &FleetState) -> BTreeSet<String> {
+    state.groups["fleet/app"]
+        .members
+        .iter()
+        .map(|key| {
+            let status = state.syncs[key].object.status.as_ref();
+            status
+                .and_then(|s| s.last_applied_revision.clone())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn a_commit_that_leaves_the_path_alone_admits_nothing_and_moves_every_sync_forward() {
+    let mut state = fleet(6, "2", "");
+    resolve_with(&mut state, "main@sha1:1", &[("apps", "sha256:a")]);
+    roll_out(&mut state, "main@sha1:1");
+    assert_eq!(
+        state.group_status("fleet/app").unwrap().phase,
+        Some(RolloutPhase::Complete)
+    );
+
+    // Another path changed: nothing to admit, every Sync reports the new revision.
+    resolve_with(
+        &mut state,
+        "main@sha1:2",
+        &[("apps", "sha256:a"), ("other", "sha256:b")],
+    );
+    assert!(state.actionable.is_empty(), "{:?}", state.actionable);
+    let status = state.group_status("fleet/app").unwrap();
+    assert_eq!(status.phase, Some(RolloutPhase::Complete));
+    assert_eq!(status.summary.updated, 6);
+    assert_eq!(status.target_revision.as_deref(), Some("main@sha1:2"));
+    assert_eq!(
+        applied_revisions(&state),
+        BTreeSet::from(["main@sha1:2".to_string()])
+    );
+    let newest = &state.groups["fleet/app"].history[0];
+    assert_eq!(
+        (newest.revision.as_str(), newest.outcome),
+        ("main@sha1:2", RolloutOutcome::Complete)
+    );
+    // The revision history lists what was written, not every revision that passed by.
+    let sync = state.groups["fleet/app"].members.first().unwrap().clone();
+    let history = &state.syncs[&sync]
+        .object
+        .status
+        .as_ref()
+        .unwrap()
+        .revision_history;
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].revision, "main@sha1:1");
+
+    // The path's input changed: a rollout through the budget.
+    resolve_with(&mut state, "main@sha1:3", &[("apps", "sha256:c")]);
+    assert_eq!(state.actionable.len(), 2, "maxUnavailable 2");
+    roll_out(&mut state, "main@sha1:3");
+    assert_eq!(
+        applied_revisions(&state),
+        BTreeSet::from(["main@sha1:3".to_string()])
+    );
+
+    // A path without a digest (the owner could not bound its input) always rolls out.
+    resolve_with(&mut state, "main@sha1:4", &[]);
+    assert_eq!(state.actionable.len(), 2);
+    roll_out(&mut state, "main@sha1:4");
+    // ... and so does the first revision after it: there is nothing to compare with.
+    resolve_with(&mut state, "main@sha1:5", &[("apps", "sha256:c")]);
+    assert_eq!(state.actionable.len(), 2);
+}
+
+#[test]
+fn a_failed_sync_keeps_its_failure_when_its_input_did_not_change() {
+    let mut state = fleet(4, "4", "");
+    resolve_with(&mut state, "main@sha1:1", &[("apps", "sha256:a")]);
+    assert_eq!(sync_round(&mut state, "main@sha1:1", true), 4);
+    assert_eq!(state.groups["fleet/app"].ledger.counts.failed, 4);
+    resolve_with(&mut state, "main@sha1:2", &[("apps", "sha256:a")]);
+    // Still failed at the new revision (retried by their owners), not applied.
+    assert_eq!(state.groups["fleet/app"].ledger.counts.failed, 4);
+    assert!(applied_revisions(&state).iter().all(String::is_empty));
+}
