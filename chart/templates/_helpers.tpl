@@ -50,6 +50,39 @@ replica: tls.secretName, or `<fullname>-tls`.
 {{- .Values.tls.secretName | default (printf "%s-tls" (include "starling.fullname" .)) }}
 {{- end }}
 
+{{/*
+Whether cert-manager issues the certificate: `tls.certManager.enabled` true, or `auto` (the
+default) on a cluster that serves cert-manager.io/v1. Empty when it does not.
+*/}}
+{{- define "starling.certManager" -}}
+{{- $enabled := .Values.tls.certManager.enabled }}
+{{- if or (eq (toString $enabled) "true") (and (eq (toString $enabled) "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
+true
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the chart generates the certificate itself (no cert-manager, no Secret named by the
+user): a CA and a certificate made at install and kept across upgrades. Empty when it does not.
+*/}}
+{{- define "starling.generatedTls" -}}
+{{- if and (not (include "starling.certManager" .)) (not .Values.tls.secretName) -}}
+true
+{{- end }}
+{{- end }}
+
+{{/* The DNS names of the replicas' certificate: the peers (wildcard), the API Service, loopback. */}}
+{{- define "starling.tlsDnsNames" -}}
+{{- $service := include "starling.fullname" . }}
+{{- $names := list (printf "*.%s" (include "starling.peerDomain" .)) $service (printf "%s.%s" $service .Release.Namespace) (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.%s" $service .Release.Namespace .Values.clusterDomain) "localhost" }}
+{{- concat $names .Values.tls.certManager.extraDnsNames | toJson }}
+{{- end }}
+
+{{/* The IP addresses of the replicas' certificate. */}}
+{{- define "starling.tlsIpAddresses" -}}
+{{- concat (list "127.0.0.1" "::1") .Values.tls.certManager.extraIpAddresses | toJson }}
+{{- end }}
+
 {{- define "starling.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -4,12 +4,16 @@ They render the chart with the real Helm engine (helm-python-sdk), lint it stric
 every rendered manifest against the Kubernetes OpenAPI schemas (kubernetes-validate), check that
 values.schema.json refuses bad values, check the StatefulSet's, the RBAC's and the TLS
 certificate's essentials, and run the rendered container's arguments and environment through
-the binary (`starling node --validate-config`, path in STARLING_BIN).
+the binary (`starling node --validate-config`, path in STARLING_BIN). Without cert-manager the
+chart makes its own CA and certificate: checked with openssl, read by the binary, and kept across
+an upgrade (rendered against fleetsim, FLEETSIM_BIN, so that `lookup` sees the installed Secret).
 
 Each check prints what it did; the script exits non-zero when any failed.
 """
 
 import atexit
+import base64
+import json
 import os
 import re
 import shutil
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import urllib.request
 from pathlib import Path
 
 import helm_python
@@ -26,6 +31,7 @@ import yaml
 CHART = Path(__file__).resolve().parent.parent
 REPOSITORY = CHART.parent
 STARLING_BIN = os.environ.get("STARLING_BIN", str(REPOSITORY / "target/debug/starling"))
+FLEETSIM_BIN = os.environ.get("FLEETSIM_BIN", str(REPOSITORY / "target/debug/fleetsim"))
 OLDEST_KUBERNETES = "1.33"
 NEWEST_KUBERNETES = kubernetes_validate.latest_version()
 NAMESPACE = "fleet-system"
@@ -43,6 +49,12 @@ VARIANTS = [
         "starling",
         NAMESPACE,
         {"auth": {"adminTokenSecret": "starling-admin", "metricsAuth": True}},
+    ),
+    (
+        "cert-manager issuing",
+        "starling",
+        NAMESPACE,
+        {"tls": {"certManager": {"enabled": True}}},
     ),
     (
         "a TLS Secret of the user's",
@@ -198,6 +210,38 @@ def cert_manager_objects(manifests):
     return [m for _, m in manifests if m["apiVersion"].startswith("cert-manager.io/")]
 
 
+def uses_cert_manager(effective):
+    """Offline (as these renders are), `auto` finds no cert-manager API: only `true` uses it."""
+    return effective["tls"]["certManager"]["enabled"] is True
+
+
+def generated_secret(manifests, secret_name):
+    """The TLS Secret the chart made itself, or None."""
+    found = [
+        m
+        for _, m in manifests
+        if m["kind"] == "Secret" and m["metadata"]["name"] == secret_name
+    ]
+    expect(len(found) <= 1, f"at most one Secret {secret_name}")
+    return found[0] if found else None
+
+
+def openssl(*args, stdin=None):
+    completed = subprocess.run(
+        ["openssl", *args], capture_output=True, text=True, timeout=60, input=stdin
+    )
+    if completed.returncode != 0:
+        raise CheckFailed(f"openssl {' '.join(args)} failed: {completed.stderr.strip()}")
+    return completed.stdout
+
+
+def write_secret_files(secret, directory):
+    """The Secret's keys as the kubelet mounts them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (directory / key).write_bytes(base64.b64decode(secret["data"][key]))
+
+
 def merged(values):
     """The chart's default values with `values` merged in, as Helm merges them."""
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -286,6 +330,8 @@ def check_schema_rejects_bad_values():
         ("an unknown tls key", {"tls": {"issuer": "letsencrypt"}}),
         ("a metricsAuth that is not a boolean", {"auth": {"metricsAuth": "yes"}}),
         ("a certificate duration in days", {"tls": {"certManager": {"duration": "90d"}}}),
+        ("certManager.enabled neither a boolean nor auto", {"tls": {"certManager": {"enabled": "yes"}}}),
+        ("a generated certificate of 0 days", {"tls": {"generated": {"validityDays": 0}}}),
         ("a Secret name with capitals", {"tls": {"secretName": "Starling_TLS"}}),
         (
             "an extra IP address that is a name",
@@ -316,7 +362,7 @@ def check_schema_rejects_bad_values():
     else:
         raise CheckFailed("the chart accepted auth.metricsAuth without auth.adminTokenSecret")
     try:
-        render({"tls": {"secretName": "starling-ca"}})
+        render({"tls": {"secretName": "starling-ca", "certManager": {"enabled": True}}})
     except helm_python.HelmError as error:
         expect("tls.secretName" in str(error), f"a TLS Secret named as the CA's: {error}")
     else:
@@ -568,6 +614,7 @@ def check_tls():
     chart's Issuers and Certificates issue a certificate into that Secret that every replica can
     serve and present to its peers, and that the API Service's clients can check."""
     issued = 0
+    generated = 0
     for description, name, namespace, values in VARIANTS:
         effective = merged(values)
         tls = effective["tls"]
@@ -600,9 +647,16 @@ def check_tls():
             expect(flag in container["args"], f"{where}: {flag}")
 
         objects = cert_manager_objects(manifests)
-        if not tls["certManager"]["enabled"]:
+        own = generated_secret(manifests, secret_name)
+        if not uses_cert_manager(effective):
             expect(not objects, f"{where}: no cert-manager objects when certManager is off")
+            if tls["secretName"]:
+                expect(own is None, f"{where}: the user's Secret {secret_name} is not made")
+            else:
+                check_generated_certificate(own, effective, namespace, fullname, where)
+                generated += 1
             continue
+        expect(own is None, f"{where}: no Secret {secret_name} made when cert-manager issues it")
         for obj in objects:
             expect(
                 obj["metadata"]["namespace"] == namespace,
@@ -686,7 +740,153 @@ def check_tls():
         f"TLS Secret mounted as a directory at {TLS_DIRECTORY} with the three flags in "
         f"{len(VARIANTS)} variants; in {issued} with cert-manager, the serving Certificate "
         "writes that Secret, signed by the chart's CA, server and client auth, SANs covering "
-        "the peers (wildcard), the API Service and loopback"
+        "the peers (wildcard), the API Service and loopback; in "
+        f"{generated} without cert-manager, the chart's own CA and certificate (same SANs and "
+        "usages, checked with openssl)"
+    )
+
+
+def check_generated_certificate(secret, effective, namespace, fullname, where):
+    """The Secret the chart makes without cert-manager: a CA and a certificate that chains to
+    it, for server and client auth, with the SANs cert-manager's would have."""
+    expect(secret is not None, f"{where}: the chart makes the Secret itself without cert-manager")
+    expect(secret["type"] == "kubernetes.io/tls", f"{where}: type kubernetes.io/tls")
+    expect(
+        set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"},
+        f"{where}: keys tls.crt, tls.key, ca.crt: {sorted(secret['data'])}",
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="starling-tls-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    write_secret_files(secret, scratch)
+    crt, key, ca = (str(scratch / k) for k in ("tls.crt", "tls.key", "ca.crt"))
+    verified = openssl("verify", "-CAfile", ca, crt)
+    expect(verified.strip().endswith("OK"), f"{where}: the certificate chains to ca.crt: {verified}")
+    expect(
+        openssl("x509", "-in", crt, "-noout", "-pubkey") == openssl("pkey", "-in", key, "-pubout"),
+        f"{where}: tls.key is the certificate's key",
+    )
+    text = openssl("x509", "-in", crt, "-noout", "-text")
+    for usage in ("TLS Web Server Authentication", "TLS Web Client Authentication"):
+        expect(usage in text, f"{where}: extended key usage {usage}")
+    domain = effective["clusterDomain"]
+    extra_names = effective["tls"]["certManager"]["extraDnsNames"]
+    extra_addresses = effective["tls"]["certManager"]["extraIpAddresses"]
+    for name in (
+        f"*.{fullname}-headless.{namespace}.svc.{domain}",
+        fullname,
+        f"{fullname}.{namespace}",
+        f"{fullname}.{namespace}.svc",
+        f"{fullname}.{namespace}.svc.{domain}",
+        "localhost",
+        *extra_names,
+    ):
+        expect(f"DNS:{name}" in text, f"{where}: the SAN {name}")
+    for address in ("127.0.0.1", "0:0:0:0:0:0:0:1", *extra_addresses):
+        expect(f"IP Address:{address}" in text, f"{where}: the IP SAN {address}")
+    authority = openssl("x509", "-in", ca, "-noout", "-text")
+    expect("CA:TRUE" in authority, f"{where}: ca.crt is a CA")
+
+
+class Fleetsim:
+    """A fleetsim with one cluster, as the Kubernetes API `lookup` reads during an upgrade."""
+
+    def __init__(self):
+        binary = Path(FLEETSIM_BIN)
+        expect(binary.is_file(), f"no fleetsim binary at {binary} (cargo build -p fleetsim)")
+        self.directory = Path(tempfile.mkdtemp(prefix="starling-fleetsim-"))
+        atexit.register(shutil.rmtree, self.directory, ignore_errors=True)
+        self.process = subprocess.Popen(
+            [str(binary), "--clusters", "1", "--listen", "127.0.0.1:0",
+             "--kubeconfig-dir", str(self.directory)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        atexit.register(self.process.kill)
+        ready = json.loads(self.process.stdout.readline())
+        self.kubeconfig = next(
+            p for p in sorted(self.directory.glob("*.kubeconfig")) if p.name != "all.kubeconfig"
+        )
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        self.server = config["clusters"][0]["cluster"]["server"]
+        expect(self.server.startswith(ready["base_url"]), f"a cluster of fleetsim: {self.server}")
+        self.token = (config["users"][0]["user"] or {}).get("token")
+
+    def call(self, method, path, body=None):
+        request = urllib.request.Request(
+            self.server + path,
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json"},
+        )
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"{}")
+
+    def render(self, values, name, namespace, upgrade):
+        config = helm_python.Config(kubeconfig_path=str(self.kubeconfig))
+        rendered = config.render(
+            helm_python.Chart.load(str(CHART)),
+            values,
+            name=name,
+            namespace=namespace,
+            is_install=not upgrade,
+            is_upgrade=upgrade,
+        )
+        manifests = []
+        for path, text in sorted(rendered.items()):
+            if not path.endswith("NOTES.txt"):
+                manifests.extend((path, d) for d in yaml.safe_load_all(text) if d)
+        return manifests
+
+
+def check_generated_tls_kept_across_upgrades():
+    """`lookup` during an upgrade finds the Secret made at install and keeps it; a Secret of
+    that name the release does not manage (made by hand, or by cert-manager before) is used as
+    it is, not replaced."""
+    sim = Fleetsim()
+    name, namespace = "starling", NAMESPACE
+    secret_name = f"{name}-tls"
+    installed = generated_secret(sim.render({}, name, namespace, upgrade=False), secret_name)
+    expect(installed is not None, "the install makes the TLS Secret")
+    again = generated_secret(sim.render({}, name, namespace, upgrade=False), secret_name)
+    expect(
+        again["data"] != installed["data"],
+        "with nothing installed yet, each render makes a new CA (the check below can fail)",
+    )
+    # What `helm install` leaves in the cluster: the Secret, with Helm's ownership marks.
+    sim.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": namespace}})
+    stored = json.loads(json.dumps(installed))
+    stored["metadata"].setdefault("annotations", {}).update(
+        {"meta.helm.sh/release-name": name, "meta.helm.sh/release-namespace": namespace}
+    )
+    sim.call("POST", f"/api/v1/namespaces/{namespace}/secrets", stored)
+    upgraded = generated_secret(sim.render({}, name, namespace, upgrade=True), secret_name)
+    expect(
+        upgraded is not None and upgraded["data"] == installed["data"],
+        "an upgrade keeps the CA and certificate made at install",
+    )
+    # Someone else's Secret of that name: used as it is.
+    sim.call("DELETE", f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+    foreign = json.loads(json.dumps(installed))
+    foreign["metadata"] = {"name": secret_name, "namespace": namespace}
+    sim.call("POST", f"/api/v1/namespaces/{namespace}/secrets", foreign)
+    manifests = sim.render({}, name, namespace, upgrade=True)
+    expect(
+        generated_secret(manifests, secret_name) is None,
+        "a Secret the release does not manage is left alone",
+    )
+    statefulset = only(manifests, "StatefulSet")
+    volumes = statefulset["spec"]["template"]["spec"]["volumes"]
+    expect(
+        any(v.get("secret", {}).get("secretName") == secret_name for v in volumes),
+        "the replicas mount it",
+    )
+    return (
+        "against fleetsim's API: an upgrade keeps the Secret made at install (lookup), a "
+        "Secret of that name the release does not manage is left as it is and mounted"
     )
 
 
@@ -752,6 +952,7 @@ def check_binary_accepts_rendered_args():
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     mounted_files(scratch)
     runs = 0
+    generated = 0
     # The test's own STARLING_* variables must not leak into the binary's configuration.
     clean_environment = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
     for description, name, namespace, values in VARIANTS:
@@ -762,11 +963,20 @@ def check_binary_accepts_rendered_args():
         start = spec["ordinals"]["start"]
         pods = [f"{statefulset['metadata']['name']}-{start + i}" for i in range(spec["replicas"])]
         # The first and the last pod: both ends of the ordinals.
+        # Without cert-manager, the certificate the chart made: the binary must read it.
+        effective = merged(values)
+        root = scratch
+        own = generated_secret(manifests, effective["tls"]["secretName"] or f"{statefulset['metadata']['name']}-tls")
+        if own is not None:
+            root = scratch / f"generated-{runs}"
+            shutil.copytree(scratch / "auth", root / "auth")
+            write_secret_files(own, root / "tls")
+            generated += 1
         for pod_name in sorted({pods[0], pods[-1]}):
             environment = container_environment(container, pod_name, namespace)
             args = [expand_kubernetes_references(a, environment) for a in container["args"]]
             # The mounted Secrets' paths point at the files made above.
-            args = [a.replace(MOUNTED, f"{scratch}/") for a in args]
+            args = [a.replace(MOUNTED, f"{root}/") for a in args]
             expect(args[0] == "node", f"{description}: the container runs `starling node`")
             unexpanded = [a for a in args if "$(" in a]
             expect(not unexpanded, f"{description}: unexpanded references {unexpanded}")
@@ -832,8 +1042,8 @@ def check_binary_accepts_rendered_args():
     )
     return (
         f"`starling node --validate-config` accepts the rendered args and env of {runs} pods "
-        f"({len(VARIANTS)} variants, STARLING_ID from the pod name, TLS on), and refuses "
-        "starling-0"
+        f"({len(VARIANTS)} variants, STARLING_ID from the pod name, TLS on; {generated} with "
+        "the certificate the chart made itself), and refuses starling-0"
     )
 
 
@@ -853,7 +1063,14 @@ def check_notes():
             commands and all("--tls-ca ca.crt" in c for c in commands),
             f"every starling command in NOTES.txt passes --tls-ca: {commands}",
         )
-    expect("ContainerCreating" not in text, "no Secret to create when cert-manager issues it")
+    expect("ContainerCreating" not in text, "no Secret to create when the chart makes it")
+    for needle in ("made a CA", "delete secret starling-tls", "helm upgrade"):
+        expect(needle in text, f"NOTES.txt says how to rotate the generated certificate: {needle!r}")
+    issued = notes({"tls": {"certManager": {"enabled": True}}})
+    expect(
+        "made a CA" not in issued and "ContainerCreating" not in issued,
+        "NOTES.txt with cert-manager: nothing to make, nothing to rotate by hand",
+    )
     own = notes(
         {
             "auth": {"adminTokenSecret": "starling-admin"},
@@ -884,6 +1101,7 @@ CHECKS = [
     check_statefulset,
     check_rbac,
     check_tls,
+    check_generated_tls_kept_across_upgrades,
     check_binary_accepts_rendered_args,
     check_notes,
 ]
