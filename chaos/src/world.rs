@@ -648,7 +648,8 @@ impl World {
             .path()
             .join(format!("backup-{}", self.disasters.len()));
         let backup = backup.to_str().context("a UTF-8 temp path")?.to_owned();
-        self.cli(&["export", "-f", &backup]).await?;
+        self.cli(&["export", "--unencrypted", "-f", &backup])
+            .await?;
         let ids: Vec<u64> = self.group.nodes.keys().copied().collect();
         for id in &ids {
             self.group.kill(*id);

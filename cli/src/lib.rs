@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod crds;
 pub mod delete;
 pub mod describe;
+pub mod encryption;
 pub mod get;
 pub mod history;
 pub mod members;

@@ -1,8 +1,10 @@
 //! Disaster recovery from the command line (docs/disaster-recovery.md):
 //!
-//! - `starling export [-f FILE]`: a consistent backup of the replicated state, a versioned
-//!   header line and a snapshot;
-//! - `starling import FILE`: loads it into a new standalone installation, with recovery on;
+//! - `starling export [-f FILE] --encrypt-to KEY | --unencrypted`: a consistent backup of the
+//!   replicated state, a versioned header line and a snapshot, encrypted with age
+//!   ([`crate::encryption`]) unless asked otherwise;
+//! - `starling import FILE [--identity KEYFILE]`: loads it into a new standalone installation,
+//!   with recovery on;
 //! - `starling recover`: reads back from every target cluster what it holds (fence, inventory,
 //!   applied revision; reads only), then lets the fleet roll out whatever differs.
 
@@ -20,6 +22,14 @@ pub struct ExportArgs {
     /// Where to write the backup; `-` (the default) is standard output.
     #[arg(short = 'f', long = "file", default_value = "-")]
     pub file: String,
+    /// Encrypt the backup (age) to this recipient: an `age1…` public key, or a file of them,
+    /// or an identity file (`starling backup-key`, `age-keygen`). Repeatable.
+    #[arg(long = "encrypt-to", value_name = "RECIPIENT")]
+    pub encrypt_to: Vec<String>,
+    /// Write the backup in clear: every kubeconfig, git token and Secret of the fleet, readable
+    /// by whoever reads the file.
+    #[arg(long, conflicts_with = "encrypt_to")]
+    pub unencrypted: bool,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -29,6 +39,9 @@ pub struct ImportArgs {
     /// A backup written by `starling export`.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// The identity file (secret key) an encrypted backup was encrypted to. Repeatable.
+    #[arg(long, value_name = "KEYFILE")]
+    pub identity: Vec<PathBuf>,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -49,17 +62,34 @@ pub struct RecoverArgs {
 }
 
 pub fn export(args: ExportArgs) -> anyhow::Result<()> {
+    let recipients = crate::encryption::recipients(&args.encrypt_to)?;
+    if recipients.is_empty() && !args.unencrypted {
+        anyhow::bail!(
+            "a backup holds every kubeconfig, git token and Secret of the fleet: encrypt it with \
+             --encrypt-to RECIPIENT (an age public key, age1…, or a file of them; `starling \
+             backup-key FILE` makes a key pair), or write it in clear with --unencrypted"
+        );
+    }
     block_on(async {
         let client = Client::connect(&args.server).await?;
         let timeout = args.server.call_timeout().max(TRANSFER_TIMEOUT);
         let backup = client.with_timeout(timeout).export().await?;
+        let backup = if recipients.is_empty() {
+            eprintln!(
+                "warning: this backup is not encrypted: it holds every kubeconfig, git token and \
+                 Secret of the fleet in clear; keep it as you keep them"
+            );
+            backup
+        } else {
+            crate::encryption::encrypt(&backup, &recipients)?
+        };
         if args.file == "-" {
             use std::io::Write as _;
             std::io::stdout().write_all(&backup)?;
             return Ok(());
         }
-        // Written beside the target and renamed: a backup is never left half written. It
-        // holds every kubeconfig and git token in clear: readable by this user only.
+        // Written beside the target and renamed: a backup is never left half written. Readable
+        // by this user only, encrypted or not.
         let path = PathBuf::from(&args.file);
         let partial = path.with_extension("partial");
         write_private(&partial, &backup)
@@ -67,9 +97,14 @@ pub fn export(args: ExportArgs) -> anyhow::Result<()> {
         std::fs::rename(&partial, &path)
             .map_err(|error| anyhow::anyhow!("cannot write {}: {error}", path.display()))?;
         eprintln!(
-            "backup written to {} ({} bytes)",
+            "backup written to {} ({} bytes, {})",
             path.display(),
-            backup.len()
+            backup.len(),
+            if recipients.is_empty() {
+                "not encrypted".to_string()
+            } else {
+                format!("encrypted to {} recipients", recipients.len())
+            }
         );
         Ok(())
     })
@@ -96,6 +131,11 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
     block_on(async {
         let backup = std::fs::read(&args.file)
             .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", args.file.display()))?;
+        let backup = if crate::encryption::is_encrypted(&backup) {
+            crate::encryption::decrypt(&backup, &args.identity, &args.file)?
+        } else {
+            backup
+        };
         let client = Client::connect(&args.server).await?;
         let timeout = args.server.call_timeout().max(TRANSFER_TIMEOUT);
         let reply = client.with_timeout(timeout).import(backup).await?;

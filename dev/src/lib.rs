@@ -323,6 +323,7 @@ impl Dev {
                 deletion_timeout: Duration::from_secs(300),
                 metrics_auth: false,
                 token_use_interval: std::time::Duration::from_secs(60),
+                quota: Default::default(),
             };
             let spec_source = match &config.operator {
                 Some(operator) => Some(Arc::new(

@@ -304,7 +304,11 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 group(index % 2 + 1, 1, 3, false)
             };
             match upsert {
-                Command::UpsertSpec { resource, at } => Command::ApplySpec { resource, at },
+                Command::UpsertSpec { resource, at } => Command::ApplySpec {
+                    resource,
+                    at,
+                    quota: None,
+                },
                 other => other,
             }
         }

@@ -657,6 +657,7 @@ async fn admission(
             deletion_timeout: Duration::from_secs(300),
             metrics_auth: false,
             token_use_interval: std::time::Duration::from_secs(60),
+            quota: Default::default(),
         };
         nodes.push(starling_replica::serve::start(config, None).await?);
     }

@@ -91,6 +91,8 @@ enum Command {
     Export(cli::recovery::ExportArgs),
     /// Load a backup into a new standalone installation (recovery on).
     Import(cli::recovery::ImportArgs),
+    /// Make a key pair for encrypted backups: writes the secret key, prints the public key.
+    BackupKey(cli::encryption::BackupKeyArgs),
     /// After losing every replica: read back what the target clusters hold, then resume.
     Recover(cli::recovery::RecoverArgs),
     /// Create, list or revoke API tokens (per tenant and role).
@@ -186,6 +188,7 @@ impl Command {
             | Command::Status(_)
             | Command::Members(_)
             | Command::Token(_)
+            | Command::BackupKey(_)
             | Command::Rollout(_)
             | Command::Source(_) => None,
         }
@@ -265,6 +268,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::Render(args) => cli::render::run(args),
         Command::Export(args) => cli::recovery::export(args),
         Command::Import(args) => cli::recovery::import(args),
+        Command::BackupKey(args) => cli::encryption::backup_key(args),
         Command::Recover(args) => cli::recovery::recover(args),
         Command::Token(args) => cli::token::run(args),
         Command::RenderWorker => {

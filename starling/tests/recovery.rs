@@ -139,7 +139,7 @@ async fn losing_every_replica_recovers_from_the_targets_without_writing_to_them(
     let backup_dir = tempfile::tempdir().expect("temp dir");
     let backup = backup_dir.path().join("starling.backup");
     let backup_path = backup.to_str().expect("utf-8 path");
-    group.cli(&["export", "-f", backup_path]);
+    group.cli(&["export", "--unencrypted", "-f", backup_path]);
     let header = std::fs::read_to_string(&backup).expect("backup written");
     let header: Value =
         serde_json::from_str(header.lines().next().expect("a header line")).expect("header");
@@ -324,7 +324,11 @@ async fn recovery_finishes_while_clusters_are_down_and_reads_them_back_later() {
     let backup_dir = tempfile::tempdir().expect("temp dir");
     let backup = backup_dir.path().join("starling.backup");
     let backup_path = backup.to_str().expect("utf-8 path");
-    group.cli(&["export", "-f", backup_path]);
+    // Encrypted to a backup key; the import reads it with the key.
+    let key = backup_dir.path().join("backup.key");
+    let key_path = key.to_str().expect("utf-8 path");
+    group.cli(&["backup-key", key_path]);
+    group.cli(&["export", "--encrypt-to", key_path, "-f", backup_path]);
     drop(group);
     for name in &pull {
         agents.kill(name);
@@ -340,7 +344,7 @@ async fn recovery_finishes_while_clusters_are_down_and_reads_them_back_later() {
         },
     );
     group.wait_for_members(3).await;
-    group.cli(&["import", backup_path]);
+    group.cli(&["import", "--identity", key_path, backup_path]);
     // The agent that is back connects to the new installation.
     point_agent_at(sim, &pull[0], &addresses(&group));
     agents.spawn(&pull[0]);

@@ -165,6 +165,7 @@ fn node_config(host: &Host) -> NodeConfig {
         deletion_timeout: std::time::Duration::from_secs(300),
         metrics_auth: false,
         token_use_interval: std::time::Duration::from_secs(60),
+        quota: Default::default(),
     }
 }
 

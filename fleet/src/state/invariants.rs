@@ -17,6 +17,14 @@ impl FleetState {
     /// violation found.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let fail = |message: String| Err(InvariantViolation(message));
+        // What each namespace holds is what its objects count (quotas decide on it).
+        let counted = self.count_usage();
+        if counted != self.usage {
+            return fail(format!(
+                "namespace usage drifted: kept {:?}, counted {counted:?}",
+                self.usage
+            ));
+        }
         let live: BTreeSet<_> = self
             .members
             .values()

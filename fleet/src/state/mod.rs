@@ -26,6 +26,7 @@ mod history;
 mod installation;
 mod invariants;
 mod members;
+pub mod quota;
 mod recovery;
 mod retire;
 mod rollout;
@@ -324,6 +325,10 @@ pub struct FleetState {
     /// voter reconciler keeps them learners.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub learner_only: BTreeSet<NodeId>,
+    /// What each namespace holds ([`quota`]): kept in step with the objects, counted again
+    /// from them after a snapshot, never serialized.
+    #[serde(skip)]
+    pub usage: BTreeMap<String, quota::Usage>,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -366,6 +371,10 @@ pub enum Command {
     ApplySpec {
         resource: Box<Resource>,
         at: String,
+        /// The namespace's limits (the proposing replica's `--quota-objects` and
+        /// `--quota-bytes`): a write that would take the namespace past them is refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quota: Option<quota::Quota>,
     },
     DeleteSpec {
         key: ObjectKey,
@@ -736,9 +745,16 @@ impl FleetState {
         }
         let outcome = match command {
             Command::UpsertSpec { resource, at } => self.upsert_spec(*resource, &at),
-            Command::ApplySpec { mut resource, at } => {
+            Command::ApplySpec {
+                mut resource,
+                at,
+                quota,
+            } => {
                 self.keep_operational_fields(&mut resource);
-                self.upsert_spec(*resource, &at)
+                match quota.map(|quota| self.check_quota(&resource, &quota)) {
+                    Some(Err(message)) => Outcome::Rejected { message },
+                    _ => self.upsert_spec(*resource, &at),
+                }
             }
             Command::DeleteSpec { key } => self.delete_spec(&key),
             Command::AddMember { id, address, at } => self.add_member(id, address, &at),

@@ -101,6 +101,7 @@ impl FleetState {
                 group.retiring = true;
                 let members: Vec<Key> = group.members.iter().cloned().collect();
                 if group.finished_retiring() {
+                    self.uncharge(Kind::SyncGroup, &k);
                     self.groups.remove(&k);
                 } else {
                     // Clusters it was already leaving prune now too.
@@ -230,6 +231,7 @@ impl FleetState {
         entry.retiring_members.remove(sync);
         if entry.finished_retiring() {
             // A deleted group goes with the last Sync it was pruning.
+            self.uncharge(Kind::SyncGroup, group);
             self.groups.remove(group);
             return;
         }

@@ -55,7 +55,8 @@ impl FleetState {
                 supported: SNAPSHOT_FORMAT,
             });
         }
-        let decoded: SnapshotIn = serde_json::from_slice(bytes)?;
-        Ok(decoded.state)
+        let mut state = serde_json::from_slice::<SnapshotIn>(bytes)?.state;
+        state.usage = state.count_usage();
+        Ok(state)
     }
 }

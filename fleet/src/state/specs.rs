@@ -129,7 +129,10 @@ impl FleetState {
                 message: error.to_string(),
             };
         }
-        match resource {
+        let kind = resource.kind();
+        let key = object_key(resource.metadata());
+        let before = self.charge(kind, &key);
+        let outcome = match resource {
             Resource::Source(object) => self.upsert_source(object),
             Resource::Cluster(object) => self.upsert_cluster(object),
             Resource::Sync(object) => self.upsert_sync(object),
@@ -153,13 +156,17 @@ impl FleetState {
                 }
                 Outcome::Applied(result)
             }
-        }
+        };
+        let after = self.charge(kind, &key);
+        self.recharge(&key, before, after);
+        outcome
     }
 
     pub(super) fn delete_spec(&mut self, key: &ObjectKey) -> Outcome {
         let k = key_of(&key.namespace, &key.name);
         let existed = match key.kind {
             Kind::Source => {
+                self.uncharge(Kind::Source, &k);
                 let existed = self.sources.remove(&k).is_some();
                 if existed {
                     let moves = self.source_placement.remove_item(&k);
@@ -195,10 +202,14 @@ impl FleetState {
                 for member in members {
                     self.remove_sync(&member);
                 }
+                self.uncharge(Kind::SyncGroup, &k);
                 self.groups.remove(&k);
                 true
             }
-            Kind::Secret => self.secrets.remove(&k).is_some(),
+            Kind::Secret => {
+                self.uncharge(Kind::Secret, &k);
+                self.secrets.remove(&k).is_some()
+            }
         };
         Outcome::Deleted { existed }
     }
@@ -281,6 +292,7 @@ impl FleetState {
     /// Removes a Cluster at once, orphaning what its Syncs applied ([`Command::DeleteSpec`],
     /// or the end of a deletion with prune).
     pub(super) fn delete_cluster(&mut self, key: &str) -> bool {
+        self.uncharge(Kind::Cluster, key);
         if self.clusters.remove(key).is_none() {
             return false;
         }
@@ -413,6 +425,7 @@ impl FleetState {
         }
         self.uncount(key);
         self.unindex_sync(key, &object);
+        self.uncharge(Kind::Sync, key);
         self.syncs.remove(key);
         self.retiring.remove(key);
         if let Some(group) = group
@@ -420,6 +433,7 @@ impl FleetState {
         {
             entry.members.remove(key);
             if entry.finished_retiring() {
+                self.uncharge(Kind::SyncGroup, &group);
                 self.groups.remove(&group);
             } else {
                 self.admit(&group);

@@ -90,6 +90,7 @@ impl proto::fleet_server::Fleet for FleetService {
             .map(|resource| Command::ApplySpec {
                 resource: Box::new(resource),
                 at: at.clone(),
+                quota: Some(self.replica.config.quota),
             })
             .collect();
         let reader = self.replica.raft.reader();

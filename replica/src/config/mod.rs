@@ -120,6 +120,14 @@ pub struct NodeArgs {
     /// shows their last use): one Raft write per interval at most.
     #[arg(long, env = "STARLING_TOKEN_USE_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
     pub token_use_interval: Duration,
+    /// The most objects one namespace may hold (Sources, Clusters, Syncs, SyncGroups, Secrets;
+    /// not the Syncs a SyncGroup generates): a write past it is refused. Standalone mode.
+    #[arg(long, env = "STARLING_QUOTA_OBJECTS", default_value_t = fleet::state::quota::DEFAULT_QUOTA_OBJECTS)]
+    pub quota_objects: u64,
+    /// The most bytes one namespace may hold (specs as JSON, Secrets' keys and values), as a
+    /// count or with Ki, Mi, Gi (`512Mi`): a write past it is refused. Standalone mode.
+    #[arg(long, env = "STARLING_QUOTA_BYTES", default_value = "1Gi", value_parser = parse_size)]
+    pub quota_bytes: u64,
     /// Operator mode: Cluster API `Cluster` objects (cluster.x-k8s.io/v1beta1) become Starling
     /// Clusters, with their labels and their `<name>-kubeconfig` Secret.
     #[arg(long, env = "STARLING_CAPI")]
@@ -225,6 +233,34 @@ pub struct NodeConfig {
     pub metrics_auth: bool,
     /// How often token uses are reported (`--token-use-interval`).
     pub token_use_interval: Duration,
+    /// Per-namespace limits (`--quota-objects`, `--quota-bytes`).
+    pub quota: fleet::state::quota::Quota,
+}
+
+/// A size in bytes: a count, or a count with `Ki`, `Mi` or `Gi` (powers of 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let scale: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use Ki, Mi or Gi"
+            ));
+        }
+    };
+    let count: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (a count, or a count with Ki, Mi, Gi)"))?;
+    count
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 impl NodeConfig {
@@ -535,6 +571,10 @@ impl NodeArgs {
             deletion_timeout: self.deletion_timeout,
             metrics_auth: self.metrics_auth,
             token_use_interval: self.token_use_interval,
+            quota: fleet::state::quota::Quota {
+                objects: self.quota_objects,
+                bytes: self.quota_bytes,
+            },
         })
     }
 

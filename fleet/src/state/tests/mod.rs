@@ -641,6 +641,7 @@ mod history;
 mod installation;
 mod members;
 mod monorepo;
+mod quota;
 mod recovery;
 mod retire;
 mod tenancy;
