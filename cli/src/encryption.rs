@@ -197,7 +197,10 @@ mod tests {
                 .any(|w| w == b"secret-marker")
         );
         let backup = dir.path().join("backup");
-        assert_eq!(decrypt(&sealed, std::slice::from_ref(&key), &backup).unwrap(), plain);
+        assert_eq!(
+            decrypt(&sealed, std::slice::from_ref(&key), &backup).unwrap(),
+            plain
+        );
         let wrong = decrypt(&sealed, &[other], &backup).unwrap_err().to_string();
         assert!(wrong.contains("none of the identities"), "{wrong}");
         let missing = decrypt(&sealed, &[], &backup).unwrap_err().to_string();
@@ -209,7 +212,10 @@ mod tests {
             .find_map(|l| l.strip_prefix("# public key: ").map(str::to_owned))
             .unwrap();
         let sealed = encrypt(plain, &recipients(&[public]).unwrap()).unwrap();
-        assert_eq!(decrypt(&sealed, std::slice::from_ref(&key), &backup).unwrap(), plain);
+        assert_eq!(
+            decrypt(&sealed, std::slice::from_ref(&key), &backup).unwrap(),
+            plain
+        );
         // A key file is never overwritten.
         assert!(backup_key(BackupKeyArgs { file: key }).is_err());
     }

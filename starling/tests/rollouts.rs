@@ -44,6 +44,25 @@ async fn rollout(group: &Group, previous: &str) -> (String, u32) {
     }
 }
 
+/// Every Sync, as JSON, from node 1.
+async fn sync_objects(group: &Group) -> Vec<serde_json::Value> {
+    let syncs = group
+        .fleet(1)
+        .await
+        .list(proto::ListRequest {
+            kind: "syncs".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list syncs")
+        .into_inner();
+    syncs
+        .objects
+        .iter()
+        .map(|object| serde_json::from_slice(&object.json).expect("sync json"))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
     let fixture = demo_fixture(fleetsim::Config {
@@ -63,18 +82,9 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
         config_versions(sim).iter().all(|(_, v)| v == "v1"),
         "every cluster holds v1"
     );
-    let mut fleet = group.fleet(1).await;
-    let syncs = fleet
-        .list(proto::ListRequest {
-            kind: "syncs".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("list syncs")
-        .into_inner();
-    assert_eq!(syncs.objects.len(), CLUSTERS);
-    for object in &syncs.objects {
-        let value: serde_json::Value = serde_json::from_slice(&object.json).expect("sync json");
+    let syncs = sync_objects(&group).await;
+    assert_eq!(syncs.len(), CLUSTERS);
+    for value in &syncs {
         assert_eq!(value["status"]["lastAppliedRevision"], first.as_str());
         assert_eq!(value["status"]["resourcesLeastStatus"], "Current");
         assert_eq!(
@@ -96,16 +106,7 @@ async fn revisions_roll_out_within_budget_and_survive_a_killed_node() {
     )
     .expect("commit docs");
     let (unrelated, _) = rollout(&group, &first).await;
-    let syncs = fleet
-        .list(proto::ListRequest {
-            kind: "syncs".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("list syncs")
-        .into_inner();
-    for object in &syncs.objects {
-        let value: serde_json::Value = serde_json::from_slice(&object.json).expect("sync json");
+    for value in &sync_objects(&group).await {
         assert_eq!(value["status"]["lastAppliedRevision"], unrelated.as_str());
         assert_eq!(
             value["status"]["revisionHistory"][0]["revision"],

@@ -54,7 +54,7 @@ fn pin(state: &mut FleetState, revision: Option<&str>) -> Outcome {
     outcome
 }
 
-fn revisions_applied(state: &FleetState) -> Vec<String> {
+pub(super) fn revisions_applied(state: &FleetState) -> Vec<String> {
     state.groups["fleet/app"]
         .members
         .iter()

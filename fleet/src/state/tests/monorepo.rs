@@ -29,16 +29,10 @@ fn roll_out(state: &mut FleetState, revision: &str) {
     panic!("the rollout of {revision} did not settle");
 }
 
+/// The revisions the group's Syncs report, each once.
 fn applied_revisions(state: &FleetState) -> BTreeSet<String> {
-    state.groups["fleet/app"]
-        .members
-        .iter()
-        .map(|key| {
-            let status = state.syncs[key].object.status.as_ref();
-            status
-                .and_then(|s| s.last_applied_revision.clone())
-                .unwrap_or_default()
-        })
+    super::history::revisions_applied(state)
+        .into_iter()
         .collect()
 }
 
