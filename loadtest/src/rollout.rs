@@ -11,8 +11,10 @@
 //! - the bound of the nodes' own slots, `ceil(N / min(M·K, B)) · L` (L: the mean sync
 //!   duration the nodes report on `/metrics`): `slots_ratio`.
 //!
-//! It also reports each node's peak memory per owned cluster and its git fetches during the
-//! timed rollout, and writes the JSON report and an SVG chart (see [`crate::report`]).
+//! It also reports each node's peak memory per owned cluster, its own CPU per sync (from
+//! `/proc`, fleetsim and the driver excluded), whether it built a Raft snapshot during the timed
+//! rollout, and its git fetches, and writes the JSON report and an SVG chart (see
+//! [`crate::report`]).
 
 use std::time::{Duration, Instant};
 
@@ -321,6 +323,11 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         None
     };
     let cpu_before = cpu(&procs);
+    let node_cpu_before: std::collections::BTreeMap<u64, f64> = procs
+        .iter()
+        .filter_map(|(id, proc)| Some((*id, super::cpu_seconds(proc.child.id())?)))
+        .collect();
+    let timed_from = std::time::SystemTime::now();
     let writes_before = sim.audit_stats().recorded;
     repo.commit("v2", "nginx:1.28", "second version")?;
     let (_, seconds, timeline) = wait_rollout(&address, &first, &args).await?;
@@ -379,6 +386,15 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                     .copied()
                     .unwrap_or(0.0)
         };
+        // This replica's own CPU (from /proc) per cluster it owns: each synced once.
+        let node_cpu = super::cpu_seconds(proc.child.id())
+            .zip(node_cpu_before.get(id))
+            .map(|(after, before)| after - before);
+        let cpu_ms_per_sync = node_cpu
+            .filter(|_| clusters > 0)
+            .map(|seconds| seconds * 1000.0 / clusters as f64);
+        let snapshot_during_rollout = snapshot_file(&dir.path().join(format!("n{id}")))
+            .is_some_and(|(_, modified)| modified >= timed_from);
         let renders = delta(RENDER_RUNS);
         let render_hits = delta(RENDER_HITS);
         most_renders = most_renders.max(renders);
@@ -400,6 +416,9 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             "git_fetches_for_the_commit": for_the_commit,
             "artifacts_built_from_git_during_rollout": from_git,
             "artifacts_copied_from_peers_during_rollout": delta(ARTIFACTS_FROM_PEERS),
+            "cpu_seconds_during_rollout": node_cpu,
+            "cpu_ms_per_sync": cpu_ms_per_sync,
+            "snapshot_built_during_rollout": snapshot_during_rollout,
             "engine_renders_during_rollout": renders,
             "render_cache_hits_during_rollout": render_hits,
         }));
@@ -411,6 +430,15 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             peak.map_or("?".into(), |p| format!("{p:.0}")),
             kib.map_or("?".into(), |k| format!("{k:.0}")),
             delta(ARTIFACTS_FROM_PEERS)
+        );
+        println!(
+            "node {id}: {} ms of its own CPU per sync; {}",
+            cpu_ms_per_sync.map_or("?".into(), |ms| format!("{ms:.2}")),
+            if snapshot_during_rollout {
+                "built a snapshot during the rollout"
+            } else {
+                "no snapshot built during the rollout"
+            }
         );
         if args.render != Demo::Plain {
             println!(
@@ -507,6 +535,11 @@ fn placement(owned: &std::collections::BTreeMap<u64, usize>, nodes: u64) -> Bala
 /// The size of the Raft snapshot a node keeps (`snapshot.bin` under its data directory; 0
 /// before its first snapshot).
 fn snapshot_bytes(data_dir: &std::path::Path) -> u64 {
+    snapshot_file(data_dir).map_or(0, |(bytes, _)| bytes)
+}
+
+/// The size and modification time of the Raft snapshot a node keeps, if it has one.
+fn snapshot_file(data_dir: &std::path::Path) -> Option<(u64, std::time::SystemTime)> {
     let mut pending = vec![data_dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -517,11 +550,12 @@ fn snapshot_bytes(data_dir: &std::path::Path) -> u64 {
             if path.is_dir() {
                 pending.push(path);
             } else if path.file_name().is_some_and(|name| name == "snapshot.bin") {
-                return entry.metadata().map_or(0, |m| m.len());
+                let meta = entry.metadata().ok()?;
+                return Some((meta.len(), meta.modified().ok()?));
             }
         }
     }
-    0
+    None
 }
 
 const SOURCE_FETCHES: &str = "starling_source_fetch_duration_seconds_count";

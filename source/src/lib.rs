@@ -16,6 +16,10 @@
 //!   ArtifactStore::chunk_stream (server) ──gRPC──▶ ArtifactStore::import_stream (client)
 //! ```
 //!
+//! [`inputs`] digests what a render of one path reads at a revision (the mono-repository rule:
+//! a revision rolls out only where that changed). [`helm_repo`] reads a Helm repository's
+//! `index.yaml` and picks the chart version a policy selects (exact or semver range).
+//!
 //! Everything here blocks (git2 does); async callers use `spawn_blocking`, which
 //! [`SourceWatcher::poll_async`] and the store's stream helpers do for them. Credentials never
 //! reach a log line, an error or a `Debug` output.
@@ -24,6 +28,7 @@ pub mod archive;
 pub mod credentials;
 pub mod error;
 pub mod fetch;
+pub mod helm_repo;
 pub mod inputs;
 pub mod known_hosts;
 pub mod limits;
