@@ -134,7 +134,10 @@ pub fn describe(kind: Kind, object: &Value, syncs: &[Value]) -> String {
         Kind::Cluster => describe_cluster(&mut out, object, syncs),
         Kind::SyncGroup => describe_group(&mut out, object, syncs),
         Kind::Source => {
-            out.optional("URL", object, "/spec/git/url");
+            let location = crate::get::source_location(object);
+            if !location.is_empty() {
+                out.field("URL", location);
+            }
             out.optional("Revision", object, "/status/revision");
             out.optional("Artifact", object, "/status/artifact/digest");
             out.optional("Last fetch", object, "/status/lastFetchTime");

@@ -206,12 +206,19 @@ pub fn table(kind: Kind, objects: &[Value], all_namespaces: bool) -> Table {
     table
 }
 
+/// Where a Source is: its git url, its Helm repository's url with the chart, or its OCI url.
+pub(crate) fn source_location(object: &Value) -> String {
+    serde_json::from_value::<fleet::resources::SourceSpec>(object["spec"].clone())
+        .map(|spec| spec.location())
+        .unwrap_or_default()
+}
+
 fn columns(kind: Kind, object: &Value) -> Vec<String> {
     let at = |pointer: &str| text_at(object, pointer);
     let revision = |pointer: &str| short_revision(&at(pointer));
     match kind {
         Kind::Source => vec![
-            at("/spec/git/url"),
+            source_location(object),
             revision("/status/revision"),
             ready_condition(object),
         ],

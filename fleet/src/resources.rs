@@ -87,7 +87,7 @@ pub struct Condition {
     group = "starling.dev",
     version = "v1alpha1",
     kind = "Source",
-    doc = "A git repository and the policy that picks the revision to deploy from it.",
+    doc = "Where manifests come from (a git repository, a chart in a Helm repository, or an OCI artifact) and the policy that picks the revision to deploy.",
     category = "starling",
     namespaced,
     derive = "PartialEq",
@@ -100,15 +100,24 @@ pub struct Condition {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SourceSpec {
-    pub git: GitSpec,
+    /// A git repository and the reference followed. Exactly one of `git`, `helm` and `oci`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSpec>,
+    /// A chart in a Helm repository (`index.yaml` over HTTP(S)), followed by version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<HelmRepositorySpec>,
+    /// A chart (or a tarball of manifests) in an OCI registry, followed by tag or semver range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciSpec>,
     /// How often the source is polled, as a duration (`1m`, `30s`); 1m when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
     /// Time limit of one fetch; 60s when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
-    /// Credentials: a Secret with `username`/`password` or `token` (https), or `identity` and
-    /// `known_hosts` (ssh).
+    /// Credentials: a Secret with `username`/`password` or `token` (https, Helm repositories
+    /// and registries), or `identity` and `known_hosts` (ssh); for `helm` and `oci`, also
+    /// `ca.crt`, the PEM bundle that the server's certificate must chain to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
     /// A suspended source is not polled; its last revision stays in use.
@@ -149,6 +158,54 @@ pub enum WebhookProvider {
     Generic,
 }
 
+/// A chart in a Helm repository.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmRepositorySpec {
+    /// The repository: `https://` (or `http://`), where `index.yaml` is served.
+    pub url: String,
+    /// The chart's name in the index.
+    pub chart: String,
+    /// An exact version (`1.2.3`) or a semver range (`^1.2`, `>=1.0.0, <2.0.0`); the highest
+    /// released version when unset. Pre-releases only when the version names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// An artifact in an OCI registry: a Helm chart (layer
+/// `application/vnd.cncf.helm.chart.content.v1.tar+gzip`) or a tar.gz of manifests.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OciSpec {
+    /// `oci://HOST[:PORT]/REPOSITORY`.
+    pub url: String,
+    /// A tag, followed as it moves. Exactly one of `tag` and `semver`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// A semver range over the repository's tags; the highest match is followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub semver: Option<String>,
+    /// Plain HTTP instead of HTTPS (a registry on a private network or loopback).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
+}
+
+impl SourceSpec {
+    /// Where the source is, for tables and messages: the git url, the Helm repository's url
+    /// with the chart, or the OCI url.
+    pub fn location(&self) -> String {
+        if let Some(git) = &self.git {
+            git.url.clone()
+        } else if let Some(helm) = &self.helm {
+            format!("{} (chart {})", helm.url, helm.chart)
+        } else if let Some(oci) = &self.oci {
+            oci.url.clone()
+        } else {
+            String::new()
+        }
+    }
+}
+
 /// Where the repository is and which reference to follow.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct GitSpec {
@@ -182,7 +239,8 @@ pub struct ArtifactRef {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceStatus {
-    /// `<ref>@sha1:<hex>`, for example `main@sha1:0a1b…` or `v1.2.3@sha1:0a1b…`.
+    /// `<ref>@sha1:<hex>` for git (`main@sha1:0a1b…`, `v1.2.3@sha1:0a1b…`), `<chart>@<version>`
+    /// for a Helm repository (`web@1.4.0`), `<tag>@sha256:<manifest digest>` for OCI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

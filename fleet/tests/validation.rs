@@ -132,6 +132,82 @@ fn a_ref_needs_exactly_one_of_branch_tag_semver_commit() {
     );
 }
 
+const GIT_SPEC: &str =
+    "  git:\n    url: https://git.example.com/org/app.git\n    ref:\n      branch: main";
+
+#[test]
+fn chart_sources_are_accepted_from_a_helm_repository_or_a_registry() {
+    for spec in [
+        "  helm:\n    url: https://charts.example.com/stable\n    chart: web",
+        "  helm:\n    url: http://127.0.0.1:8080/\n    chart: web.app\n    version: 1.2.3",
+        "  helm:\n    url: https://charts.example.com\n    chart: web\n    version: \">=1.0.0, <2\"",
+        "  oci:\n    url: oci://ghcr.io/org/charts/web\n    tag: 1.2.3",
+        "  oci:\n    url: oci://127.0.0.1:5000/web\n    semver: ^1\n    insecure: true",
+    ] {
+        assert_accepted(&edit(SOURCE, GIT_SPEC, spec));
+    }
+}
+
+#[test]
+fn a_source_names_exactly_one_kind_and_well_formed_chart_fields() {
+    assert_rejected(
+        &edit(SOURCE, GIT_SPEC, "  suspend: false"),
+        &["spec: exactly one of git, helm or oci must be set, found none"],
+    );
+    assert_rejected(
+        &edit(
+            SOURCE,
+            GIT_SPEC,
+            &format!("{GIT_SPEC}\n  helm:\n    url: https://c.example.com\n    chart: web"),
+        ),
+        &["found git, helm"],
+    );
+    let helm = |url: &str, chart: &str, version: &str| {
+        edit(
+            SOURCE,
+            GIT_SPEC,
+            &format!("  helm:\n    url: {url}\n    chart: {chart}\n    version: \"{version}\""),
+        )
+    };
+    assert_rejected(
+        &helm("ftp://c.example.com", "web", "1.0.0"),
+        &["spec.helm.url", "not an https:// or http:// url"],
+    );
+    assert_rejected(
+        &helm("https://user:pw@c.example.com", "web", "1.0.0"),
+        &["spec.helm.url", "carries credentials"],
+    );
+    assert_rejected(
+        &helm("https://c.example.com", "../web", "1.0.0"),
+        &["spec.helm.chart", "not a chart name"],
+    );
+    assert_rejected(
+        &helm("https://c.example.com", "web", "one"),
+        &["spec.helm.version: \"one\" is not a valid semver range"],
+    );
+    let oci = |rest: &str| edit(SOURCE, GIT_SPEC, &format!("  oci:\n{rest}"));
+    assert_rejected(
+        &oci("    url: https://ghcr.io/org/web\n    tag: v1"),
+        &["spec.oci.url", "not an oci:// url"],
+    );
+    assert_rejected(
+        &oci("    url: oci://ghcr.io/Org/Web\n    tag: v1"),
+        &["spec.oci.url", "repository path of lower-case"],
+    );
+    assert_rejected(
+        &oci("    url: oci://ghcr.io/org/web"),
+        &["spec.oci: exactly one of tag or semver must be set, found none"],
+    );
+    assert_rejected(
+        &oci("    url: oci://ghcr.io/org/web\n    tag: a/b"),
+        &["spec.oci.tag: \"a/b\" is not an OCI tag"],
+    );
+    assert_rejected(
+        &oci("    url: oci://ghcr.io/org/web\n    semver: nope"),
+        &["spec.oci.semver"],
+    );
+}
+
 #[test]
 fn semver_ranges_must_parse() {
     assert_rejected(

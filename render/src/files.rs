@@ -393,6 +393,24 @@ impl Tree {
         }
     }
 
+    /// The chart of a packaged chart archive (`helm package`, a Helm repository, an OCI
+    /// registry): the root holds nothing but one directory, and that directory a `Chart.yaml`.
+    pub(crate) fn packaged_chart(&self) -> Option<&str> {
+        if !self.names_in("").is_empty() {
+            return None;
+        }
+        let mut top = self
+            .directories
+            .iter()
+            .filter(|d| !d.is_empty() && !d.contains('/'));
+        match (top.next(), top.next()) {
+            (Some(only), None) if self.names.contains(&format!("{only}/Chart.yaml")) => {
+                Some(only.as_str())
+            }
+            _ => None,
+        }
+    }
+
     /// The names of the files and symlinks directly in directory `path` (`""`: the root).
     pub(crate) fn names_in(&self, path: &str) -> Vec<&str> {
         let prefix = if path.is_empty() {

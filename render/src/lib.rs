@@ -269,9 +269,16 @@ impl Prepared {
 /// Reads the source (its manifests, and every file's name), checks the path and decides the
 /// renderer.
 pub fn prepare(source: &ArtifactSource, options: &RenderOptions) -> Result<Prepared, RenderError> {
-    let path = normalize_path(options.path.as_deref())?;
+    let mut path = normalize_path(options.path.as_deref())?;
     let spec = options.spec.clone().unwrap_or_default();
     let tree = files::read_tree(source, false, &options.limits)?;
+    // A chart archive (from a Helm repository or a registry) keeps its chart in one top
+    // directory: a Sync that names no path renders that chart.
+    if path.is_empty()
+        && let Some(chart) = tree.packaged_chart()
+    {
+        path = chart.to_owned();
+    }
     tree.check_path(&path, source)?;
     let renderer = detect::detect(spec.type_, tree.names_in(&path));
     if renderer != RenderType::Helm && (spec.helm.is_some() || !spec.overrides.is_empty()) {

@@ -16,6 +16,9 @@
 //!   ArtifactStore::chunk_stream (server) ──gRPC──▶ ArtifactStore::import_stream (client)
 //! ```
 //!
+//! [`chart`] follows a chart in a Helm repository or an OCI registry over HTTP(S)
+//! ([`ChartWatcher`]), stored as it is under the archive's own digest.
+//!
 //! [`inputs`] digests what a render of one path reads at a revision (the mono-repository rule:
 //! a revision rolls out only where that changed). [`helm_repo`] reads a Helm repository's
 //! `index.yaml` and picks the chart version a policy selects (exact or semver range).
@@ -25,6 +28,7 @@
 //! reach a log line, an error or a `Debug` output.
 
 pub mod archive;
+pub mod chart;
 pub mod credentials;
 pub mod error;
 pub mod fetch;
@@ -41,6 +45,10 @@ pub mod url;
 pub mod watcher;
 
 pub use archive::{ARTIFACT_FORMAT_VERSION, ArchiveSummary};
+pub use chart::{
+    ChartConfig, ChartOrigin, ChartRevision, ChartWatcher, HttpAuth, OciReference,
+    materialize_chart,
+};
 pub use credentials::{Auth, Credentials, Redactor, SecretBytes, SecretString};
 pub use error::{ErrorKind, ErrorStatus, SourceError};
 pub use fetch::{TransferStats, set_network_timeouts};

@@ -15,38 +15,15 @@
 //! Needs the render engines (`scripts/install-render-engines`, run by `scripts/test`).
 
 mod harness;
+mod render_checks;
 
-use std::path::Path;
 use std::time::Duration;
 
-use fleetsim::{AuditFilter, FleetSim};
+use fleetsim::AuditFilter;
 use harness::{Group, Options, demo_fixture, demo_manifests, wait_until};
-use serde_json::Value;
+use render_checks::{check_hook_order, fixture_files, last_seq, object, sync_message};
 
 const CLUSTERS: usize = 50;
-
-/// The fixture's files, as (path in the repository, content).
-fn fixture_files() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/render_fixture");
-    let mut files = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("fixture directory") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let relative = path
-                    .strip_prefix(&root)
-                    .expect("under the fixture")
-                    .to_string_lossy()
-                    .into_owned();
-                files.push((relative, std::fs::read_to_string(&path).expect("read")));
-            }
-        }
-    }
-    files
-}
 
 fn commit(repo: &harness::DemoRepo, files: &[(String, String)], message: &str) -> String {
     let files: Vec<(&str, String)> = files
@@ -101,76 +78,6 @@ spec:
     maxUnavailable: 10
 "#;
 
-fn object(sim: &FleetSim, cluster: &str, api: &str, kind: &str, ns: &str, name: &str) -> Value {
-    sim.get_object(cluster, api, kind, Some(ns), name)
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| panic!("{cluster} has no {kind} {ns}/{name}"))
-}
-
-/// The sequence number of the first successful write of `kind` `name` on `cluster` after
-/// `since`.
-fn first_write(sim: &FleetSim, cluster: &str, kind: &str, name: &str, since: u64) -> Option<u64> {
-    sim.audit(&AuditFilter {
-        cluster: Some(cluster.into()),
-        kind: Some(kind.into()),
-        name: Some(name.into()),
-        since: Some(since),
-        success_only: true,
-        ..Default::default()
-    })
-    .into_iter()
-    .find(|record| record.verb != "delete")
-    .map(|record| record.seq)
-}
-
-fn last_seq(sim: &FleetSim) -> u64 {
-    sim.audit(&AuditFilter::default())
-        .last()
-        .map_or(0, |record| record.seq)
-}
-
-/// Checks the hooks' order on every cluster since audit sequence `since`: the pre hook Job
-/// written (and complete) before the release's Deployment, the post hook after it, and the
-/// test hook never.
-fn check_hook_order(sim: &FleetSim, since: u64) {
-    for cluster in sim.cluster_names() {
-        let job = first_write(sim, &cluster, "Job", "web-migrate", since)
-            .unwrap_or_else(|| panic!("{cluster}: the pre hook Job was not written"));
-        let deployment = first_write(sim, &cluster, "Deployment", "web", since)
-            .unwrap_or_else(|| panic!("{cluster}: the Deployment was not written"));
-        let post = first_write(sim, &cluster, "ConfigMap", "web-installed", since)
-            .unwrap_or_else(|| panic!("{cluster}: the post hook was not written"));
-        assert!(
-            job < deployment && deployment < post,
-            "{cluster}: hooks out of order: pre hook {job}, deployment {deployment}, post hook {post}"
-        );
-        let job = object(sim, &cluster, "batch/v1", "Job", "web", "web-migrate");
-        let complete = job["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Complete" && c["status"] == "True");
-        assert!(
-            complete,
-            "{cluster}: the pre hook Job is not complete: {job}"
-        );
-        assert!(
-            first_write(sim, &cluster, "Pod", "web-test", 0).is_none(),
-            "{cluster}: the test hook was applied"
-        );
-    }
-}
-
-fn sync_message(group: &Group, name: &str) -> String {
-    let out = group.cli(&["get", "sync", name, "-o", "json"]);
-    let sync: Value = serde_json::from_str(&out).unwrap_or_default();
-    sync["status"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn charts_and_overlays_render_per_cluster_and_roll_out() {
     let fixture = demo_fixture(fleetsim::Config {
@@ -220,7 +127,7 @@ async fn charts_and_overlays_render_per_cluster_and_roll_out() {
         assert_eq!(generated["data"]["mode"], "prod", "{cluster}");
         assert_eq!(generated["data"]["cluster"], cluster.as_str(), "{cluster}");
     }
-    check_hook_order(sim, since);
+    check_hook_order(sim, &sim.cluster_names(), "web", "web", since);
 
     // A new chart version with a values change: rolls out, the pre-upgrade hook runs again.
     let since = last_seq(sim);
@@ -240,7 +147,7 @@ async fn charts_and_overlays_render_per_cluster_and_roll_out() {
         let installed = object(sim, cluster, "v1", "ConfigMap", "web", "web-installed");
         assert_eq!(installed["data"]["chart"], "1.1.0", "{cluster}");
     }
-    check_hook_order(sim, since);
+    check_hook_order(sim, &sim.cluster_names(), "web", "web", since);
 
     // A chart the engine refuses: its syncs fail with the engine's message, and the rollout
     // halts at maxFailures without writing the release anywhere.

@@ -145,6 +145,9 @@ pub enum ValidationError {
     },
     #[error("{field}: {reason}")]
     Render { field: String, reason: String },
+    /// A Source that names no kind, or several, or a malformed Helm or OCI field.
+    #[error("{field}: {reason}")]
+    Source { field: String, reason: String },
     #[error("{}", join(.0))]
     Several(Vec<ValidationError>),
 }
@@ -220,8 +223,50 @@ pub fn validate_source(source: &Source) -> Result<(), ValidationError> {
 }
 
 fn check_source_spec(problems: &mut Problems, spec: &SourceSpec) {
-    problems.check(check_git_url("spec.git.url", &spec.git.url));
-    problems.check(check_git_ref("spec.git.ref", &spec.git.reference));
+    let kinds: Vec<&str> = [
+        ("git", spec.git.is_some()),
+        ("helm", spec.helm.is_some()),
+        ("oci", spec.oci.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, present)| present.then_some(name))
+    .collect();
+    if kinds.len() != 1 {
+        let found = if kinds.is_empty() {
+            "found none".to_owned()
+        } else {
+            format!("found {}", kinds.join(", "))
+        };
+        problems.push(ValidationError::Source {
+            field: "spec".into(),
+            reason: format!("exactly one of git, helm or oci must be set, {found}"),
+        });
+    }
+    if let Some(git) = &spec.git {
+        problems.check(check_git_url("spec.git.url", &git.url));
+        problems.check(check_git_ref("spec.git.ref", &git.reference));
+    }
+    if let Some(helm) = &spec.helm {
+        problems.check(rules::check_http_url("spec.helm.url", &helm.url));
+        problems.check(rules::check_chart_name("spec.helm.chart", &helm.chart));
+        if let Some(version) = &helm.version {
+            problems.check(rules::check_version_policy("spec.helm.version", version));
+        }
+    }
+    if let Some(oci) = &spec.oci {
+        problems.check(rules::check_oci_url("spec.oci.url", &oci.url));
+        match (&oci.tag, &oci.semver) {
+            (Some(tag), None) => problems.check(rules::check_oci_tag("spec.oci.tag", tag)),
+            (None, Some(range)) => problems.check(check_semver_range("spec.oci.semver", range)),
+            (tag, _) => problems.push(ValidationError::Source {
+                field: "spec.oci".into(),
+                reason: format!(
+                    "exactly one of tag or semver must be set, found {}",
+                    if tag.is_some() { "both" } else { "none" }
+                ),
+            }),
+        }
+    }
     check_duration(problems, "spec.interval", spec.interval.as_deref(), false);
     check_duration(problems, "spec.timeout", spec.timeout.as_deref(), false);
     if let Some(secret) = &spec.secret_ref {

@@ -235,6 +235,111 @@ fn check_git_ref_name(field: &str, what: &'static str, name: &str) -> Result<(),
     }
 }
 
+fn source_error(field: &str, reason: impl Into<String>) -> ValidationError {
+    ValidationError::Source {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// A Helm repository's url: `https://` or `http://`, with a host, and no credentials in it
+/// (they belong in the Source's Secret, where they are redacted).
+pub fn check_http_url(field: &str, url: &str) -> Result<(), ValidationError> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| source_error(field, format!("{url:?} is not an https:// or http:// url")))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err(source_error(field, format!("{url:?} names no host")));
+    }
+    if authority.contains('@') {
+        return Err(source_error(
+            field,
+            format!("{url:?} carries credentials; put them in the Secret of spec.secretRef"),
+        ));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(source_error(field, format!("{url:?} contains whitespace")));
+    }
+    Ok(())
+}
+
+/// A chart name as Helm allows it: letters, digits, `-`, `_` and `.`, not starting with `.`.
+pub fn check_chart_name(field: &str, name: &str) -> Result<(), ValidationError> {
+    let valid = !name.is_empty()
+        && name.len() <= 250
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if valid {
+        Ok(())
+    } else {
+        Err(source_error(
+            field,
+            format!("{name:?} is not a chart name (letters, digits, '-', '_' and '.')"),
+        ))
+    }
+}
+
+/// A chart version policy: an exact version (a leading `v` allowed) or a semver range.
+pub fn check_version_policy(field: &str, text: &str) -> Result<(), ValidationError> {
+    let trimmed = text.trim();
+    let exact = trimmed.strip_prefix('v').unwrap_or(trimmed);
+    if semver::Version::parse(exact).is_ok() {
+        return Ok(());
+    }
+    check_semver_range(field, trimmed)
+}
+
+/// An OCI url: `oci://HOST[:PORT]/REPOSITORY`, the repository in the distribution spec's
+/// lower-case grammar.
+pub fn check_oci_url(field: &str, url: &str) -> Result<(), ValidationError> {
+    let rest = url
+        .strip_prefix("oci://")
+        .ok_or_else(|| source_error(field, format!("{url:?} is not an oci:// url")))?;
+    let (host, repository) = rest.split_once('/').unwrap_or((rest, ""));
+    if host.is_empty() || host.contains('@') {
+        return Err(source_error(
+            field,
+            format!("{url:?} needs a registry host (without credentials)"),
+        ));
+    }
+    let component_ok = |part: &str| {
+        !part.is_empty()
+            && part.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && part.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+    };
+    if repository.is_empty() || !repository.split('/').all(component_ok) {
+        return Err(source_error(
+            field,
+            format!(
+                "{url:?} needs a repository path of lower-case letters, digits, '.', '_' and '-'"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An OCI tag: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+pub fn check_oci_tag(field: &str, tag: &str) -> Result<(), ValidationError> {
+    let valid = !tag.is_empty()
+        && tag.len() <= 128
+        && !tag.starts_with(['.', '-'])
+        && tag
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if valid {
+        Ok(())
+    } else {
+        Err(source_error(field, format!("{tag:?} is not an OCI tag")))
+    }
+}
+
 /// A semver range as the `semver` crate reads it (`>=1.2.0, <2`, `^1.4`, `~1.2.3`, `*`).
 pub fn check_semver_range(field: &str, range: &str) -> Result<(), ValidationError> {
     semver::VersionReq::parse(range)

@@ -1,6 +1,6 @@
 //! Getting a revision's artifact onto this node: already in the local store; else fetched by
 //! digest from a peer that has it (streamed in chunks, checked against the digest); else built
-//! from the git mirror. Peers come first because they keep syncing going while the git host is
+//! from the git mirror (a chart source: downloaded again from its repository or registry). Peers come first because they keep syncing going while the git host is
 //! down and spare the git host one fetch per node.
 
 use std::sync::Arc;
@@ -19,7 +19,8 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug)]
 pub(crate) struct ArtifactNeed {
     pub digest: Digest,
-    pub url: String,
+    /// The Source's spec: where the artifact can be made again.
+    pub spec: fleet::resources::SourceSpec,
     pub revision: String,
     pub secret: Option<std::collections::BTreeMap<String, starling_sync::SecretBytes>>,
 }
@@ -130,7 +131,23 @@ pub(crate) async fn from_peers(
 }
 
 async fn from_git(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredArtifact, String> {
-    let url = source::RepoUrl::parse(&need.url).map_err(|e| e.to_string())?;
+    if let Some(config) = super::sources::chart_config(&need.spec, need.secret.as_ref()) {
+        let config = config?;
+        let store: Arc<ArtifactStore> = replica.store.clone();
+        let (revision, digest) = (need.revision.clone(), need.digest);
+        return tokio::task::spawn_blocking(move || {
+            source::materialize_chart(&config, &store, &revision, &digest)
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("artifact download task failed: {e}"))?;
+    }
+    let git = need
+        .spec
+        .git
+        .as_ref()
+        .ok_or("the source names no git repository, Helm repository or OCI artifact")?;
+    let url = source::RepoUrl::parse(&git.url).map_err(|e| e.to_string())?;
     let revision: source::Revision = need
         .revision
         .parse()

@@ -117,7 +117,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
             match digest.map(|d| d.parse::<source::Digest>()) {
                 Some(Ok(digest)) => Ok(ArtifactNeed {
                     digest,
-                    url: source.object.spec.git.url.clone(),
+                    spec: source.object.spec.clone(),
                     revision: target.revision.clone(),
                     secret: source
                         .object

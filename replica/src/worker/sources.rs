@@ -2,7 +2,8 @@
 //! ±10% jitter, through the node's shared mirrors (one bare mirror per URL, one fetch per
 //! interval however many Sources share it), and commits `SourceResolved` only when the
 //! revision changes. A failure commits `SourceFailed` once per distinct message; the last good
-//! revision stays in use.
+//! revision stays in use. Chart sources (`spec.helm`, `spec.oci`) are polled the same way by a
+//! [`source::ChartWatcher`] with the node's HTTP client.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use fleet::resources::{ArtifactRef, Source};
 use fleet::state::Key;
 use fleet::{Command, ExpectedRevision, Outcome};
-use source::{SourceConfig, SourceWatcher};
+use source::{ChartWatcher, SourceConfig, SourceWatcher};
 use tokio::task::JoinSet;
 
 use super::secret_data;
@@ -33,7 +34,7 @@ type OwnedSource = (
 struct Watched {
     generation: i64,
     /// `None` while a poll has it.
-    watcher: Option<SourceWatcher>,
+    watcher: Option<Watcher>,
     next_poll: Instant,
     polls: u64,
     /// The last failure committed, so a repeating error is committed once.
@@ -192,7 +193,7 @@ pub(crate) async fn run(replica: Arc<Replica>) {
 /// A finished poll, and the last poll request it serves.
 struct PollDone {
     key: Key,
-    watcher: SourceWatcher,
+    watcher: Watcher,
     expected: ExpectedRevision,
     outcome: source::PollOutcome,
     took: Duration,
@@ -230,14 +231,14 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, do
         }
     }
     if outcome.changed
-        && let Some(good) = &watcher.resolution().last_good
+        && let Some((revision, artifact)) = watcher.last_good()
     {
         command = Some(Command::SourceResolved {
             source: key.clone(),
-            revision: good.revision.to_string(),
+            revision,
             artifact: Some(ArtifactRef {
-                digest: good.artifact.digest.to_string(),
-                size: good.artifact.size,
+                digest: artifact.digest.to_string(),
+                size: artifact.size,
             }),
             expected,
             inputs,
@@ -248,7 +249,7 @@ async fn finish_poll(replica: &Replica, watched: &mut BTreeMap<Key, Watched>, do
         return;
     };
     if let Some(error) = &outcome.error {
-        let message = watcher.resolution().message();
+        let message = watcher.message();
         if entry.reported_error.as_deref() != Some(message.as_str()) {
             tracing::warn!(source = %key, reason = %error.reason, "source poll failed");
             entry.reported_error = Some(message.clone());
@@ -336,17 +337,152 @@ fn xxhash(text: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(text.as_bytes())
 }
 
+/// A Source's watcher: a git repository's, or a chart's.
+enum Watcher {
+    Git(SourceWatcher),
+    Chart(ChartWatcher),
+}
+
+impl Watcher {
+    async fn poll_async(&mut self) -> source::PollOutcome {
+        match self {
+            Watcher::Git(watcher) => watcher.poll_async().await,
+            Watcher::Chart(watcher) => watcher.poll_async().await,
+        }
+    }
+
+    /// The revision in use and its artifact.
+    fn last_good(&self) -> Option<(String, source::StoredArtifact)> {
+        match self {
+            Watcher::Git(watcher) => watcher
+                .resolution()
+                .last_good
+                .as_ref()
+                .map(|good| (good.revision.to_string(), good.artifact)),
+            Watcher::Chart(watcher) => watcher
+                .last_good()
+                .map(|good| (good.revision.clone(), good.artifact)),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Watcher::Git(watcher) => watcher.resolution().message(),
+            Watcher::Chart(watcher) => watcher.message(),
+        }
+    }
+
+    /// The input digest of each path (git only: a chart's every version rolls out).
+    fn path_inputs(&self, paths: &[String]) -> BTreeMap<String, String> {
+        match self {
+            Watcher::Git(watcher) => watcher.path_inputs(paths),
+            Watcher::Chart(_) => BTreeMap::new(),
+        }
+    }
+
+    fn fetch_on_next_poll(&mut self) {
+        if let Watcher::Git(watcher) = self {
+            watcher.fetch_on_next_poll();
+        }
+    }
+
+    fn next_delay(&self, seed: u64) -> Duration {
+        match self {
+            Watcher::Git(watcher) => watcher.next_delay(seed),
+            Watcher::Chart(watcher) => watcher.next_delay(seed),
+        }
+    }
+}
+
+/// The chart source of a Source spec (`spec.helm` or `spec.oci`); `None` for a git source.
+pub(crate) fn chart_config(
+    spec: &fleet::resources::SourceSpec,
+    secret: Option<&BTreeMap<String, starling_sync::SecretBytes>>,
+) -> Option<Result<source::ChartConfig, String>> {
+    let origin = if let Some(helm) = &spec.helm {
+        source::helm_repo::VersionPolicy::parse(helm.version.as_deref().unwrap_or("")).map(
+            |policy| source::ChartOrigin::HelmRepository {
+                url: helm.url.clone(),
+                chart: helm.chart.clone(),
+                policy,
+            },
+        )
+    } else if let Some(oci) = &spec.oci {
+        let reference = match (&oci.tag, &oci.semver) {
+            (Some(tag), _) => Ok(source::OciReference::Tag(tag.clone())),
+            (None, Some(range)) => semver::VersionReq::parse(range)
+                .map(source::OciReference::Range)
+                .map_err(|error| {
+                    source::SourceError::InvalidPolicy(format!(
+                        "spec.oci.semver {range:?}: {error}"
+                    ))
+                }),
+            (None, None) => Err(source::SourceError::InvalidPolicy(
+                "spec.oci needs a tag or a semver range".into(),
+            )),
+        };
+        reference.and_then(|reference| source::ChartOrigin::oci(&oci.url, reference, oci.insecure))
+    } else {
+        return None;
+    };
+    let auth = match secret {
+        Some(data) => source::HttpAuth::from_secret_data(data).map_err(|error| {
+            let name = spec.secret_ref.as_ref().map_or("", |r| r.name.as_str());
+            source::SourceError::InvalidPolicy(format!("secret {name} of source: {error}"))
+        }),
+        None => Ok(source::HttpAuth::anonymous()),
+    };
+    Some(
+        origin
+            .and_then(|origin| {
+                Ok(source::ChartConfig {
+                    origin,
+                    auth: auth?,
+                    interval: fleet::validate::source_interval(spec),
+                    timeout: fleet::validate::source_timeout(spec),
+                    max_artifact_bytes: source::Limits::default().max_artifact_bytes,
+                })
+            })
+            .map_err(|error| error.to_string()),
+    )
+}
+
 /// A watcher for a Source spec, starting from its committed revision so an unchanged
 /// repository is not reported as a change after an ownership move.
 fn watcher_for(
     replica: &Replica,
     object: &Source,
     secret: Option<&BTreeMap<String, starling_sync::SecretBytes>>,
-) -> Result<SourceWatcher, String> {
+) -> Result<Watcher, String> {
     let spec = &object.spec;
-    let reference = &spec.git.reference;
+    let committed_artifact = object.status.as_ref().and_then(|status| {
+        let revision = status.revision.clone()?;
+        let artifact = status.artifact.as_ref()?;
+        let digest = artifact.digest.parse().ok()?;
+        Some((
+            revision,
+            source::StoredArtifact {
+                digest,
+                size: artifact.size,
+            },
+        ))
+    });
+    if let Some(config) = chart_config(spec, secret) {
+        let watcher =
+            ChartWatcher::new(config?, replica.store.clone()).map_err(|e| e.to_string())?;
+        return Ok(Watcher::Chart(match committed_artifact {
+            Some((revision, artifact)) => {
+                watcher.with_last_good(source::ChartRevision { revision, artifact })
+            }
+            None => watcher,
+        }));
+    }
+    let Some(git) = &spec.git else {
+        return Err("the source names no git repository, Helm repository or OCI artifact".into());
+    };
+    let reference = &git.reference;
     let config = SourceConfig {
-        url: source::RepoUrl::parse(&spec.git.url).map_err(|e| e.to_string())?,
+        url: source::RepoUrl::parse(&git.url).map_err(|e| e.to_string())?,
         policy: source::RevisionPolicy::from_ref_fields(
             reference.branch.as_deref(),
             reference.tag.as_deref(),
@@ -369,21 +505,15 @@ fn watcher_for(
     };
     let watcher = SourceWatcher::new(config, replica.mirrors.clone(), replica.store.clone())
         .map_err(|e| e.to_string())?;
-    let committed = object.status.as_ref().and_then(|status| {
-        let revision = status.revision.as_ref()?.parse().ok()?;
-        let artifact = status.artifact.as_ref()?;
-        let digest = artifact.digest.parse().ok()?;
+    let committed = committed_artifact.and_then(|(revision, artifact)| {
         Some(source::ResolvedRevision {
-            revision,
-            artifact: source::StoredArtifact {
-                digest,
-                size: artifact.size,
-            },
+            revision: revision.parse().ok()?,
+            artifact,
             file_count: 0,
         })
     });
-    Ok(match committed {
+    Ok(Watcher::Git(match committed {
         Some(resolved) => watcher.with_last_good(resolved),
         None => watcher,
-    })
+    }))
 }
