@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -811,6 +812,12 @@ class Fleetsim:
         self.server = config["clusters"][0]["cluster"]["server"]
         expect(self.server.startswith(ready["base_url"]), f"a cluster of fleetsim: {self.server}")
         self.token = (config["users"][0]["user"] or {}).get("token")
+        # fleetsim serves HTTPS with a CA made for the run, which the kubeconfig carries.
+        ca_data = config["clusters"][0]["cluster"].get("certificate-authority-data")
+        self.context = (
+            ssl.create_default_context(cadata=base64.b64decode(ca_data).decode())
+            if ca_data else None
+        )
 
     def call(self, method, path, body=None):
         request = urllib.request.Request(
@@ -821,7 +828,7 @@ class Fleetsim:
         )
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=self.context) as response:
             return json.loads(response.read() or b"{}")
 
     def render(self, values, name, namespace, upgrade):

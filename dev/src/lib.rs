@@ -94,6 +94,10 @@ pub struct DevArgs {
     /// (`scripts/install-render-engines`).
     #[arg(long, value_enum, default_value_t = Demo::Plain)]
     pub demo: Demo,
+    /// fleetsim serves the clusters over plain HTTP instead of HTTPS (its own CA, in every
+    /// kubeconfig), as real API servers serve them.
+    #[arg(long)]
+    pub plain_http: bool,
 }
 
 impl DevArgs {
@@ -185,6 +189,7 @@ pub async fn run(
         clusters: args.clusters,
         ready_delay: args.ready_delay,
         latency: args.latency,
+        tls: !args.plain_http,
         ..fleetsim::Config::default()
     })
     .await

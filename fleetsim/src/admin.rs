@@ -54,7 +54,7 @@ fn to_api(error: FleetSimError) -> ApiError {
         FleetSimError::InvalidClusterName(_)
         | FleetSimError::InvalidFault(_)
         | FleetSimError::InvalidConfig(_) => ApiError::bad_request(error.to_string()),
-        FleetSimError::Listen { .. } | FleetSimError::Io { .. } => {
+        FleetSimError::Listen { .. } | FleetSimError::Io { .. } | FleetSimError::Tls(_) => {
             ApiError::internal(error.to_string())
         }
     }

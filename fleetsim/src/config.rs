@@ -57,6 +57,10 @@ pub struct Config {
     pub crd_establish_delay: Duration,
     /// Watch timeout when the client sends no `timeoutSeconds`.
     pub default_watch_timeout: Duration,
+    /// Serve HTTPS (a CA made for the run, HTTP/2 and HTTP/1.1 through ALPN), as real API
+    /// servers do; kubeconfigs then carry `certificate-authority-data`. Plain HTTP when off
+    /// (the library's default; the `fleetsim` binary serves HTTPS unless `--plain-http`).
+    pub tls: bool,
 }
 
 impl Default for Config {
@@ -75,6 +79,7 @@ impl Default for Config {
             max_body_bytes: 3 * 1024 * 1024,
             crd_establish_delay: Duration::ZERO,
             default_watch_timeout: Duration::from_secs(1800),
+            tls: false,
         }
     }
 }

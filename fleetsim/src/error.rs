@@ -20,6 +20,9 @@ pub enum FleetSimError {
         #[source]
         source: std::io::Error,
     },
+    /// The run's CA or serving certificate could not be made.
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
     /// The named cluster does not exist.
     #[error("cluster {0:?} not found")]
     ClusterNotFound(String),

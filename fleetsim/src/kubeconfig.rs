@@ -1,6 +1,6 @@
 //! Kubeconfig files for the virtual clusters: one per cluster (a single context), or one
-//! file with a context per cluster. The server is plain http, so no certificate data is
-//! needed; each user gets a static bearer token (fleetsim accepts any token).
+//! file with a context per cluster. Over HTTPS the run's CA is `certificate-authority-data`;
+//! each user gets a static bearer token (fleetsim accepts any token).
 
 use serde_json::{Value, json};
 
@@ -9,21 +9,28 @@ pub(crate) fn token(cluster: &str) -> String {
     format!("fleetsim-{cluster}")
 }
 
-fn entries(cluster: &str, url: &str) -> (Value, Value, Value) {
+fn entries(cluster: &str, url: &str, ca_pem: Option<&str>) -> (Value, Value, Value) {
+    use base64::Engine as _;
+    let mut entry = json!({"server": url});
+    if let Some(pem) = ca_pem {
+        entry["certificate-authority-data"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(pem));
+    }
     (
-        json!({"name": cluster, "cluster": {"server": url}}),
+        json!({"name": cluster, "cluster": entry}),
         json!({"name": cluster, "context": {"cluster": cluster, "user": cluster, "namespace": "default"}}),
         json!({"name": cluster, "user": {"token": token(cluster)}}),
     )
 }
 
-/// A kubeconfig with one context per (cluster, url); the first is current.
-pub(crate) fn render(clusters: &[(String, String)]) -> String {
+/// A kubeconfig with one context per (cluster, url); the first is current. `ca_pem`: the CA
+/// an HTTPS server's certificate chains to.
+pub(crate) fn render(clusters: &[(String, String)], ca_pem: Option<&str>) -> String {
     let mut cluster_entries = Vec::new();
     let mut contexts = Vec::new();
     let mut users = Vec::new();
     for (name, url) in clusters {
-        let (cluster, context, user) = entries(name, url);
+        let (cluster, context, user) = entries(name, url, ca_pem);
         cluster_entries.push(cluster);
         contexts.push(context);
         users.push(user);
@@ -46,16 +53,19 @@ mod tests {
 
     #[test]
     fn renders_a_context_per_cluster() {
-        let yaml = render(&[
-            (
-                "c0".to_string(),
-                "http://127.0.0.1:1/clusters/c0".to_string(),
-            ),
-            (
-                "c1".to_string(),
-                "http://127.0.0.1:1/clusters/c1".to_string(),
-            ),
-        ]);
+        let yaml = render(
+            &[
+                (
+                    "c0".to_string(),
+                    "http://127.0.0.1:1/clusters/c0".to_string(),
+                ),
+                (
+                    "c1".to_string(),
+                    "http://127.0.0.1:1/clusters/c1".to_string(),
+                ),
+            ],
+            Some("PEM"),
+        );
         let parsed: Value = serde_yaml_ng::from_str(&yaml).expect("valid yaml");
         assert_eq!(parsed["current-context"], "c0");
         assert_eq!(
@@ -63,5 +73,9 @@ mod tests {
             "http://127.0.0.1:1/clusters/c1"
         );
         assert_eq!(parsed["users"][0]["user"]["token"], "fleetsim-c0");
+        assert_eq!(
+            parsed["clusters"][0]["cluster"]["certificate-authority-data"],
+            "UEVN"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! fleetsim: simulated Kubernetes API servers for thousands of virtual clusters.
 //!
-//! One HTTP server hosts many clusters at `http://HOST:PORT/clusters/NAME`, faithful
+//! One HTTP server hosts many clusters at `http://HOST:PORT/clusters/NAME` (or `https://`,
+//! with a CA made for the run and HTTP/2 through ALPN, when [`Config::tls`] is set), faithful
 //! enough that the unmodified `kube` client, its discovery and kube-runtime's watcher work
 //! against it: discovery, generic storage with resourceVersions, generations and managed
 //! fields, every verb including server-side apply and watch, a simulated controller that
@@ -44,6 +45,7 @@ pub(crate) mod selector;
 pub(crate) mod server;
 pub mod sim;
 pub(crate) mod store;
+pub(crate) mod tls;
 
 pub use audit::{AuditFilter, AuditRecord, AuditStats, Origin};
 pub use cluster::Behaviour;

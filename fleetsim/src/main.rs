@@ -1,5 +1,6 @@
-//! The `fleetsim` binary: serves N simulated clusters and prints one JSON line with its
-//! base URL once ready, then runs until interrupted.
+//! The `fleetsim` binary: serves N simulated clusters (HTTPS with a CA made for the run, unless
+//! `--plain-http`) and prints one JSON line with its base URL and CA once ready, then runs until
+//! interrupted.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,6 +45,9 @@ struct Args {
     /// Interval of watch bookmarks.
     #[arg(long, env = "FLEETSIM_BOOKMARK_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     bookmark_interval: Duration,
+    /// Serve plain HTTP instead of HTTPS (the kubeconfigs then carry no CA).
+    #[arg(long, env = "FLEETSIM_PLAIN_HTTP")]
+    plain_http: bool,
 }
 
 #[cfg(feature = "mimalloc")]
@@ -67,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
         audit_capacity: args.audit_capacity,
         audit_level: args.audit_level,
         bookmark_interval: args.bookmark_interval,
+        tls: !args.plain_http,
         ..Config::default()
     };
     let sim = FleetSim::start(config).await.context("starting fleetsim")?;
@@ -80,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
         "clusters": sim.cluster_names().len(),
         "cluster_url_template": format!("{}/clusters/{{name}}", sim.base_url()),
         "kubeconfig_dir": args.kubeconfig_dir,
+        "ca_pem": sim.ca_pem(),
     });
     println!("{ready}");
     tokio::signal::ctrl_c()

@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub audit: AuditLog,
     pub controller: Controller,
     pub base_url: String,
+    /// The run's CA and TLS acceptor when serving HTTPS.
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
     /// host:port, for `serverAddressByClientCIDRs`.
     pub server_address: String,
     pub shutdown: watch::Receiver<bool>,
@@ -295,10 +297,10 @@ impl Shared {
 
     pub fn kubeconfig(&self, name: &str) -> Result<String, FleetSimError> {
         self.cluster(name)?;
-        Ok(kubeconfig::render(&[(
-            name.to_string(),
-            self.cluster_url(name),
-        )]))
+        Ok(kubeconfig::render(
+            &[(name.to_string(), self.cluster_url(name))],
+            self.tls.as_ref().map(|tls| tls.ca_pem.as_str()),
+        ))
     }
 
     pub fn combined_kubeconfig(&self) -> String {
@@ -311,7 +313,7 @@ impl Shared {
                 (n, url)
             })
             .collect();
-        kubeconfig::render(&clusters)
+        kubeconfig::render(&clusters, self.tls.as_ref().map(|tls| tls.ca_pem.as_str()))
     }
 
     pub fn stats(&self) -> Stats {
@@ -368,11 +370,17 @@ impl FleetSim {
         let listener = socket.listen(4096).map_err(listen_error)?;
         let addr = listener.local_addr().map_err(listen_error)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let tls = if config.tls {
+            Some(Arc::new(crate::tls::ServerTls::new(addr)?))
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             audit: AuditLog::new(config.audit_capacity),
             registry: Registry::default(),
             controller: Controller::default(),
-            base_url: format!("http://{addr}"),
+            base_url: format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
+            tls,
             server_address: addr.to_string(),
             shutdown: shutdown_rx.clone(),
             connections_open: AtomicU64::new(0),
@@ -407,6 +415,20 @@ impl FleetSim {
     }
 
     /// The admin API base, `http://127.0.0.1:PORT/admin`.
+    /// The CA (PEM) that the server's certificate chains to, when serving HTTPS.
+    pub fn ca_pem(&self) -> Option<String> {
+        self.shared.tls.as_ref().map(|tls| tls.ca_pem.clone())
+    }
+
+    /// A client certificate and key (PEM) signed by the run's CA, which the server accepts;
+    /// `None` over plain HTTP.
+    pub fn client_identity(&self, user: &str) -> Option<Result<(String, String), FleetSimError>> {
+        self.shared
+            .tls
+            .as_ref()
+            .map(|tls| tls.client_identity(user))
+    }
+
     pub fn admin_url(&self) -> String {
         format!("{}/admin", self.shared.base_url)
     }

@@ -55,6 +55,10 @@ struct BenchArgs {
     /// Where the JSON reports (and charts) go.
     #[arg(long, global = true, default_value = ".")]
     out: std::path::PathBuf,
+    /// fleetsim serves the clusters over plain HTTP instead of HTTPS (the earlier figures'
+    /// world, kept for comparison). HTTPS by default, as every real API server.
+    #[arg(long, global = true)]
+    plain_http: bool,
     #[command(subcommand)]
     which: Which,
 }
@@ -130,7 +134,16 @@ enum Which {
     },
 }
 
+/// Whether fleetsim serves HTTPS (unless `--plain-http`): set once, before any bench starts.
+static TARGETS_TLS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether the simulated clusters are served over HTTPS.
+fn targets_tls() -> bool {
+    TARGETS_TLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    TARGETS_TLS.store(!args.plain_http, std::sync::atomic::Ordering::Relaxed);
     match args.which {
         Which::Failover {
             clusters,
@@ -197,6 +210,7 @@ impl Testbed {
             clusters,
             latency,
             ready_delay,
+            tls: targets_tls(),
             ..fleetsim::Config::default()
         })
         .await

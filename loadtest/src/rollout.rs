@@ -472,6 +472,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "clusters": args.clusters,
         "nodes": args.nodes,
+        "targets_tls": crate::targets_tls(),
         "budget": budget,
         "latency_seconds": args.latency.as_secs_f64(),
         "ready_delay_seconds": args.ready_delay.as_secs_f64(),

@@ -1,7 +1,7 @@
 //! The HTTP server: one listener for every virtual cluster and the admin API.
 //!
 //! ```text
-//! accept ──► hyper http1 connection ──► handle(request)
+//! accept ──► [TLS, ALPN h2 | http/1.1] ──► hyper connection (HTTP/1.1 or HTTP/2) ──► handle
 //!   /clusters/NAME/...  ──► faults (latency, down, hang, errors) ──► api::handle
 //!   /admin/...          ──► admin::handle
 //!   /healthz /readyz /livez /version ──► the process itself
@@ -23,7 +23,7 @@ use std::time::Duration;
 use ::http::{Method, Request, Response, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use self::http::{Body, Query};
@@ -81,13 +81,31 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             let mut shutdown = shared.shutdown.clone();
             let service_shared = shared.clone();
             let service = service_fn(move |request| handle(service_shared.clone(), request));
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = connection => {}
-                _ = shutdown.changed() => {}
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).keep_alive(true);
+            builder.http2().timer(TokioTimer::new());
+            match shared.tls.clone() {
+                None => {
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
+                Some(tls) => {
+                    let handshake = tokio::select! {
+                        accepted = tls.acceptor.accept(stream) => accepted,
+                        _ = shutdown.changed() => return,
+                    };
+                    let Ok(stream) = handshake else {
+                        return;
+                    };
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
             }
         });
     }

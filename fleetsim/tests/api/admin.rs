@@ -300,10 +300,23 @@ async fn binary_prints_its_base_url_when_ready() {
     let ready: Value = serde_json::from_str(&line).expect("one json line");
     let base_url = ready["base_url"].as_str().expect("base_url").to_string();
     assert_eq!(ready["clusters"], 3);
-    let client = kube::Client::try_from(kube::Config::new(
-        format!("{base_url}/clusters/c2").parse().expect("url"),
-    ))
-    .expect("client");
+    assert!(
+        base_url.starts_with("https://"),
+        "HTTPS by default: {base_url}"
+    );
+    assert!(
+        ready["ca_pem"]
+            .as_str()
+            .is_some_and(|pem| pem.contains("BEGIN CERTIFICATE"))
+    );
+    // The kubeconfig carries the CA: the client verifies the server's certificate with it.
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(dir.path().join("c2.kubeconfig")).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    assert!(config.cluster_url.to_string().starts_with(&base_url));
+    let client = kube::Client::try_from(config).expect("client");
     let version = client.apiserver_version().await;
     let files = std::fs::read_dir(dir.path())
         .map(|d| d.count())

@@ -11,5 +11,6 @@ mod discovery;
 mod events;
 mod faults;
 mod metadata;
+mod tls;
 mod verbs;
 mod watch;
