@@ -45,6 +45,9 @@ pub struct Stats {
     pub connections_open: u64,
     /// TCP connections accepted since start.
     pub connections_total: u64,
+    /// TLS handshakes that verified the certificate chain (full) and that resumed a session.
+    pub tls_full_handshakes: u64,
+    pub tls_resumed_handshakes: u64,
 }
 
 /// State shared by the server, the controller and the handle.
@@ -62,6 +65,8 @@ pub(crate) struct Shared {
     pub shutdown: watch::Receiver<bool>,
     pub connections_open: AtomicU64,
     pub connections_total: AtomicU64,
+    pub tls_full_handshakes: AtomicU64,
+    pub tls_resumed_handshakes: AtomicU64,
 }
 
 fn missing(name: &str) -> FleetSimError {
@@ -338,6 +343,8 @@ impl Shared {
             pending_controller_jobs: self.controller.pending(),
             connections_open: self.connections_open.load(Ordering::Relaxed),
             connections_total: self.connections_total.load(Ordering::Relaxed),
+            tls_full_handshakes: self.tls_full_handshakes.load(Ordering::Relaxed),
+            tls_resumed_handshakes: self.tls_resumed_handshakes.load(Ordering::Relaxed),
         }
     }
 }
@@ -385,6 +392,8 @@ impl FleetSim {
             shutdown: shutdown_rx.clone(),
             connections_open: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
+            tls_full_handshakes: AtomicU64::new(0),
+            tls_resumed_handshakes: AtomicU64::new(0),
             config,
         });
         for index in 0..shared.config.clusters {

@@ -2,7 +2,7 @@
 //! certificate for the listen address (and `127.0.0.1`, `localhost`), HTTP/2 and HTTP/1.1
 //! offered through ALPN as kube-apiserver offers them, and client certificates signed by the
 //! CA accepted beside bearer tokens (a client without one is let in, as the apiserver lets
-//! anonymous requests reach authorization).
+//! anonymous requests reach authorization), and TLS 1.3 session tickets for resumption.
 //!
 //! Kubeconfigs carry the CA as `certificate-authority-data`; [`ServerTls::client_identity`]
 //! issues a client certificate for callers that authenticate with one.
@@ -77,6 +77,9 @@ impl ServerTls {
             )
             .map_err(tls_error)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // Session tickets, as Go's crypto/tls (kube-apiserver) issues them: a returning client
+        // resumes instead of verifying the certificate chain again.
+        config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(tls_error)?;
         Ok(ServerTls {
             ca_pem,
             issuer,

@@ -100,6 +100,11 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     let Ok(stream) = handshake else {
                         return;
                     };
+                    let counter = match stream.get_ref().1.handshake_kind() {
+                        Some(rustls::HandshakeKind::Resumed) => &shared.tls_resumed_handshakes,
+                        _ => &shared.tls_full_handshakes,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     tokio::select! {
                         _ = connection => {}

@@ -1,6 +1,7 @@
 //! HTTPS as real API servers serve it: the kubeconfig's CA verifies the server, a client
-//! that does not trust the CA is refused, HTTP/2 is offered through ALPN, and a client
-//! certificate signed by the run's CA is accepted as well as a bearer token.
+//! that does not trust the CA is refused, HTTP/2 is offered through ALPN, a client
+//! certificate signed by the run's CA is accepted as well as a bearer token, and a returning
+//! client resumes its session with the server's ticket.
 
 use std::sync::Arc;
 
@@ -88,12 +89,43 @@ async fn https_with_the_kubeconfigs_ca_and_h2_through_alpn() {
     .with_root_certificates(roots)
     .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let config = Arc::new(config);
+    let config_for_resumption = config.clone();
+    let connector = tokio_rustls::TlsConnector::from(config);
     let stream = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
     let tls = connector
         .connect("127.0.0.1".try_into().unwrap(), stream)
         .await
         .expect("handshake");
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    // A client that keeps its session resumes: the server issues session tickets.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut http1 = (*config_for_resumption).clone();
+    http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(http1));
+    let mut kinds = Vec::new();
+    for _ in 0..2 {
+        let stream = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+        let mut tls = connector
+            .connect("127.0.0.1".try_into().unwrap(), stream)
+            .await
+            .expect("handshake");
+        kinds.push(tls.get_ref().1.handshake_kind());
+        // Read the server's first bytes after a request, which carry the tickets.
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .ok();
+        let mut answer = Vec::new();
+        let _ = tls.read_to_end(&mut answer).await;
+    }
+    assert_eq!(
+        kinds,
+        [
+            Some(rustls::HandshakeKind::Full),
+            Some(rustls::HandshakeKind::Resumed)
+        ],
+        "the second connection resumes with the server's session ticket"
+    );
+    assert_eq!(sim.stats().tls_resumed_handshakes, 1);
     sim.shutdown().await;
 }

@@ -7,3 +7,4 @@ mod apply;
 mod faults;
 mod fencing;
 mod readiness;
+mod tls;
