@@ -1,6 +1,7 @@
 //! Kubeconfig files for the virtual clusters: one per cluster (a single context), or one
 //! file with a context per cluster. Over HTTPS the run's CA is `certificate-authority-data`;
-//! each user gets a static bearer token (fleetsim accepts any token).
+//! each user gets a static bearer token (fleetsim accepts any token), and over HTTPS the server
+//! name `<cluster>.clusters.fleetsim.test` (`tls-server-name`), which its certificate covers.
 
 use serde_json::{Value, json};
 
@@ -15,6 +16,7 @@ fn entries(cluster: &str, url: &str, ca_pem: Option<&str>) -> (Value, Value, Val
     if let Some(pem) = ca_pem {
         entry["certificate-authority-data"] =
             json!(base64::engine::general_purpose::STANDARD.encode(pem));
+        entry["tls-server-name"] = json!(format!("{cluster}.{}", crate::tls::CLUSTER_DOMAIN));
     }
     (
         json!({"name": cluster, "cluster": entry}),

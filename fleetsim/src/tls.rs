@@ -15,6 +15,11 @@ use rustls::pki_types::PrivateKeyDer;
 
 use crate::error::FleetSimError;
 
+/// Each cluster's kubeconfig names the server `<cluster>.<CLUSTER_DOMAIN>` (`tls-server-name`),
+/// which the serving certificate covers: clients see one server per cluster, as in a real
+/// fleet, and keep one TLS session per cluster (all of them are at the same address here).
+pub(crate) const CLUSTER_DOMAIN: &str = "clusters.fleetsim.test";
+
 /// The CA and the acceptor of one fleetsim run.
 pub(crate) struct ServerTls {
     pub ca_pem: String,
@@ -44,7 +49,11 @@ impl ServerTls {
         let ca = params.self_signed(&ca_key).map_err(tls_error)?;
         let ca_pem = ca.pem();
         let issuer = Issuer::new(params, ca_key);
-        let mut names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let mut names = vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+            format!("*.{CLUSTER_DOMAIN}"),
+        ];
         let ip = addr.ip().to_string();
         if !addr.ip().is_unspecified() && !names.contains(&ip) {
             names.push(ip);

@@ -329,9 +329,20 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         .collect();
     let timed_from = std::time::SystemTime::now();
     let writes_before = sim.audit_stats().recorded;
+    let handshakes_before = sim.stats();
     repo.commit("v2", "nginx:1.28", "second version")?;
     let (_, seconds, timeline) = wait_rollout(&address, &first, &args).await?;
     let writes = sim.audit_stats().recorded - writes_before;
+    let handshakes_after = sim.stats();
+    let (full_handshakes, resumed_handshakes) = (
+        handshakes_after.tls_full_handshakes - handshakes_before.tls_full_handshakes,
+        handshakes_after.tls_resumed_handshakes - handshakes_before.tls_resumed_handshakes,
+    );
+    if crate::targets_tls() {
+        println!(
+            "TLS handshakes with the targets during the rollout: {full_handshakes} full, {resumed_handshakes} resumed"
+        );
+    }
     let counters_after = counters(&procs).await;
     // Every replica's CPU, render engines included, per cluster synced.
     let cpu_per_sync = (cpu(&procs) - cpu_before) / args.clusters.max(1) as f64;
@@ -473,6 +484,8 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "clusters": args.clusters,
         "nodes": args.nodes,
         "targets_tls": crate::targets_tls(),
+        "tls_full_handshakes": full_handshakes,
+        "tls_resumed_handshakes": resumed_handshakes,
         "budget": budget,
         "latency_seconds": args.latency.as_secs_f64(),
         "ready_delay_seconds": args.ready_delay.as_secs_f64(),

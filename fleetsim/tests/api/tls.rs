@@ -29,6 +29,7 @@ async fn https_with_the_kubeconfigs_ca_and_h2_through_alpn() {
     assert!(sim.base_url().starts_with("https://127.0.0.1:"));
     let kubeconfig = sim.kubeconfig("c0").expect("kubeconfig");
     assert!(kubeconfig.contains("certificate-authority-data"));
+    assert!(kubeconfig.contains("tls-server-name: c0.clusters.fleetsim.test"));
 
     // The kubeconfig's client verifies the server and writes.
     let client = client_from_kubeconfig(&kubeconfig).await;

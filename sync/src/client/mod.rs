@@ -274,7 +274,6 @@ impl TlsConfigs {
             &info.client_certificate_data,
             &info.client_certificate,
             &info.client_key,
-            &config.tls_server_name,
         ] {
             let text = part.as_deref().unwrap_or("");
             material.extend_from_slice(&(text.len() as u64).to_le_bytes());
