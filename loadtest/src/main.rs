@@ -23,6 +23,9 @@
 //!   data directory deleted, fresh replicas with `--recovery`, import and recover; the times,
 //!   and the writes to targets until the rollout is Complete again (there must be none).
 //!   `--pull N` adds N pull clusters, each with a `starling agent` process (this binary too).
+//! - `regions`: three replicas behind loopback latency proxies, one region each (25, 40 and
+//!   75 ms one-way by default, `--max-rtt 150ms`): commit latency, a quiet period without
+//!   spurious Down marks, and clusters owned again after leader kills.
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 //!
 //! Long because it holds the command line of every benchmark and the shared test bed (processes,
@@ -30,6 +33,7 @@
 
 mod isolation;
 mod recover;
+mod regions;
 mod report;
 mod restart;
 mod rollout;
@@ -121,6 +125,9 @@ enum Which {
     /// Disaster recovery: every replica and its data lost after a rollout; export, import and
     /// recover times, and the writes to targets until the fleet is converged (none).
     Recover(recover::RecoverArgs),
+    /// Three replicas in three regions behind loopback latency proxies: commit latency, no
+    /// spurious Down in a quiet period, and clusters owned again after leader kills.
+    Regions(regions::RegionsArgs),
     /// BeginSync + FinishSync pairs committed per second, and node memory.
     Admission {
         #[arg(long, default_value_t = 10_000)]
@@ -180,6 +187,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             recover.rollout.out = args.out;
             recover::run(recover).await
         }
+        Which::Regions(regions) => regions::run(regions, &args.out).await,
     }
 }
 
@@ -470,48 +478,10 @@ async fn failover(
     // known and every cluster the victim owned is owned by a live node.
     let mut times: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
     for round in 0..kills {
-        // Steady state before each kill: every member has applied what the leader committed.
-        // (A restarted voter still catching up when the leader dies is a second fault: it
-        // campaigns with a short log and delays the election by seconds.)
-        let first_alive = procs
-            .values()
-            .next()
-            .map(|p| p.grpc.clone())
-            .context("a node")?;
-        wait_for(Duration::from_secs(60), || async {
-            let Ok(channel) =
-                starling_transport::client_channel(&first_alive, Duration::from_secs(2))
-            else {
-                return false;
-            };
-            proto::fleet_client::FleetClient::new(channel)
-                .status(proto::StatusRequest {})
-                .await
-                .is_ok_and(|s| {
-                    let s = s.get_ref();
-                    s.leader_id != 0
-                        && s.members.len() == procs.len()
-                        && s.members.iter().all(|m| m.applied_index >= s.commit_index)
-                })
-        })
-        .await?;
-        let mut leader = 0;
-        for proc in procs.values() {
-            let Ok(channel) =
-                starling_transport::client_channel(&proc.grpc, Duration::from_secs(5))
-            else {
-                continue;
-            };
-            if let Ok(status) = proto::fleet_client::FleetClient::new(channel)
-                .status(proto::StatusRequest {})
-                .await
-                && status.get_ref().leader_id != 0
-            {
-                leader = status.get_ref().leader_id;
-                break;
-            }
-        }
-        anyhow::ensure!(leader != 0, "no leader before kill {}", round + 1);
+        wait_steady(&procs).await?;
+        let leader = current_leader(&procs)
+            .await
+            .with_context(|| format!("no leader before kill {}", round + 1))?;
         let kill_leader = match victim_kind {
             Victim::Leader => true,
             Victim::Follower => false,
@@ -527,34 +497,7 @@ async fn failover(
                 .nth(round % 2)
                 .context("a follower")?
         };
-        let observer = procs
-            .iter()
-            .find(|(id, _)| **id != victim)
-            .map(|(_, p)| p.grpc.clone())
-            .context("an observer")?;
-        let owned = shards(&observer)
-            .await
-            .and_then(|(s, _)| s.get(&victim).copied())
-            .unwrap_or(0);
-        let proc = procs.get_mut(&victim).context("victim")?;
-        let killed = Instant::now();
-        proc.child.kill()?;
-        let _ = proc.child.wait();
-        wait_for(Duration::from_secs(60), || async {
-            let led = match starling_transport::client_channel(&observer, Duration::from_secs(2)) {
-                Ok(channel) => proto::fleet_client::FleetClient::new(channel)
-                    .status(proto::StatusRequest {})
-                    .await
-                    .is_ok_and(|s| s.get_ref().leader_id != 0 && s.get_ref().leader_id != victim),
-                Err(_) => false,
-            };
-            led && shards(&observer).await.is_some_and(|(s, states)| {
-                s.get(&victim).copied().unwrap_or(0) == 0
-                    && states.get(&victim).map(String::as_str) == Some("Down")
-            })
-        })
-        .await?;
-        let took = killed.elapsed();
+        let (took, owned) = kill_and_wait(&mut procs, victim).await?;
         let kind = if kill_leader { "leader" } else { "follower" };
         times.entry(kind).or_default().push(took);
         eprintln!(
@@ -562,14 +505,6 @@ async fn failover(
             round + 1,
             took.as_secs_f64()
         );
-        proc.child = spawn(&proc.args)?;
-        wait_for(Duration::from_secs(60), || async {
-            shards(&observer).await.is_some_and(|(s, states)| {
-                states.get(&victim).map(String::as_str) == Some("Live")
-                    && s.get(&victim).copied().unwrap_or(0) > 0
-            })
-        })
-        .await?;
     }
     let mut kinds = serde_json::Map::new();
     for (kind, times) in &mut times {
@@ -614,6 +549,97 @@ async fn failover(
     });
     report::write(out, "failover", &json, None)?;
     Ok(())
+}
+
+/// Waits for a steady state: a leader, every member present and every member applied what
+/// the leader committed. (A restarted voter still catching up when the leader dies is a second
+/// fault: it campaigns with a short log and delays the election by seconds.)
+async fn wait_steady(procs: &BTreeMap<u64, Proc>) -> anyhow::Result<()> {
+    let first_alive = procs
+        .values()
+        .next()
+        .map(|p| p.grpc.clone())
+        .context("a node")?;
+    wait_for(Duration::from_secs(60), || async {
+        let Ok(channel) = starling_transport::client_channel(&first_alive, Duration::from_secs(2))
+        else {
+            return false;
+        };
+        proto::fleet_client::FleetClient::new(channel)
+            .status(proto::StatusRequest {})
+            .await
+            .is_ok_and(|s| {
+                let s = s.get_ref();
+                s.leader_id != 0
+                    && s.members.len() == procs.len()
+                    && s.members.iter().all(|m| m.applied_index >= s.commit_index)
+            })
+    })
+    .await
+}
+
+/// The leader, as the first node that answers knows it.
+async fn current_leader(procs: &BTreeMap<u64, Proc>) -> Option<u64> {
+    for proc in procs.values() {
+        let Ok(channel) = starling_transport::client_channel(&proc.grpc, Duration::from_secs(5))
+        else {
+            continue;
+        };
+        if let Ok(status) = proto::fleet_client::FleetClient::new(channel)
+            .status(proto::StatusRequest {})
+            .await
+            && status.get_ref().leader_id != 0
+        {
+            return Some(status.get_ref().leader_id);
+        }
+    }
+    None
+}
+
+/// Kills `victim` with `kill -9` and measures the time until a leader other than the victim
+/// is known and every cluster it owned is owned by a live node; then starts it again and waits
+/// until it owns clusters. Returns that time and the clusters the victim owned.
+async fn kill_and_wait(
+    procs: &mut BTreeMap<u64, Proc>,
+    victim: u64,
+) -> anyhow::Result<(Duration, usize)> {
+    let observer = procs
+        .iter()
+        .find(|(id, _)| **id != victim)
+        .map(|(_, p)| p.grpc.clone())
+        .context("an observer")?;
+    let owned = shards(&observer)
+        .await
+        .and_then(|(s, _)| s.get(&victim).copied())
+        .unwrap_or(0);
+    let proc = procs.get_mut(&victim).context("victim")?;
+    let killed = Instant::now();
+    proc.child.kill()?;
+    let _ = proc.child.wait();
+    wait_for(Duration::from_secs(60), || async {
+        let led = match starling_transport::client_channel(&observer, Duration::from_secs(2)) {
+            Ok(channel) => proto::fleet_client::FleetClient::new(channel)
+                .status(proto::StatusRequest {})
+                .await
+                .is_ok_and(|s| s.get_ref().leader_id != 0 && s.get_ref().leader_id != victim),
+            Err(_) => false,
+        };
+        led && shards(&observer).await.is_some_and(|(s, states)| {
+            s.get(&victim).copied().unwrap_or(0) == 0
+                && states.get(&victim).map(String::as_str) == Some("Down")
+        })
+    })
+    .await?;
+    let took = killed.elapsed();
+    proc.child = spawn(&proc.args)?;
+    wait_for(Duration::from_secs(60), || async {
+        shards(&observer).await.is_some_and(|(s, states)| {
+            states.get(&victim).map(String::as_str) == Some("Live")
+                && s.get(&victim).copied().unwrap_or(0) > 0
+        })
+    })
+    .await?;
+    Ok((took, owned))
 }
 
 async fn wait_for<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>

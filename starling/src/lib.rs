@@ -229,6 +229,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         }
         Command::Node(args) => {
             let config = args.validate()?;
+            starling_transport::set_peer_routes(&args.peer_routes).map_err(anyhow::Error::msg)?;
             starling_replica::keep_files_private();
             init_tracing(log_format);
             runtime().and_then(|rt| rt.block_on(node(config)))

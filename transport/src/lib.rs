@@ -75,6 +75,36 @@ pub fn dial(
     })
 }
 
+/// Peer addresses dialled through another address (`starling node --peer-route`), set once
+/// at start.
+static PEER_ROUTES: std::sync::OnceLock<std::collections::BTreeMap<String, String>> =
+    std::sync::OnceLock::new();
+
+/// Makes this process dial each `ADDRESS` of `routes` (`ADDRESS=VIA`) at `VIA` instead: a
+/// latency proxy between regions in a benchmark (`loadtest regions`). Call it once, before any
+/// channel is made; a second call fails.
+pub fn set_peer_routes(routes: &[String]) -> Result<(), String> {
+    let mut map = std::collections::BTreeMap::new();
+    for route in routes {
+        let (address, via) = route
+            .split_once('=')
+            .filter(|(address, via)| !address.is_empty() && !via.is_empty())
+            .ok_or_else(|| format!("--peer-route {route:?}: expected ADDRESS=VIA"))?;
+        map.insert(address.to_owned(), via.to_owned());
+    }
+    PEER_ROUTES
+        .set(map)
+        .map_err(|_| "the peer routes are already set".to_owned())
+}
+
+/// The address to dial for `address`: its route when one is set, else itself.
+pub fn route(address: &str) -> &str {
+    PEER_ROUTES
+        .get()
+        .and_then(|routes| routes.get(address))
+        .map_or(address, String::as_str)
+}
+
 /// A plain-text gRPC channel to `host:port` that connects on first use, with a per-request
 /// timeout.
 pub fn client_channel(
@@ -91,7 +121,7 @@ pub fn channel_via(
     timeout: Duration,
     connector: Option<&Connector>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", route(address)))?
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(timeout);
     Ok(match connector {

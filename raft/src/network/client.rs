@@ -78,7 +78,7 @@ pub fn lazy_channel(
     addr: &str,
     config: &NetworkConfig,
 ) -> Result<Channel, tonic::transport::Error> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+    let endpoint = Endpoint::from_shared(format!("http://{}", starling_transport::route(addr)))?
         .connect_timeout(config.connect_timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(config.keepalive_interval)

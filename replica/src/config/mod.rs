@@ -84,6 +84,10 @@ pub struct NodeArgs {
     /// --down-after must stay above the longest election timeout.
     #[arg(long, env = "STARLING_MAX_RTT", default_value = "50ms", value_parser = humantime::parse_duration)]
     pub max_rtt: Duration,
+    /// Dial peer ADDRESS at VIA instead (`ADDRESS=VIA`, repeatable): a latency proxy between
+    /// regions in a benchmark (`loadtest regions`). Off in production.
+    #[arg(long = "peer-route", value_name = "ADDRESS=VIA")]
+    pub peer_routes: Vec<String>,
     /// Syncs this node applies at once (rendering and writing to the target).
     #[arg(long, env = "STARLING_MAX_CONCURRENT_SYNCS", default_value_t = 16)]
     pub max_concurrent_syncs: usize,
