@@ -260,17 +260,10 @@ impl ChartWatcher {
 
     /// The message of a `Ready` condition: the error, with the revision still in use.
     pub fn message(&self) -> String {
-        match (&self.error, &self.last_good) {
-            (None, Some(good)) => format!("stored artifact for revision {}", good.revision),
-            (None, None) => "not resolved yet".into(),
-            (Some(error), Some(good)) => {
-                format!(
-                    "{}; still serving revision {}",
-                    error.message, good.revision
-                )
-            }
-            (Some(error), None) => error.message.clone(),
-        }
+        crate::watcher::ready_message(
+            self.error.as_ref(),
+            self.last_good.as_ref().map(|good| good.revision.clone()),
+        )
     }
 
     /// The delay before the next poll: the interval ±10%, from `seed`.
@@ -308,12 +301,7 @@ impl ChartWatcher {
                 let error = self.client.redacted(error);
                 tracing::warn!(source = %described, reason = error.kind().reason(), %error, "chart source poll failed");
                 self.error = Some(error.status());
-                PollOutcome {
-                    changed: false,
-                    fetched: false,
-                    error: Some(error.status()),
-                    notices: Vec::new(),
-                }
+                PollOutcome::failed(&error)
             }
         }
     }
@@ -342,12 +330,7 @@ impl ChartWatcher {
                     std::io::Error::other(error.to_string()),
                 );
                 self.error = Some(error.status());
-                PollOutcome {
-                    changed: false,
-                    fetched: false,
-                    error: Some(error.status()),
-                    notices: Vec::new(),
-                }
+                PollOutcome::failed(&error)
             }
         }
     }

@@ -124,17 +124,12 @@ impl Resolution {
 
     /// The message of a `Ready` condition: the error, with the revision still in use.
     pub fn message(&self) -> String {
-        match (&self.error, &self.last_good) {
-            (None, Some(good)) => format!("stored artifact for revision {}", good.revision),
-            (None, None) => "not resolved yet".into(),
-            (Some(error), Some(good)) => {
-                format!(
-                    "{}; still serving revision {}",
-                    error.message, good.revision
-                )
-            }
-            (Some(error), None) => error.message.clone(),
-        }
+        ready_message(
+            self.error.as_ref(),
+            self.last_good
+                .as_ref()
+                .map(|good| good.revision.to_string()),
+        )
     }
 }
 
@@ -147,6 +142,31 @@ pub struct PollOutcome {
     pub fetched: bool,
     pub error: Option<ErrorStatus>,
     pub notices: Vec<Notice>,
+}
+
+impl PollOutcome {
+    /// A poll that failed with `error`: nothing changed.
+    pub fn failed(error: &SourceError) -> PollOutcome {
+        PollOutcome {
+            changed: false,
+            fetched: false,
+            error: Some(error.status()),
+            notices: Vec::new(),
+        }
+    }
+}
+
+/// The message of a `Ready` condition from the latest error and the revision in use (git and
+/// chart sources alike).
+pub(crate) fn ready_message(error: Option<&ErrorStatus>, serving: Option<String>) -> String {
+    match (error, serving) {
+        (None, Some(revision)) => format!("stored artifact for revision {revision}"),
+        (None, None) => "not resolved yet".into(),
+        (Some(error), Some(revision)) => {
+            format!("{}; still serving revision {revision}", error.message)
+        }
+        (Some(error), None) => error.message.clone(),
+    }
 }
 
 /// Polls one Source against the node's shared mirrors and store.
@@ -253,12 +273,7 @@ impl SourceWatcher {
             Err(error) => {
                 tracing::warn!(url = %self.config.url, reason = error.kind().reason(), error = %error, "source poll failed");
                 self.resolution.record_failure(&error);
-                PollOutcome {
-                    changed: false,
-                    fetched: false,
-                    error: Some(error.status()),
-                    notices: Vec::new(),
-                }
+                PollOutcome::failed(&error)
             }
         }
     }
@@ -287,12 +302,7 @@ impl SourceWatcher {
                     std::io::Error::other(error.to_string()),
                 );
                 self.resolution.record_failure(&error);
-                PollOutcome {
-                    changed: false,
-                    fetched: false,
-                    error: Some(error.status()),
-                    notices: Vec::new(),
-                }
+                PollOutcome::failed(&error)
             }
         }
     }

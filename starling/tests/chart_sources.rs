@@ -23,7 +23,9 @@ use std::time::Duration;
 use fleetsim::{AuditFilter, FleetSim, checks as report};
 use harness::{Group, Options, free_port, wait_until};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use render_checks::{check_hook_order, fixture_files, last_seq, object, sync_message};
+use render_checks::{
+    assert_no_writes_since, check_hook_order, fixture_files, last_seq, object, sync_message,
+};
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -372,17 +374,7 @@ spec:
 "#,
         url = repository.url,
     );
-    for (index, name) in sim.cluster_names().into_iter().enumerate() {
-        let secret = serde_json::json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
-            "stringData": {"value": sim.kubeconfig(&name).expect("kubeconfig")},
-        });
-        out.push_str(&format!(
-            "---\n{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: r{}}}}}\nspec: {{}}\n",
-            index % 3
-        ));
-    }
+    out.push_str(&harness::cluster_manifests(sim));
     out
 }
 
@@ -602,16 +594,7 @@ async fn charts_from_a_helm_repository_and_a_registry_roll_out() {
         failed.len() > 2 && failed.iter().all(|m| m.contains("configmap.yaml")),
         "the failed syncs quote the engine's error and its template: {messages:?}"
     );
-    let writes = sim.audit(&AuditFilter {
-        namespace: Some("web".into()),
-        since: Some(since),
-        success_only: true,
-        ..Default::default()
-    });
-    assert!(
-        writes.is_empty(),
-        "a failed render wrote to targets: {writes:?}"
-    );
+    assert_no_writes_since(&sim, "web", since);
     let source = group.cli(&["get", "source", "charts", "-o", "json"]);
     let source: serde_json::Value = serde_json::from_str(&source).expect("source json");
     assert_eq!(source["status"]["revision"], "web@1.2.0");

@@ -19,9 +19,10 @@ mod render_checks;
 
 use std::time::Duration;
 
-use fleetsim::AuditFilter;
 use harness::{Group, Options, demo_fixture, demo_manifests, wait_until};
-use render_checks::{check_hook_order, fixture_files, last_seq, object, sync_message};
+use render_checks::{
+    assert_no_writes_since, check_hook_order, fixture_files, last_seq, object, sync_message,
+};
 
 const CLUSTERS: usize = 50;
 
@@ -197,14 +198,5 @@ async fn charts_and_overlays_render_per_cluster_and_roll_out() {
             .all(|m| !m.contains(MARKER) && m.contains("(token ***)")),
         "a valuesFrom Secret's value reached a status: {failed:?}"
     );
-    let writes = sim.audit(&AuditFilter {
-        namespace: Some("web".into()),
-        since: Some(since),
-        success_only: true,
-        ..Default::default()
-    });
-    assert!(
-        writes.is_empty(),
-        "a failed render wrote to targets: {writes:?}"
-    );
+    assert_no_writes_since(sim, "web", since);
 }

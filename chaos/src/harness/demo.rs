@@ -76,6 +76,14 @@ pub fn demo_manifests(
     let mut out = format!(
         "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {{name: demo}}\nspec:\n  interval: 1s\n  git: {{url: \"{url}\", ref: {{branch: main}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {{name: demo}}\nspec:\n  sourceRef: {{name: demo}}\n  clusterSelector: {{}}\n  template:\n    path: app\n{template}    substitute:\n      REGION: \"${{cluster.labels.region}}\"\n  rollout:\n{rollout}"
     );
+    out.push_str(&cluster_manifests(sim));
+    out
+}
+
+/// Per fleetsim cluster, its kubeconfig Secret and a `Cluster` labelled `region: r0|r1|r2` (by
+/// index), each document after a `---`.
+pub fn cluster_manifests(sim: &fleetsim::FleetSim) -> String {
+    let mut out = String::new();
     for (index, name) in sim.cluster_names().into_iter().enumerate() {
         let secret = serde_json::json!({
             "apiVersion": "v1", "kind": "Secret",

@@ -24,7 +24,8 @@ mod http;
 pub mod pull;
 mod waits;
 pub use demo::{
-    DemoFixture, GitDaemon, config_versions, demo_fixture, demo_manifests, start_demo_group,
+    DemoFixture, GitDaemon, cluster_manifests, config_versions, demo_fixture, demo_manifests,
+    start_demo_group,
 };
 pub use http::{http_get, http_get_with, http_post, http_status, http_status_with};
 

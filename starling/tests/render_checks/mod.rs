@@ -117,3 +117,18 @@ pub fn sync_message(group: &Group, name: &str) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// Nothing was written to namespace `namespace` on any target since audit sequence `since`
+/// (a failed render must not write).
+pub fn assert_no_writes_since(sim: &FleetSim, namespace: &str, since: u64) {
+    let writes = sim.audit(&AuditFilter {
+        namespace: Some(namespace.into()),
+        since: Some(since),
+        success_only: true,
+        ..Default::default()
+    });
+    assert!(
+        writes.is_empty(),
+        "a failed render wrote to targets: {writes:?}"
+    );
+}
