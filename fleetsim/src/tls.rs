@@ -89,6 +89,8 @@ impl ServerTls {
         // Session tickets, as Go's crypto/tls (kube-apiserver) issues them: a returning client
         // resumes instead of verifying the certificate chain again.
         config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(tls_error)?;
+        // One ticket per handshake, as Go's server sends: each resumption uses one and gets one.
+        config.send_tls13_tickets = 1;
         Ok(ServerTls {
             ca_pem,
             issuer,

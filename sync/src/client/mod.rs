@@ -225,8 +225,11 @@ fn plain_connector() -> hyper_util::client::legacy::connect::HttpConnector {
     hyper_util::client::legacy::connect::HttpConnector::new()
 }
 
-/// Server names whose TLS session tickets this process keeps (each name keeps a few).
-const SESSION_CACHE_NAMES: usize = 4096;
+/// Server names whose TLS session tickets this process keeps: more than one replica owns in a
+/// large fleet, so that a cluster's session survives from one rollout to the next.
+const SESSION_CACHE_NAMES: usize = 8192;
+/// rustls sizes its session cache in tickets, eight per server name.
+const TICKETS_PER_NAME: usize = 8;
 /// TLS configurations kept for reuse, one per distinct trust and client identity.
 const TLS_CONFIGS_KEPT: usize = 4096;
 
@@ -249,7 +252,7 @@ impl TlsConfigs {
         static CONFIGS: std::sync::OnceLock<TlsConfigs> = std::sync::OnceLock::new();
         CONFIGS.get_or_init(|| TlsConfigs {
             sessions: Arc::new(rustls::client::ClientSessionMemoryCache::new(
-                SESSION_CACHE_NAMES,
+                SESSION_CACHE_NAMES * TICKETS_PER_NAME,
             )),
             configs: Default::default(),
             uses: Default::default(),
