@@ -477,7 +477,7 @@ async fn tokens_expire_show_their_last_use_and_the_admin_token_rotates() {
     );
     group.wait_for_members(3).await;
 
-    // A token for two tenants that lives three seconds.
+    // A token for two tenants that lives six seconds.
     let text = ok(
         starling(
             &group,
@@ -491,23 +491,31 @@ async fn tokens_expire_show_their_last_use_and_the_admin_token_rotates() {
                 "--role",
                 "reader",
                 "--ttl",
-                "3s",
+                "6s",
             ],
         ),
         "token create --ttl",
     );
-    assert!(text.contains("for 3s"), "{text}");
+    assert!(text.contains("for 6s"), "{text}");
     let short_lived = text.lines().last().expect("a token line").trim().to_owned();
     let id = token_id(&short_lived);
-    ok(
-        starling(
-            &group,
-            2,
-            Some(&short_lived),
-            &["get", "clusters", "-n", "team-b"],
-        ),
-        "a fresh token reads",
-    );
+    // Another replica takes it once it has applied the token's creation (a follower may be a
+    // moment behind the write).
+    wait_until(
+        Duration::from_secs(5),
+        "a fresh token reads on another replica",
+        || async {
+            starling(
+                &group,
+                2,
+                Some(&short_lived),
+                &["get", "clusters", "-n", "team-b"],
+            )
+            .status
+            .success()
+        },
+    )
+    .await;
     // Its use reaches the replicated state within the report interval.
     wait_until(
         Duration::from_secs(30),
