@@ -20,11 +20,18 @@ use fleet::state::{Command, ExpectedRevision, FleetState, MemberState, Outcome, 
 struct Counting;
 
 static IN_USE: AtomicIsize = AtomicIsize::new(0);
+/// The most `IN_USE` reached since it was last reset.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+fn grow(bytes: isize) {
+    let now = IN_USE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
 
 // SAFETY: every call is forwarded to the system allocator unchanged; only a counter is added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        IN_USE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        grow(layout.size() as isize);
         // SAFETY: the caller's contract is the system allocator's.
         unsafe { System.alloc(layout) }
     }
@@ -36,7 +43,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, size: usize) -> *mut u8 {
-        IN_USE.fetch_add(size as isize - layout.size() as isize, Ordering::Relaxed);
+        grow(size as isize - layout.size() as isize);
         // SAFETY: the caller's contract is the system allocator's.
         unsafe { System.realloc(pointer, layout, size) }
     }
@@ -62,7 +69,7 @@ fn upsert(state: &mut FleetState, yaml: &str) {
 }
 
 /// A Cluster and its kubeconfig Secret, as `starling::dev::demo_manifests` writes them.
-fn cluster_documents(index: usize) -> String {
+fn cluster_documents(index: usize) -> (String, String) {
     let name = format!("cluster-{index:05}");
     let region = ["eu-west", "us-east", "ap-south"][index % 3];
     let kubeconfig = format!(
@@ -73,9 +80,10 @@ fn cluster_documents(index: usize) -> String {
         "metadata": {"name": format!("{name}-kubeconfig"), "namespace": "default"},
         "stringData": {"value": kubeconfig},
     });
-    format!(
-        "{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n"
-    )
+    let cluster = format!(
+        "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n"
+    );
+    (secret.to_string(), cluster)
 }
 
 const GROUP: &str = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: demo}\nspec:\n  interval: 2s\n  git: {url: \"file:///srv/demo\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: demo}\nspec:\n  sourceRef: {name: demo}\n  clusterSelector: {}\n  template:\n    path: app\n    substitute:\n      REGION: \"${cluster.labels.region}\"\n  rollout:\n    maxUnavailable: \"10%\"\n";
@@ -153,10 +161,11 @@ fn main() {
     let report = |step: &str, state: &FleetState| {
         let bytes = IN_USE.load(Ordering::Relaxed) - base;
         println!(
-            "{step:36} {:>7} KiB heap, {:>5} bytes per cluster; snapshot {:>5} bytes per cluster",
+            "{step:36} {:>7} KiB heap, {:>5} bytes per cluster; snapshot {:>5} bytes per cluster ({:>5} as JSON)",
             bytes / 1024,
             bytes / clusters as isize,
-            state.encode_snapshot().len() / clusters
+            state.write_snapshot(Vec::new()).expect("in memory").len() / clusters,
+            state.encode_snapshot().len() / clusters,
         );
     };
     let mut state = FleetState::default();
@@ -173,9 +182,13 @@ fn main() {
         });
     }
     for index in 0..clusters {
-        upsert(&mut state, &cluster_documents(index));
+        upsert(&mut state, &cluster_documents(index).0);
     }
-    report("Clusters and Secrets", &state);
+    report("kubeconfig Secrets", &state);
+    for index in 0..clusters {
+        upsert(&mut state, &cluster_documents(index).1);
+    }
+    report("+ Clusters", &state);
     upsert(&mut state, GROUP);
     report("+ the SyncGroup's Syncs", &state);
     roll_out(&mut state, &format!("{:040x}", 1));
@@ -185,4 +198,23 @@ fn main() {
     let snapshot_copy = state.clone();
     report("+ the copy a snapshot build takes", &state);
     drop(snapshot_copy);
+
+    // A snapshot build as a replica runs it: a copy of the state, streamed compressed into a
+    // file (raft's SnapshotBuilder). The peak is measured above the state itself.
+    let before = IN_USE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("state_size-{}.snapshot", std::process::id()));
+    let copy = state.clone();
+    let file = std::fs::File::create(&path).expect("a temporary file");
+    copy.write_snapshot(file).expect("the snapshot is written");
+    drop(copy);
+    let written = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let _ = std::fs::remove_file(&path);
+    let peak = PEAK.load(Ordering::Relaxed) - before;
+    println!(
+        "a snapshot build, peak above the state {:>7} KiB, {:>5} bytes per cluster; file {:>5} bytes per cluster",
+        peak / 1024,
+        peak / clusters as isize,
+        written / clusters as u64,
+    );
 }

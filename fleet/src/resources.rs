@@ -7,6 +7,7 @@
 //! become the CRDs' descriptions) and nothing else.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -476,8 +477,10 @@ pub struct SyncSpec {
     pub source_ref: NamespacedObjectReference,
     /// The Cluster; one in another namespace must admit this one (`spec.allowedNamespaces`).
     pub cluster_ref: NamespacedObjectReference,
+    // Shared (`Arc`) between a SyncGroup and every Sync it generates: the state holds one
+    // template per group, not one per cluster. (A `//` comment: not the CRD's description.)
     #[serde(flatten)]
-    pub template: SyncTemplate,
+    pub template: Arc<SyncTemplate>,
     /// Set on the Syncs of a pinned SyncGroup (`starling rollout undo`): the revision applied
     /// instead of the source's newest. Not accepted on a Sync of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -627,8 +630,9 @@ pub struct SyncGroupSpec {
     /// when its `spec.allowedNamespaces` admits this SyncGroup's namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_namespaces: Vec<String>,
+    // Shared with the Syncs the group generates (see `SyncSpec::template`).
     #[serde(default)]
-    pub template: SyncTemplate,
+    pub template: Arc<SyncTemplate>,
     #[serde(default)]
     pub rollout: RolloutPolicy,
 }

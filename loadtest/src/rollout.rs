@@ -323,6 +323,10 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         None
     };
     let cpu_before = cpu(&procs);
+    let plans_before = (
+        metric_sum(&procs, "plan_duration_seconds_sum").await,
+        metric_sum(&procs, "plan_duration_seconds_count").await,
+    );
     let node_cpu_before: std::collections::BTreeMap<u64, f64> = procs
         .iter()
         .filter_map(|(id, proc)| Some((*id, super::cpu_seconds(proc.child.id())?)))
@@ -345,7 +349,26 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
     }
     let counters_after = counters(&procs).await;
     // Every replica's CPU, render engines included, per cluster synced.
-    let cpu_per_sync = (cpu(&procs) - cpu_before) / args.clusters.max(1) as f64;
+    let replica_cpu = cpu(&procs) - cpu_before;
+    let cpu_per_sync = replica_cpu / args.clusters.max(1) as f64;
+    // The planners' share: each node plans once per burst of applied entries.
+    let planning_seconds = metric_sum(&procs, "plan_duration_seconds_sum").await - plans_before.0;
+    let plans = metric_sum(&procs, "plan_duration_seconds_count").await - plans_before.1;
+    let planning_ms_per_plan = if plans > 0.0 {
+        planning_seconds * 1000.0 / plans
+    } else {
+        0.0
+    };
+    let planning_share = if replica_cpu > 0.0 {
+        planning_seconds / replica_cpu
+    } else {
+        0.0
+    };
+    println!(
+        "planning: {plans:.0} plans on all nodes, {planning_ms_per_plan:.3} ms per plan, \
+         {:.1}% of the replicas' CPU",
+        planning_share * 100.0
+    );
     let leader = leader_of(&procs).await;
 
     let mean = mean_sync_duration(&procs).await;
@@ -510,6 +533,9 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "render": args.render.as_str(),
         "engine_renders_per_node_max": most_renders,
         "cpu_seconds_per_sync": cpu_per_sync,
+        "plans": plans,
+        "planning_ms_per_plan": planning_ms_per_plan,
+        "planning_share_of_replica_cpu": planning_share,
         "git_fetches_per_replica_max": most_fetches,
         "git_fetches_per_replica_limit": 1.0,
         "unrelated_commit": unrelated,

@@ -87,6 +87,7 @@ pub(crate) fn state_matches(state: &FleetState, resource: &Resource) -> Option<b
             !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
         }),
         Resource::Secret(object) => state.secrets.get(&key).map(|stored| {
+            let stored = stored.secret();
             !labels_and_annotations_differ(&stored.metadata, meta)
                 && stored.data == object.data
                 && stored.type_ == object.type_

@@ -425,10 +425,14 @@ fn action(
 ) -> Option<Action> {
     let observed = mirror.objects.get(key);
     if key.kind == Kind::Secret {
-        let stored = state.secrets.get(&key_of(&key.namespace, &key.name));
+        let stored = state
+            .secrets
+            .get(&key_of(&key.namespace, &key.name))
+            .map(fleet::state::StoredSecret::secret);
         return match (observed, stored) {
             (Some(observed), stored) if mirror.is_referenced(key) => {
                 let replicated_version = stored
+                    .as_ref()
                     .and_then(|s| s.metadata.annotations.as_ref())
                     .and_then(|a| a.get(SECRET_VERSION_ANNOTATION));
                 (replicated_version != Some(&observed.resource_version))

@@ -3,7 +3,7 @@
 //! ```text
 //!   snapshot.bin = "STRLSNAP" | file version (u8) | meta length (u32 LE) | meta | payload
 //!                  meta    = versioned SnapshotMeta (last log id, membership, snapshot id)
-//!                  payload = FleetState::encode_snapshot (versioned by the fleet crate),
+//!                  payload = FleetState::write_snapshot (gzip JSON, versioned by the fleet crate),
 //!                            exactly the bytes openraft ships to peers
 //! ```
 //!
@@ -97,13 +97,50 @@ impl SnapshotStore {
         let meta_bytes = codec::encode("snapshot meta", meta)?;
         let dir = self.dir.clone();
         let payload = tokio::task::spawn_blocking(move || {
-            write_file(&dir, &meta_bytes, &payload)?;
+            write_file(&dir, &meta_bytes, |file| {
+                file.write_all(&payload)
+                    .map_err(io_error(&dir.join(TEMPORARY)))
+            })?;
             Ok::<_, StoreError>(payload)
         })
         .await
         .map_err(StoreError::task)??;
         *current = Some(meta.clone());
         Ok((payload, true))
+    }
+}
+
+impl SnapshotStore {
+    /// Makes `meta` and the payload `write` streams into the file the current snapshot,
+    /// durably, unless a newer one is already stored (then `write` is not called). The payload
+    /// goes to disk as it is produced, so it is never held in memory whole. Returns the
+    /// payload's length if it was written.
+    pub async fn save_streamed<F>(
+        &self,
+        meta: &SnapshotMeta,
+        write: F,
+    ) -> Result<Option<u64>, StoreError>
+    where
+        F: FnOnce(&mut File) -> Result<(), StoreError> + Send + 'static,
+    {
+        let mut current = self.current.lock().await;
+        if let Some(existing) = current.as_ref()
+            && existing.last_log_id > meta.last_log_id
+        {
+            tracing::info!(
+                existing = ?existing.last_log_id,
+                offered = ?meta.last_log_id,
+                "keeping newer snapshot on disk"
+            );
+            return Ok(None);
+        }
+        let meta_bytes = codec::encode("snapshot meta", meta)?;
+        let dir = self.dir.clone();
+        let length = tokio::task::spawn_blocking(move || write_file(&dir, &meta_bytes, write))
+            .await
+            .map_err(StoreError::task)??;
+        *current = Some(meta.clone());
+        Ok(Some(length))
     }
 }
 
@@ -114,14 +151,20 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-fn write_file(dir: &Path, meta: &[u8], payload: &[u8]) -> Result<(), StoreError> {
+/// Writes the header, `meta` and the payload `write` produces to `snapshot.tmp`, fsyncs it and
+/// renames it over `snapshot.bin`. Returns the payload's length.
+fn write_file(
+    dir: &Path,
+    meta: &[u8],
+    write: impl FnOnce(&mut File) -> Result<(), StoreError>,
+) -> Result<u64, StoreError> {
     let temporary = dir.join(TEMPORARY);
     let current = dir.join(CURRENT);
     let meta_len = u32::try_from(meta.len()).map_err(|_| StoreError::SnapshotCorrupt {
         path: temporary.clone(),
         reason: format!("snapshot meta of {} bytes is too large", meta.len()),
     })?;
-    {
+    let length = {
         let mut file = File::create(&temporary).map_err(io_error(&temporary))?;
         file.write_all(MAGIC).map_err(io_error(&temporary))?;
         file.write_all(&[SNAPSHOT_FILE_VERSION])
@@ -129,14 +172,16 @@ fn write_file(dir: &Path, meta: &[u8], payload: &[u8]) -> Result<(), StoreError>
         file.write_all(&meta_len.to_le_bytes())
             .map_err(io_error(&temporary))?;
         file.write_all(meta).map_err(io_error(&temporary))?;
-        file.write_all(payload).map_err(io_error(&temporary))?;
+        write(&mut file)?;
         file.sync_all().map_err(io_error(&temporary))?;
-    }
+        let total = file.metadata().map_err(io_error(&temporary))?.len();
+        total.saturating_sub((HEADER_LEN + meta.len()) as u64)
+    };
     fs::rename(&temporary, &current).map_err(io_error(&current))?;
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_error(dir))?;
-    Ok(())
+    Ok(length)
 }
 
 fn read_file(path: &Path) -> Result<Option<StoredSnapshot>, StoreError> {

@@ -3,9 +3,10 @@
 //!
 //! ```text
 //!   committed entries ──apply──► FleetState (under the write lock) ──► watch + broadcast
-//!   snapshot payload: FleetState::encode_snapshot (versioned by the fleet crate)
+//!   snapshot payload: FleetState::write_snapshot (gzip JSON, versioned by the fleet crate)
 //!   BuildSnapshot:  get_snapshot_builder() clones the state on the apply path (a memory copy),
-//!                   build_snapshot() serialises and fsyncs it in a spawned task, off that path
+//!                   build_snapshot() streams it, compressed, into the file and fsyncs it in a
+//!                   spawned task, off that path
 //!   InstallSnapshot: decode ─► write snapshot.bin durably ─► swap the state in
 //!   start-up:        snapshot.bin (if any) ─► openraft re-applies the log after it
 //! ```
@@ -216,16 +217,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
 /// The snapshot payload is the fleet crate's own versioned encoding of the state, so the crate
 /// that owns the state's schema also owns its format version and any migration.
-fn encode_state(state: &FleetState) -> Result<Vec<u8>, StoreError> {
-    let payload = state.encode_snapshot();
-    if payload.is_empty() {
-        return Err(StoreError::State(
-            "the fleet state could not be serialised".into(),
-        ));
-    }
-    Ok(payload)
-}
-
 fn decode_state(payload: &[u8]) -> Result<FleetState, StoreError> {
     FleetState::decode_snapshot(payload).map_err(|error| StoreError::State(error.to_string()))
 }
@@ -315,20 +306,30 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .state
             .take()
             .ok_or_else(|| write_error(StoreError::Task("snapshot builder used twice".into())))?;
-        let payload = tokio::task::spawn_blocking(move || encode_state(&state))
-            .await
-            .map_err(|error| write_error(StoreError::task(error)))?
-            .map_err(write_error)?;
-        let size = payload.len();
-        let (payload, written) = self
+        // Serialised, compressed and written as it goes (FleetState::write_snapshot): besides
+        // the copy, a build holds only the buffers of the stream, never the whole payload.
+        let written = self
             .snapshots
-            .save(&meta, payload)
+            .save_streamed(&meta, move |file| {
+                state
+                    .write_snapshot(file)
+                    .map(drop)
+                    .map_err(|error| StoreError::State(error.to_string()))
+            })
             .await
             .map_err(write_error)?;
-        tracing::info!(last_log_id = ?meta.last_log_id, bytes = size, written, "built snapshot");
+        tracing::info!(
+            last_log_id = ?meta.last_log_id,
+            bytes = written.unwrap_or(0),
+            written = written.is_some(),
+            "built snapshot"
+        );
+        // openraft 0.9 keeps only the meta of a built snapshot (its state-machine worker and its
+        // start-up helper drop the data); peers are sent the file, read by
+        // `get_current_snapshot`. So the data here stays empty rather than read back.
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(payload)),
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
     }
 }

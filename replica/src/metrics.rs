@@ -55,6 +55,9 @@ pub struct Metrics {
     /// Webhook events received, accepted or refused.
     pub webhooks: Family<ResultLabel, Counter>,
     pub sync_duration: Histogram,
+    /// Time of each plan: the worker's look at the state after a burst of applied entries,
+    /// for the Syncs it may start (under the state's read lock, no I/O: CPU time).
+    pub plan_duration: Histogram,
     pub source_fetch_duration: Histogram,
     /// Artifacts this node copied from a peer, and built from its own git mirror (a git fetch).
     pub artifacts_from_peers: Counter,
@@ -95,6 +98,7 @@ impl Metrics {
             syncs: Family::default(),
             webhooks: Family::default(),
             sync_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            plan_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 20)),
             source_fetch_duration: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
             artifacts_from_peers: Counter::default(),
             artifacts_from_git: Counter::default(),
@@ -185,6 +189,11 @@ impl Metrics {
             "sync_duration_seconds",
             "Duration of syncs run by this node",
             metrics.sync_duration.clone(),
+        );
+        registry.register(
+            "plan_duration_seconds",
+            "Duration of each plan of the Syncs to start, one per burst of applied entries",
+            metrics.plan_duration.clone(),
         );
         registry.register(
             "source_fetch_duration_seconds",

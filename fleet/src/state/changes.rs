@@ -161,13 +161,19 @@ impl FleetState {
     /// The Syncs generated for a Cluster or by a SyncGroup, with their SyncGroups.
     fn generated_from(&self, object: &ObjectKey) -> BTreeSet<ObjectKey> {
         let key = key_of(&object.namespace, &object.name);
-        let syncs = match object.kind {
-            Kind::Cluster => self.cluster_syncs.get(&key),
-            Kind::SyncGroup => self.groups.get(&key).map(|group| &group.members),
-            _ => None,
+        let syncs: Box<dyn Iterator<Item = &Key>> = match object.kind {
+            Kind::Cluster => Box::new(self.cluster_syncs.get(&key).into_iter().flatten()),
+            Kind::SyncGroup => Box::new(
+                self.groups
+                    .get(&key)
+                    .map(|group| &group.members)
+                    .into_iter()
+                    .flatten(),
+            ),
+            _ => Box::new(std::iter::empty()),
         };
         let mut keys = BTreeSet::new();
-        for sync in syncs.into_iter().flatten() {
+        for sync in syncs {
             if self.syncs.get(sync).is_some_and(|s| s.group.is_some()) {
                 self.touched_sync(sync, &mut keys);
             }

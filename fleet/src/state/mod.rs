@@ -25,11 +25,13 @@ mod changes;
 mod history;
 mod installation;
 mod invariants;
+mod key_set;
 mod members;
 pub mod quota;
 mod recovery;
 mod retire;
 mod rollout;
+mod secrets;
 mod shared_map;
 mod snapshot;
 mod specs;
@@ -50,9 +52,11 @@ pub use changes::Touch;
 pub use history::{HISTORY_LIMIT, Pin};
 pub use installation::{ADOPTED_CONDITION, FOREIGN_CLASS, OWNED_BY_ANOTHER_INSTALLATION};
 pub use invariants::InvariantViolation;
+pub use key_set::KeySet;
 pub use recovery::RecoveredSync;
 pub use retire::{DELETION_POLICY_ANNOTATION, PRUNE_CONDITION};
 pub use rollout::SyncState;
+pub use secrets::StoredSecret;
 pub use shard::NodeId;
 pub use shared_map::SharedMap;
 pub use snapshot::{SNAPSHOT_FORMAT, SnapshotError};
@@ -276,11 +280,11 @@ pub struct FleetState {
     pub syncs: SharedMap<SyncEntry>,
     pub groups: SharedMap<GroupEntry>,
     /// Index: cluster key → keys of the Syncs targeting it (whether or not the cluster exists).
-    pub cluster_syncs: BTreeMap<Key, BTreeSet<Key>>,
+    pub cluster_syncs: BTreeMap<Key, KeySet>,
     /// Index: source key → keys of the Syncs using it (whether or not the source exists).
     pub source_syncs: BTreeMap<Key, BTreeSet<Key>>,
-    /// Kubeconfig and credential Secrets (standalone mode). Never printed back.
-    pub secrets: SharedMap<k8s_openapi::api::core::v1::Secret>,
+    /// Kubeconfig and credential Secrets (standalone mode), as text. Never printed back.
+    pub secrets: SharedMap<StoredSecret>,
     pub cluster_placement: shard::Placement,
     pub source_placement: shard::Placement,
     pub tickets: BTreeMap<u64, Ticket>,

@@ -124,7 +124,7 @@ impl FleetState {
                 .filter(|e| e.group.is_none() && e.retired_from.is_none())
                 .map(|e| json_len(&e.object.spec)),
             Kind::SyncGroup => self.groups.get(key).map(|e| json_len(&e.object.spec)),
-            Kind::Secret => self.secrets.get(key).map(secret_bytes),
+            Kind::Secret => self.secrets.get(key).map(|s| secret_bytes(&s.secret())),
         }
     }
 

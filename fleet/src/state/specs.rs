@@ -15,7 +15,7 @@ use super::rollout::SyncRollout;
 use super::tenancy::{generated_sync_name, selects};
 use super::{
     ApplyResult, ClusterEntry, ExpectedRevision, FleetState, GroupEntry, Key, Outcome, SourceEntry,
-    SyncEntry, cluster_key_of, key_of, source_key_of,
+    StoredSecret, SyncEntry, cluster_key_of, key_of, source_key_of,
 };
 use crate::manifest::{Kind, ObjectKey, Resource};
 use crate::resources::{
@@ -139,20 +139,20 @@ impl FleetState {
             Resource::SyncGroup(object) => self.upsert_group(object),
             Resource::Secret(mut object) => {
                 let key = object_key(&object.metadata);
-                let existing = self.secrets.get(&key);
-                let changed = existing.is_none_or(|e| {
+                let existing = self.secrets.get(&key).map(StoredSecret::secret);
+                let changed = existing.as_ref().is_none_or(|e| {
                     e.data != object.data
                         || e.string_data != object.string_data
                         || e.type_ != object.type_
                 });
                 let result = stamp(
                     &mut object.metadata,
-                    existing.map(|e| &e.metadata),
+                    existing.as_ref().map(|e| &e.metadata),
                     changed,
                     self.revision,
                 );
                 if result != ApplyResult::Unchanged {
-                    self.secrets.insert(key, object);
+                    self.secrets.insert(key, StoredSecret::new(&object));
                 }
                 Outcome::Applied(result)
             }
@@ -467,15 +467,18 @@ impl FleetState {
     }
 
     fn unindex_sync(&mut self, key: &str, sync: &Sync) {
-        for (index, index_key) in [
-            (&mut self.cluster_syncs, cluster_key_of(sync)),
-            (&mut self.source_syncs, source_key_of(sync)),
-        ] {
-            if let Some(set) = index.get_mut(&index_key) {
-                set.remove(key);
-                if set.is_empty() {
-                    index.remove(&index_key);
-                }
+        let cluster = cluster_key_of(sync);
+        if let Some(set) = self.cluster_syncs.get_mut(&cluster) {
+            set.remove(key);
+            if set.is_empty() {
+                self.cluster_syncs.remove(&cluster);
+            }
+        }
+        let source = source_key_of(sync);
+        if let Some(set) = self.source_syncs.get_mut(&source) {
+            set.remove(key);
+            if set.is_empty() {
+                self.source_syncs.remove(&source);
             }
         }
     }
@@ -742,7 +745,6 @@ impl FleetState {
         let (cluster_namespace, cluster_name) = cluster_key
             .split_once('/')
             .unwrap_or(("default", cluster_key));
-        let group_name = group.object.metadata.name.clone().unwrap_or_default();
         let spec = SyncSpec {
             source_ref: group.object.spec.source_ref.clone(),
             cluster_ref: NamespacedObjectReference {
@@ -754,10 +756,8 @@ impl FleetState {
         };
         let mut object = Sync::new(name, spec);
         object.metadata.namespace = Some(namespace.to_string());
-        object.metadata.labels = Some(BTreeMap::from([
-            (GROUP_LABEL.to_string(), group_name),
-            (CLUSTER_LABEL.to_string(), cluster_name.to_string()),
-        ]));
+        // Its labels (GROUP_LABEL, CLUSTER_LABEL) follow from the entry's group and the
+        // cluster; they are added by the view (`sync_view`), not kept for every Sync.
         let existing = self.syncs.get(&sync_key);
         let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
         let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);

@@ -21,7 +21,10 @@ impl FleetState {
             Kind::Cluster => self.clusters.get(&k).map(|e| self.cluster_view(&k, e)),
             Kind::Sync => self.sync_view(&k).map(Resource::Sync),
             Kind::SyncGroup => self.group_view(&k).map(Resource::SyncGroup),
-            Kind::Secret => self.secrets.get(&k).map(|s| Resource::Secret(redacted(s))),
+            Kind::Secret => self
+                .secrets
+                .get(&k)
+                .map(|s| Resource::Secret(redacted(&s.secret()))),
         }
     }
 
@@ -61,7 +64,7 @@ impl FleetState {
                 .secrets
                 .iter()
                 .filter(|(k, _)| in_namespace(k))
-                .map(|(_, s)| Resource::Secret(redacted(s)))
+                .map(|(_, s)| Resource::Secret(redacted(&s.secret())))
                 .collect(),
         }
     }
@@ -108,14 +111,28 @@ impl FleetState {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Option<&k8s_openapi::api::core::v1::Secret> {
-        self.secrets.get(&key_of(namespace, name))
+    ) -> Option<k8s_openapi::api::core::v1::Secret> {
+        self.secrets
+            .get(&key_of(namespace, name))
+            .map(super::StoredSecret::secret)
     }
 
     /// A Sync with its status, including the dependencies it is waiting for.
     pub fn sync_view(&self, key: &str) -> Option<Sync> {
         let entry = self.syncs.get(key)?;
         let mut object = entry.object.clone();
+        if let Some(group) = &entry.group {
+            // A generated Sync's labels are derived, not stored (see `ensure_generated_sync`).
+            let group_name = group
+                .split_once('/')
+                .map_or(group.as_str(), |(_, name)| name);
+            let labels = object.metadata.labels.get_or_insert_with(Default::default);
+            labels.insert(super::specs::GROUP_LABEL.into(), group_name.into());
+            labels.insert(
+                super::specs::CLUSTER_LABEL.into(),
+                object.spec.cluster_ref.name.clone(),
+            );
+        }
         let status = object.status.get_or_insert_with(Default::default);
         status.pending_dependencies = match self.pending_dependencies(key) {
             Ok(pending) => pending,

@@ -142,7 +142,12 @@ pub(crate) async fn collect_import(
 /// pins wait for the history they refer to), the histories, then pins and pauses.
 pub(crate) fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, usize, usize) {
     let mut specs = Vec::new();
-    specs.extend(backup.secrets.values().cloned().map(Resource::Secret));
+    specs.extend(
+        backup
+            .secrets
+            .values()
+            .map(|s| Resource::Secret(s.secret())),
+    );
     specs.extend(
         backup
             .sources

@@ -17,16 +17,16 @@ use std::collections::BTreeMap;
 
 /// A Secret's data as secret bytes (`data`, overlaid with `stringData`): they print as `***`.
 pub(crate) fn secret_data(
-    secret: &k8s_openapi::api::core::v1::Secret,
+    secret: k8s_openapi::api::core::v1::Secret,
 ) -> BTreeMap<String, starling_sync::SecretBytes> {
     let mut data: BTreeMap<String, starling_sync::SecretBytes> = secret
         .data
-        .iter()
+        .into_iter()
         .flatten()
-        .map(|(key, value)| (key.clone(), value.0.clone().into()))
+        .map(|(key, value)| (key, value.0.into()))
         .collect();
-    for (key, value) in secret.string_data.iter().flatten() {
-        data.insert(key.clone(), value.as_str().into());
+    for (key, value) in secret.string_data.into_iter().flatten() {
+        data.insert(key, value.as_str().into());
     }
     data
 }

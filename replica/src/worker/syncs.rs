@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use fleet::resources::SyncTemplate;
 use fleet::state::{DenyReason, Key, SyncOutcome};
 use fleet::{Command, Outcome};
 use starling_raft::StateEvent;
@@ -88,10 +89,15 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
             continue;
         }
         let busy = lock(&replica.running_syncs).clone();
+        let planning = Instant::now();
         let plan = replica
             .raft
             .reader()
             .read(|state| planner.plan(state, replica.id(), &busy, Instant::now()));
+        replica
+            .metrics
+            .plan_duration
+            .observe(planning.elapsed().as_secs_f64());
         // Tenants take turns at the free slots (see `fair`).
         let plan = super::fair::interleave(plan, |work| work.sync.as_str(), &busy);
         for work in plan {
@@ -368,7 +374,7 @@ async fn apply(
             prepared.generation,
             // Never read: a retiring Sync renders nothing.
             ArtifactSource::Directory(std::path::PathBuf::new()),
-            prepared.object.spec.template.clone(),
+            SyncTemplate::clone(&prepared.object.spec.template),
         );
         request.retire = true;
         request.wait = false;
@@ -507,7 +513,7 @@ async fn build_request(
         format!("node-{}", replica.id()),
         prepared.generation,
         ArtifactSource::Archive(replica.store.path_of(&stored.digest)),
-        prepared.object.spec.template.clone(),
+        SyncTemplate::clone(&prepared.object.spec.template),
     );
     request.revision = Some(prepared.revision.clone());
     request.record = prepared
