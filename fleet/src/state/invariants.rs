@@ -182,6 +182,9 @@ impl FleetState {
                 return fail(format!("group {key} per-partition unavailable out of step"));
             }
         }
+        if self.actionable_by_owner != self.actionable_by_owner_from_scratch() {
+            return fail("actionable-by-owner index out of step".into());
+        }
         if self.actionable.iter().any(|k| !self.syncs.contains_key(k)) {
             return fail("actionable index holds a removed sync".into());
         }

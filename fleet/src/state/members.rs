@@ -136,6 +136,7 @@ impl FleetState {
                     .is_some_and(|m| m.state == MemberState::Down)
             });
             for sync in syncs {
+                self.reindex_actionable(&sync);
                 if previous_down {
                     self.void_ticket_of(&sync);
                 } else {

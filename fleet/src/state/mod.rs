@@ -294,6 +294,11 @@ pub struct FleetState {
     pub next_ticket: u64,
     /// Syncs a node may act on now: admitted and not started, or failed (to retry).
     pub actionable: BTreeSet<Key>,
+    /// Index: [`FleetState::actionable`] by the owner of each Sync's cluster, so that a node's
+    /// planner reads its own Syncs, not the whole fleet's. Derived: never serialized, built
+    /// again after a snapshot is decoded.
+    #[serde(skip)]
+    pub actionable_by_owner: BTreeMap<NodeId, BTreeSet<Key>>,
     /// Syncs being deleted with prune ([`SyncEntry::retiring`]) and not waiting in a group's
     /// retire queue: their owners act on them too.
     #[serde(default)]
@@ -918,15 +923,18 @@ impl FleetState {
     /// The Syncs a node may start now (admitted or failed, or retiring, on clusters it owns
     /// and that are not held), in key order.
     pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
-        // Every node's planner calls this once per burst of applied entries, over the whole
-        // fleet's actionable Syncs (up to the budgets): one key buffer serves every lookup.
+        // Every node's planner calls this once per burst of applied entries, over its own
+        // actionable Syncs and the retiring ones: one key buffer serves every lookup.
         if self.recovering {
             return Vec::new();
         }
         let mut cluster = String::new();
         let pending = &self.recovery_pending;
-        self.actionable
-            .iter()
+        // The owner check stays: the index only narrows the keys looked at.
+        self.actionable_by_owner
+            .get(&node)
+            .into_iter()
+            .flatten()
             .chain(self.retiring.iter())
             .filter(|key| {
                 let Some(sync) = self.syncs.get(key) else {
@@ -948,6 +956,55 @@ impl FleetState {
             })
             .cloned()
             .collect()
+    }
+
+    /// Files a Sync in [`FleetState::actionable_by_owner`] under the owner of its cluster while
+    /// it is actionable, and nowhere otherwise. Called wherever either can change: its state,
+    /// its cluster reference, its cluster's owner, its cluster's removal.
+    pub(super) fn reindex_actionable(&mut self, key: &str) {
+        let owner = if self.actionable.contains(key) {
+            self.syncs
+                .get(key)
+                .and_then(|entry| self.clusters.get(&cluster_key_of(&entry.object)))
+                .and_then(|cluster| cluster.owner)
+        } else {
+            None
+        };
+        if let Some(owner) = owner
+            && self
+                .actionable_by_owner
+                .get(&owner)
+                .is_some_and(|keys| keys.contains(key))
+        {
+            return;
+        }
+        // Few owners (the replicas): the key is looked for under each.
+        self.actionable_by_owner.retain(|_, keys| {
+            keys.remove(key);
+            !keys.is_empty()
+        });
+        if let Some(owner) = owner {
+            self.actionable_by_owner
+                .entry(owner)
+                .or_default()
+                .insert(key.to_string());
+        }
+    }
+
+    /// [`FleetState::actionable_by_owner`] computed from the actionable Syncs and the owners.
+    pub(super) fn actionable_by_owner_from_scratch(&self) -> BTreeMap<NodeId, BTreeSet<Key>> {
+        let mut index: BTreeMap<NodeId, BTreeSet<Key>> = BTreeMap::new();
+        for key in &self.actionable {
+            let owner = self
+                .syncs
+                .get(key)
+                .and_then(|entry| self.clusters.get(&cluster_key_of(&entry.object)))
+                .and_then(|cluster| cluster.owner);
+            if let Some(owner) = owner {
+                index.entry(owner).or_default().insert(key.clone());
+            }
+        }
+        index
     }
 
     /// The revision a Sync should be at: its group's pin, or its source's newest.

@@ -381,6 +381,7 @@ impl FleetState {
         } else {
             self.actionable.remove(key);
         }
+        self.reindex_actionable(key);
         if let Some(group_key) = group {
             if let Some(group) = self.groups.get_mut(&group_key) {
                 let progressed = matches!(
@@ -405,6 +406,7 @@ impl FleetState {
     /// Takes a Sync out of its group's ledger (before it is deleted or leaves the group).
     pub(super) fn uncount(&mut self, key: &str) {
         self.actionable.remove(key);
+        self.reindex_actionable(key);
         let Some(entry) = self.syncs.get_mut(key) else {
             return;
         };

@@ -144,6 +144,7 @@ impl FleetState {
             read_envelope(serde_json::from_slice(bytes))?
         };
         state.usage = state.count_usage();
+        state.actionable_by_owner = state.actionable_by_owner_from_scratch();
         state.share_templates();
         Ok(state)
     }

@@ -302,6 +302,9 @@ impl FleetState {
         let moves = self.cluster_placement.remove_item(key);
         self.apply_cluster_moves(&moves);
         let syncs = self.syncs_of_cluster(key);
+        for sync in &syncs {
+            self.reindex_actionable(sync);
+        }
         let mut groups = BTreeSet::new();
         for sync in syncs {
             match self.syncs.get(&sync).and_then(|s| s.group.clone()) {
@@ -406,6 +409,8 @@ impl FleetState {
                 }
             }
         }
+        // Its cluster reference may have changed.
+        self.reindex_actionable(&key);
         self.refile(&key);
         if let Some(group) = group {
             self.admit(&group);
