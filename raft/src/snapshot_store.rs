@@ -77,40 +77,26 @@ impl SnapshotStore {
     }
 
     /// Makes `meta` + `payload` the current snapshot, durably, unless a newer one is already
-    /// stored. Returns whether it was written.
+    /// stored. Returns the payload and whether it was written.
     pub async fn save(
         &self,
         meta: &SnapshotMeta,
         payload: Vec<u8>,
     ) -> Result<(Vec<u8>, bool), StoreError> {
-        let mut current = self.current.lock().await;
-        if let Some(existing) = current.as_ref()
-            && existing.last_log_id > meta.last_log_id
-        {
-            tracing::info!(
-                existing = ?existing.last_log_id,
-                offered = ?meta.last_log_id,
-                "keeping newer snapshot on disk"
-            );
-            return Ok((payload, false));
-        }
-        let meta_bytes = codec::encode("snapshot meta", meta)?;
-        let dir = self.dir.clone();
-        let payload = tokio::task::spawn_blocking(move || {
-            write_file(&dir, &meta_bytes, |file| {
-                file.write_all(&payload)
-                    .map_err(io_error(&dir.join(TEMPORARY)))
-            })?;
-            Ok::<_, StoreError>(payload)
-        })
-        .await
-        .map_err(StoreError::task)??;
-        *current = Some(meta.clone());
-        Ok((payload, true))
+        let payload = std::sync::Arc::new(payload);
+        let for_file = payload.clone();
+        let temporary = self.dir.join(TEMPORARY);
+        let written = self
+            .save_streamed(meta, move |file| {
+                file.write_all(&for_file).map_err(io_error(&temporary))
+            })
+            .await?;
+        // The writer is gone by now: the payload is ours again without a copy.
+        let payload =
+            std::sync::Arc::try_unwrap(payload).unwrap_or_else(|shared| (*shared).clone());
+        Ok((payload, written.is_some()))
     }
-}
 
-impl SnapshotStore {
     /// Makes `meta` and the payload `write` streams into the file the current snapshot,
     /// durably, unless a newer one is already stored (then `write` is not called). The payload
     /// goes to disk as it is produced, so it is never held in memory whole. Returns the
