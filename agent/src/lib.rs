@@ -57,6 +57,10 @@ pub struct AgentArgs {
     /// Syncs applied at once.
     #[arg(long, env = "STARLING_AGENT_CONCURRENCY", default_value_t = 4)]
     pub concurrency: usize,
+    /// Prints the `registered` event on standard output (the binary does; a process that runs
+    /// many agents, as `loadtest agents` does, turns it off).
+    #[arg(skip = true)]
+    pub announce: bool,
 }
 
 /// What the Upstream and its Secret say.
@@ -73,6 +77,15 @@ struct Enrolment {
 /// First and longest pause between attempts to reach the replicas.
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest pause while the cluster's owner cannot be reached or it has none, or the
+/// replica tried is down: its clusters move to a live replica within the replicas'
+/// `--down-after` (3 s by default), and the other replicas are up. An agent backing off to 5 s
+/// would find the new owner seconds after it is there (a p99 of 8.4 s to attach again after a
+/// leader kill in `loadtest agents`).
+const QUICK_RETRY_MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a stream must have been up for the pause before the next attempt to start again
+/// from [`MIN_BACKOFF`].
+const STREAM_LIVED: Duration = Duration::from_secs(1);
 /// Time limit of a unary call to a replica.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -105,6 +118,9 @@ pub async fn run(
             }
         }
     };
+    // The Upstream is read once: the client and its idle connection go (an agent keeps one
+    // connection to its replica, and to its cluster only while a sync applies).
+    drop(client);
     let (cache_dir, temp) = match &args.cache_dir {
         Some(dir) => (dir.clone(), None),
         None => {
@@ -140,14 +156,20 @@ pub async fn run(
         _cache: temp,
     });
     let clusters = agent.register_until_done().await;
-    println!(
-        "{}",
-        serde_json::json!({"event": "registered", "clusters": clusters})
-    );
+    if args.announce {
+        println!(
+            "{}",
+            serde_json::json!({"event": "registered", "clusters": clusters})
+        );
+    }
+    // Each agent starts at a replica of its own choosing: agents that all started at the first
+    // address would put every stream of the fleet through one replica, which forwards two
+    // thirds of them and whose loss ends them all.
+    let start = rand::random::<u32>() as usize;
     let sessions: Vec<_> = clusters
         .into_iter()
         .enumerate()
-        .map(|(index, cluster)| tokio::spawn(agent.clone().serve(cluster, index)))
+        .map(|(index, cluster)| tokio::spawn(agent.clone().serve(cluster, start + index)))
         .collect();
     shutdown.await;
     for session in sessions {
@@ -277,6 +299,16 @@ async fn enrol(client: &kube::Client, args: &AgentArgs) -> Result<Enrolment, Age
     })
 }
 
+/// Whether a stream failed in a way that passes within seconds: the replica tried is down (the
+/// next is tried), or it refused because the cluster's owner is gone or not chosen yet
+/// (`api/agent.rs` of the replica).
+fn retry_soon(error: &str) -> bool {
+    error.contains("has no owner yet")
+        || error.contains("cannot reach node")
+        || error.contains("has no address")
+        || error.contains("tcp connect error")
+}
+
 impl Agent {
     fn channel(
         &self,
@@ -339,10 +371,15 @@ impl Agent {
                 self.enrolment.addresses[attempt % self.enrolment.addresses.len()].clone();
             attempt += 1;
             let started = tokio::time::Instant::now();
-            match self.attach(&cluster, &address).await {
+            let mut ceiling = MAX_BACKOFF;
+            let mut attached = None;
+            match self.attach(&cluster, &address, &mut attached).await {
                 Ok(()) => tracing::info!(%cluster, %address, "stream ended; reconnecting"),
                 Err(error) => {
                     let error = error.to_string();
+                    if retry_soon(&error) {
+                        ceiling = QUICK_RETRY_MAX_BACKOFF;
+                    }
                     // A cluster changing owner is routine; anything else is worth a warning.
                     if error.contains("moved to another replica") {
                         tracing::info!(%cluster, %address, %error, "reconnecting");
@@ -354,18 +391,30 @@ impl Agent {
                     }
                 }
             }
-            if started.elapsed() > Duration::from_secs(10) {
+            // A stream that was up for a while ended: its owner or the replica forwarding it
+            // went, or the cluster moved. The next replica is tried soon, not after the pauses
+            // earlier failures built up (they put a tail of 15 s on re-attaching after a leader
+            // kill). A stream that ends as soon as it is up still backs off.
+            if started.elapsed() > Duration::from_secs(10)
+                || attached.is_some_and(|at: tokio::time::Instant| at.elapsed() >= STREAM_LIVED)
+            {
                 backoff = MIN_BACKOFF;
             }
             // Jitter spreads thousands of agents reconnecting after a replica went.
             let jitter = rand::random::<f64>() * backoff.as_secs_f64() / 2.0;
             tokio::time::sleep(backoff + Duration::from_secs_f64(jitter)).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            backoff = (backoff * 2).min(ceiling);
         }
     }
 
     /// One stream: runs the jobs it brings until it ends; every job of it stops with it.
-    async fn attach(self: &Arc<Self>, cluster: &str, address: &str) -> Result<(), AgentError> {
+    /// `attached` is set when the stream is up.
+    async fn attach(
+        self: &Arc<Self>,
+        cluster: &str,
+        address: &str,
+        attached: &mut Option<tokio::time::Instant>,
+    ) -> Result<(), AgentError> {
         let channel = self.channel(address, CALL_TIMEOUT)?;
         let (outbound, receiver) =
             mpsc::channel::<proto::AgentMessage>(proto::limits::SESSION_QUEUE);
@@ -384,6 +433,7 @@ impl Agent {
             .map_err(|status| AgentError::Refused(status.message().to_owned()))?
             .into_inner();
         tracing::info!(%cluster, %address, "attached");
+        *attached = Some(tokio::time::Instant::now());
         let heard = Arc::new(Mutex::new(tokio::time::Instant::now()));
         let session = CancellationToken::new();
         let jobs: Arc<Mutex<HashMap<u64, CancellationToken>>> = Default::default();
@@ -599,4 +649,22 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_moving_owner_or_a_replica_down_is_told_from_other_refusals() {
+        for moving in [
+            "Cluster default/edge-1 has no owner yet; retry",
+            "cannot reach node 2, the owner of Cluster default/edge-1: connection refused",
+            "the owner of Cluster default/edge-1, node 2, has no address; retry",
+            "tcp connect error",
+        ] {
+            assert!(super::retry_soon(moving), "{moving}");
+        }
+        assert!(!super::retry_soon(
+            "token 3a1f holds Cluster default/edge-1"
+        ));
+    }
 }

@@ -99,6 +99,7 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
         procs,
         mut fleet,
         _dir,
+        memory: _memory,
     } = Testbed::start(
         args.clusters,
         args.latency,
@@ -203,7 +204,7 @@ pub async fn run(args: IsolationArgs) -> anyhow::Result<()> {
         "resident_after_faulty": faulty_memory,
         "resident_after_soak": soaked_memory,
     });
-    crate::report::write(&args.out, "isolation", &json, None)?;
+    crate::report::write(&args.out, "isolation", &json, vec![])?;
     sim.shutdown().await;
     Ok(())
 }
@@ -322,10 +323,10 @@ async fn updated_clusters(
     commit: &str,
 ) -> BTreeSet<String> {
     let Ok(reply) = fleet
-        .list(proto::ListRequest {
+        .list(crate::authorized(proto::ListRequest {
             kind: "Sync".into(),
             ..Default::default()
-        })
+        }))
         .await
     else {
         return BTreeSet::new();

@@ -1,9 +1,9 @@
 //! `loadtest`: Starling's figures, measured (never asserted by timed tests).
 //!
 //! `cargo run -p loadtest --release -- BENCH`, BENCH one of `rollout`, `failover`, `admission`,
-//! `restart`, `isolation`, `scale`, `webhook`, `recover`. The process benches start replicas as
-//! child processes of this binary, which runs `starling node` itself (`loadtest node …` is the
-//! `starling` command line), so one build holds both.
+//! `restart`, `isolation`, `scale`, `webhook`, `recover`, `regions`, `agents`. The process
+//! benches start replicas as child processes of this binary, which runs `starling node` itself
+//! (`loadtest node …` is the `starling` command line), so one build holds both.
 //!
 //! - `failover`: real `starling node` processes on loopback; repeatedly `kill -9` the leader,
 //!   a follower, or each in turn (`--victim`), and time until a leader other than the victim
@@ -26,11 +26,16 @@
 //! - `regions`: three replicas behind loopback latency proxies, one region each (25, 40 and
 //!   75 ms one-way by default, `--max-rtt 150ms`): commit latency, a quiet period without
 //!   spurious Down marks, and clusters owned again after leader kills.
+//! - `agents`: pull clusters served by agent sessions of the real agent code in this process,
+//!   each with its own token, against replicas that require tokens: replica memory and CPU per
+//!   session, a rollout to every pull cluster, and re-attach after leader kills.
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 //!
 //! Long because it holds the command line of every benchmark and the shared test bed (processes,
 //! fleetsim, git); each benchmark's run and report live in its own module.
 
+mod agents;
+mod failover;
 mod isolation;
 mod recover;
 mod regions;
@@ -77,7 +82,12 @@ fn main() -> std::process::ExitCode {
         return starling::main();
     }
     let args = <BenchArgs as clap::Parser>::parse();
-    starling::init_tracing("text");
+    // The agents `loadtest agents` runs in this process log every reconnection; thousands of
+    // them would bury the figures (STARLING_LOG still chooses).
+    starling::init_tracing_or(
+        "text",
+        "info,openraft=warn,h2=warn,tower=warn,hyper=warn,starling_agent=error",
+    );
     match starling::runtime().and_then(|rt| rt.block_on(run(args))) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
@@ -85,14 +95,6 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
-}
-
-/// Which replica `bench failover` kills.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Victim {
-    Leader,
-    Follower,
-    Alternate,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -105,8 +107,8 @@ enum Which {
         #[arg(long, default_value_t = 20)]
         kills: usize,
         /// Which replica each round kills: the leader, a follower, or each in turn.
-        #[arg(long, value_enum, default_value_t = Victim::Alternate)]
-        victim: Victim,
+        #[arg(long, value_enum, default_value_t = failover::Victim::Alternate)]
+        victim: failover::Victim,
     },
     /// Time to roll a revision to the fleet against the physical bound, and peak memory per
     /// node, with node processes and fleetsim.
@@ -125,9 +127,14 @@ enum Which {
     /// Disaster recovery: every replica and its data lost after a rollout; export, import and
     /// recover times, and the writes to targets until the fleet is converged (none).
     Recover(recover::RecoverArgs),
-    /// Three replicas in three regions behind loopback latency proxies: commit latency, no
-    /// spurious Down in a quiet period, and clusters owned again after leader kills.
+    /// Three replicas in three regions behind loopback latency proxies: commit latency, a
+    /// rollout across the regions, no spurious Down in a quiet period, and clusters owned
+    /// again after leader kills.
     Regions(regions::RegionsArgs),
+    /// Pull clusters at scale: many agent sessions of the real agent code in this process, each
+    /// with its own token: replica memory and CPU per session, a rollout, re-attach after
+    /// leader kills.
+    Agents(agents::AgentsArgs),
     /// BeginSync + FinishSync pairs committed per second, and node memory.
     Admission {
         #[arg(long, default_value_t = 10_000)]
@@ -139,6 +146,18 @@ enum Which {
         #[arg(long, default_value_t = 4)]
         concurrency: usize,
     },
+}
+
+/// The token the benches present to the replicas: `loadtest agents` runs an installation that
+/// requires tokens (its agents each present their own); the other benches present none.
+static BENCH_TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `message` as a request bearing the bench's token, if it has one.
+fn authorized<T>(message: T) -> tonic::Request<T> {
+    starling_transport::with_bearer(
+        tonic::Request::new(message),
+        BENCH_TOKEN.get().map(String::as_str),
+    )
 }
 
 /// Whether fleetsim serves HTTPS (unless `--plain-http`): set once, before any bench starts.
@@ -156,7 +175,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             clusters,
             kills,
             victim,
-        } => failover(clusters, kills, victim, &args.out).await,
+        } => failover::run(clusters, kills, victim, &args.out).await,
         Which::Admission {
             clusters,
             batch,
@@ -188,6 +207,10 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             recover::run(recover).await
         }
         Which::Regions(regions) => regions::run(regions, &args.out).await,
+        Which::Agents(mut agents) => {
+            agents.out = args.out;
+            agents::run(agents).await
+        }
     }
 }
 
@@ -200,6 +223,8 @@ struct Testbed {
     repo: starling_dev::demo::DemoRepo,
     procs: BTreeMap<u64, Proc>,
     fleet: proto::fleet_client::FleetClient<tonic::transport::Channel>,
+    /// Each node's resident memory from its start.
+    memory: MemorySampler,
 }
 
 impl Testbed {
@@ -225,6 +250,7 @@ impl Testbed {
         .context("cannot start fleetsim")?;
         let repo = starling_dev::demo::DemoRepo::create(&dir.path().join("repo"))?;
         let procs = spawn_group(dir.path(), nodes, node_args).await?;
+        let memory = MemorySampler::start(&procs);
         let channel =
             starling_transport::client_channel(&procs[&1].grpc, Duration::from_secs(120))?;
         let fleet = proto::fleet_client::FleetClient::new(channel)
@@ -236,6 +262,7 @@ impl Testbed {
             repo,
             procs,
             fleet,
+            memory,
         })
     }
 }
@@ -259,11 +286,11 @@ async fn apply_documents(
 ) -> anyhow::Result<()> {
     for chunk in documents.chunks(500) {
         fleet
-            .apply(proto::ApplyRequest {
+            .apply(crate::authorized(proto::ApplyRequest {
                 manifests: chunk.join("---\n").into_bytes(),
                 origin: "bench".into(),
                 dry_run: false,
-            })
+            }))
             .await
             .context("cannot apply the demo specs")?;
     }
@@ -291,6 +318,67 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
 /// Current resident set (`VmRSS`) of a process, in MiB.
 fn rss_mib(pid: u32) -> Option<f64> {
     proc_status_mib(pid, "VmRSS:")
+}
+
+/// Each node's resident memory over a run, sampled by a task of this process: the "memory per
+/// node over time" chart. Bounded: when [`MemorySampler::MAX_SAMPLES`] are kept, every other
+/// one is dropped and the period doubles, so a run of any length keeps its whole shape.
+struct MemorySampler {
+    samples: std::sync::Arc<std::sync::Mutex<Vec<(f64, u64, f64)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MemorySampler {
+    const MAX_SAMPLES: usize = 20_000;
+
+    /// Samples the processes of `procs` as they are now (a node started again later has
+    /// another pid and is not followed).
+    fn start(procs: &BTreeMap<u64, Proc>) -> MemorySampler {
+        let pids: Vec<(u64, u32)> = procs.iter().map(|(id, p)| (*id, p.child.id())).collect();
+        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = samples.clone();
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut period = Duration::from_secs(1);
+            loop {
+                let at = started.elapsed().as_secs_f64();
+                {
+                    let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                    for (node, pid) in &pids {
+                        if let Some(mib) = rss_mib(*pid) {
+                            kept.push((at, *node, mib));
+                        }
+                    }
+                    if kept.len() >= Self::MAX_SAMPLES {
+                        let mut index = 0;
+                        // Whole rounds (one sample per node) are kept or dropped together.
+                        let round = pids.len().max(1);
+                        kept.retain(|_| {
+                            index += 1;
+                            ((index - 1) / round) % 2 == 0
+                        });
+                        period *= 2;
+                    }
+                }
+                tokio::time::sleep(period).await;
+            }
+        });
+        MemorySampler { samples, task }
+    }
+
+    /// The samples so far: (seconds since the start, node, MiB).
+    fn samples(&self) -> Vec<(f64, u64, f64)> {
+        self.samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for MemorySampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// CPU time a process and its reaped children (render engines) used, in seconds: utime,
@@ -424,12 +512,12 @@ async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, St
     let mut admin = proto::admin_client::AdminClient::new(channel.clone());
     let mut fleet = proto::fleet_client::FleetClient::new(channel);
     let shards = admin
-        .shards(proto::ShardsRequest { node_id: 0 })
+        .shards(crate::authorized(proto::ShardsRequest { node_id: 0 }))
         .await
         .ok()?
         .into_inner();
     let status = fleet
-        .status(proto::StatusRequest {})
+        .status(crate::authorized(proto::StatusRequest {}))
         .await
         .ok()?
         .into_inner();
@@ -447,200 +535,8 @@ async fn shards(address: &str) -> Option<(BTreeMap<u64, usize>, BTreeMap<u64, St
     ))
 }
 
-/// The failover target of issue 14: p99 at most 3 s for any kill.
-const FAILOVER_LIMIT_SECONDS: f64 = 3.0;
 /// The admission floor of issue 15: BeginSync+FinishSync pairs per second.
 const ADMISSION_FLOOR: f64 = 5000.0;
-
-async fn failover(
-    clusters: usize,
-    kills: usize,
-    victim_kind: Victim,
-    out: &std::path::Path,
-) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let mut procs = spawn_group(dir.path(), 3, &[]).await?;
-    let first = procs[&1].grpc.clone();
-    let channel = starling_transport::client_channel(&first, Duration::from_secs(120))?;
-    let mut fleet =
-        proto::fleet_client::FleetClient::new(channel).max_encoding_message_size(64 << 20);
-    for start in (0..clusters).step_by(1000) {
-        let text = cluster_manifests(start, (start + 1000).min(clusters));
-        fleet
-            .apply(proto::ApplyRequest {
-                manifests: text.into_bytes(),
-                origin: "bench".into(),
-                dry_run: false,
-            })
-            .await?;
-    }
-    // Failover time per kind of victim: from kill -9 until a leader other than the victim is
-    // known and every cluster the victim owned is owned by a live node.
-    let mut times: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
-    for round in 0..kills {
-        wait_steady(&procs).await?;
-        let leader = current_leader(&procs)
-            .await
-            .with_context(|| format!("no leader before kill {}", round + 1))?;
-        let kill_leader = match victim_kind {
-            Victim::Leader => true,
-            Victim::Follower => false,
-            Victim::Alternate => round % 2 == 0,
-        };
-        let victim = if kill_leader {
-            leader
-        } else {
-            procs
-                .keys()
-                .copied()
-                .filter(|id| *id != leader)
-                .nth(round % 2)
-                .context("a follower")?
-        };
-        let (took, owned) = kill_and_wait(&mut procs, victim).await?;
-        let kind = if kill_leader { "leader" } else { "follower" };
-        times.entry(kind).or_default().push(took);
-        eprintln!(
-            "kill {} ({kind}): node {victim} owned {owned} clusters; new leader and all owned by live nodes after {:.2}s",
-            round + 1,
-            took.as_secs_f64()
-        );
-    }
-    let mut kinds = serde_json::Map::new();
-    for (kind, times) in &mut times {
-        times.sort();
-        let percentile =
-            |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize].as_secs_f64();
-        println!(
-            "failover after kill -9 of a {kind}, {} kills, {clusters} clusters on 3 nodes (down_after 3s): p50 {:.2}s, p99 {:.2}s, max {:.2}s",
-            times.len(),
-            percentile(0.5),
-            percentile(0.99),
-            percentile(1.0)
-        );
-        kinds.insert(
-            kind.to_string(),
-            serde_json::json!({
-                "kills": times.len(),
-                "p50_seconds": percentile(0.5),
-                "p99_seconds": percentile(0.99),
-                "max_seconds": percentile(1.0),
-                "limit_seconds": FAILOVER_LIMIT_SECONDS,
-                "limit_ratio": report::ratio(percentile(0.99), FAILOVER_LIMIT_SECONDS),
-            }),
-        );
-    }
-    let rss: Vec<Option<f64>> = procs.values().map(|p| peak_rss_mib(p.child.id())).collect();
-    println!(
-        "peak resident memory per node: {}",
-        rss.iter()
-            .map(|m| m.map_or("?".into(), |m| format!("{m:.0} MiB")))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let json = serde_json::json!({
-        "bench": "failover",
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "clusters": clusters,
-        "nodes": 3,
-        "down_after_seconds": 3.0,
-        "by_victim": kinds,
-        "peak_rss_mib_per_node": rss,
-    });
-    report::write(out, "failover", &json, None)?;
-    Ok(())
-}
-
-/// Waits for a steady state: a leader, every member present and every member applied what
-/// the leader committed. (A restarted voter still catching up when the leader dies is a second
-/// fault: it campaigns with a short log and delays the election by seconds.)
-async fn wait_steady(procs: &BTreeMap<u64, Proc>) -> anyhow::Result<()> {
-    let first_alive = procs
-        .values()
-        .next()
-        .map(|p| p.grpc.clone())
-        .context("a node")?;
-    wait_for(Duration::from_secs(60), || async {
-        let Ok(channel) = starling_transport::client_channel(&first_alive, Duration::from_secs(2))
-        else {
-            return false;
-        };
-        proto::fleet_client::FleetClient::new(channel)
-            .status(proto::StatusRequest {})
-            .await
-            .is_ok_and(|s| {
-                let s = s.get_ref();
-                s.leader_id != 0
-                    && s.members.len() == procs.len()
-                    && s.members.iter().all(|m| m.applied_index >= s.commit_index)
-            })
-    })
-    .await
-}
-
-/// The leader, as the first node that answers knows it.
-async fn current_leader(procs: &BTreeMap<u64, Proc>) -> Option<u64> {
-    for proc in procs.values() {
-        let Ok(channel) = starling_transport::client_channel(&proc.grpc, Duration::from_secs(5))
-        else {
-            continue;
-        };
-        if let Ok(status) = proto::fleet_client::FleetClient::new(channel)
-            .status(proto::StatusRequest {})
-            .await
-            && status.get_ref().leader_id != 0
-        {
-            return Some(status.get_ref().leader_id);
-        }
-    }
-    None
-}
-
-/// Kills `victim` with `kill -9` and measures the time until a leader other than the victim
-/// is known and every cluster it owned is owned by a live node; then starts it again and waits
-/// until it owns clusters. Returns that time and the clusters the victim owned.
-async fn kill_and_wait(
-    procs: &mut BTreeMap<u64, Proc>,
-    victim: u64,
-) -> anyhow::Result<(Duration, usize)> {
-    let observer = procs
-        .iter()
-        .find(|(id, _)| **id != victim)
-        .map(|(_, p)| p.grpc.clone())
-        .context("an observer")?;
-    let owned = shards(&observer)
-        .await
-        .and_then(|(s, _)| s.get(&victim).copied())
-        .unwrap_or(0);
-    let proc = procs.get_mut(&victim).context("victim")?;
-    let killed = Instant::now();
-    proc.child.kill()?;
-    let _ = proc.child.wait();
-    wait_for(Duration::from_secs(60), || async {
-        let led = match starling_transport::client_channel(&observer, Duration::from_secs(2)) {
-            Ok(channel) => proto::fleet_client::FleetClient::new(channel)
-                .status(proto::StatusRequest {})
-                .await
-                .is_ok_and(|s| s.get_ref().leader_id != 0 && s.get_ref().leader_id != victim),
-            Err(_) => false,
-        };
-        led && shards(&observer).await.is_some_and(|(s, states)| {
-            s.get(&victim).copied().unwrap_or(0) == 0
-                && states.get(&victim).map(String::as_str) == Some("Down")
-        })
-    })
-    .await?;
-    let took = killed.elapsed();
-    proc.child = spawn(&proc.args)?;
-    wait_for(Duration::from_secs(60), || async {
-        shards(&observer).await.is_some_and(|(s, states)| {
-            states.get(&victim).map(String::as_str) == Some("Live")
-                && s.get(&victim).copied().unwrap_or(0) > 0
-        })
-    })
-    .await?;
-    Ok((took, owned))
-}
 
 async fn wait_for<F, Fut>(timeout: Duration, mut condition: F) -> anyhow::Result<()>
 where
@@ -816,7 +712,7 @@ async fn admission(
         "floor_ratio": rate / ADMISSION_FLOOR,
         "peak_rss_mib_all_replicas": rss,
     });
-    report::write(out, "admission", &json, None)?;
+    report::write(out, "admission", &json, vec![])?;
     Ok(())
 }
 

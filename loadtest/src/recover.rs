@@ -212,7 +212,7 @@ pub async fn run(mut args: RecoverArgs) -> anyhow::Result<()> {
         "writes_to_targets": writes,
         "peak_rss_mib": peaks,
     });
-    report::write(&args.rollout.out, "recover", &json, None)?;
+    report::write(&args.rollout.out, "recover", &json, vec![])?;
     bed.sim.shutdown().await;
     // A pending cluster was read later, and the rollout's Complete above says it held what
     // was desired: neither is a write.

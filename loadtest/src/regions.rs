@@ -4,12 +4,16 @@
 //! run with `--max-rtt 150ms`, the README's setting for regions, and dial each other through
 //! the proxies (`starling node --peer-route`). Only loopback addresses are used.
 //!
-//! Measured: commit latency (an apply through the leader, which waits for a quorum across
-//! regions), p50 and p99; a quiet period without faults, in which no replica may be marked
-//! Down; and the leader killed with `kill -9`, repeatedly: the time until a new leader is
-//! known and every cluster the old one owned is owned again, p50 and p99. The simulation's
-//! figures for the same layout (`multi_region_figures`): commit p50 122 ms; owned again p99
-//! 8.97 s.
+//! The clusters are fleetsim's (HTTPS, 20 ms latency, ready after 1 s, as in `loadtest
+//! rollout`), 3,000 by default, each with its kubeconfig Secret. Measured: commit latency (an
+//! apply through the leader, which waits for a quorum across regions), p50 and p99; the demo
+//! SyncGroup rolled out to every cluster, then a new revision timed against the physical limit
+//! (`rollout_limit_ratio`); a quiet period without faults (`--quiet 10m` for the issue's
+//! figure), in which no replica may be marked Down while the fleet's Syncs are checked; and
+//! the leader killed with `kill -9`, repeatedly: the time until a new leader is known and every
+//! cluster the old one owned is owned again, p50 and p99. The simulation's figures for the
+//! same layout (`multi_region_figures`): commit p50 122 ms; owned again p99 8.97 s. Charts:
+//! the rollout (`regions-*.svg`) and the kills as a distribution (`regions-*-failover.svg`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::rollout::{RolloutArgs, apply, wait_rollout};
 use crate::{Proc, free_port, report, spawn};
 
 /// Target for clusters owned again after a leader kill across three regions, p99.
@@ -179,21 +184,45 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
     let channel = starling_transport::client_channel(&grpc(1), Duration::from_secs(120))?;
     let mut fleet = proto::fleet_client::FleetClient::new(channel)
         .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
-    for start in (0..args.clusters).step_by(1000) {
-        let text = crate::cluster_manifests(start, (start + 1000).min(args.clusters));
-        fleet
-            .apply(proto::ApplyRequest {
-                manifests: text.into_bytes(),
-                origin: "bench".into(),
-                dry_run: false,
-            })
+    // The clusters are fleetsim's (HTTPS unless --plain-http, 20 ms latency, ready after 1 s,
+    // as in `loadtest rollout`), each with its kubeconfig Secret; the demo Source and
+    // SyncGroup come after the commit latency is measured.
+    let rollout = <RolloutArgs as clap::Parser>::parse_from([
+        "regions".to_string(),
+        "--clusters".to_string(),
+        args.clusters.to_string(),
+    ]);
+    let sim = fleetsim::FleetSim::start(fleetsim::Config {
+        clusters: args.clusters,
+        latency: rollout.latency,
+        ready_delay: rollout.ready_delay,
+        tls: crate::targets_tls(),
+        ..fleetsim::Config::default()
+    })
+    .await
+    .context("cannot start fleetsim")?;
+    let repo = starling_dev::demo::DemoRepo::create(&dir.path().join("repo"))?;
+    let documents = starling_dev::demo_manifests_for(
+        &sim,
+        &sim.cluster_names(),
+        &repo.url(),
+        &rollout.max_unavailable,
+        starling_dev::Demo::Plain,
+    )?;
+    let (group, clusters) = documents
+        .split_first()
+        .context("the demo manifests are empty")?;
+    for chunk in clusters.chunks(500) {
+        apply(&mut fleet, chunk.join("---\n"))
             .await
             .context("applying the clusters")?;
     }
-    crate::wait_steady(&procs).await?;
+    crate::failover::wait_steady(&procs).await?;
 
     // Commit latency: applies through the leader, one after another.
-    let leader = crate::current_leader(&procs).await.context("no leader")?;
+    let leader = crate::failover::current_leader(&procs)
+        .await
+        .context("no leader")?;
     let channel =
         starling_transport::client_channel(&procs[&leader].grpc, Duration::from_secs(30))?;
     let mut at_leader = proto::fleet_client::FleetClient::new(channel);
@@ -205,11 +234,11 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
         );
         let started = Instant::now();
         at_leader
-            .apply(proto::ApplyRequest {
+            .apply(crate::authorized(proto::ApplyRequest {
                 manifests: manifest.into_bytes(),
                 origin: "bench".into(),
                 dry_run: false,
-            })
+            }))
             .await
             .context("a timed apply")?;
         commits.push(started.elapsed());
@@ -223,6 +252,23 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
         commits.len(),
         commit_p50 * 1000.0,
         commit_p99 * 1000.0
+    );
+
+    // A rollout across the regions: the demo group rolled out once (cold), then a new
+    // revision, timed against the physical limit of the same fleet on one machine.
+    apply(&mut fleet, group.clone()).await?;
+    let (first, first_seconds, _) = wait_rollout(&grpc(1), "", &rollout).await?;
+    let budget = crate::rollout::budget(&rollout)?;
+    let writes_before = sim.audit_stats().recorded;
+    repo.commit("v2", "nginx:1.28", "second version")?;
+    let (_, rollout_seconds, timeline) = wait_rollout(&grpc(1), &first, &rollout).await?;
+    let writes = sim.audit_stats().recorded - writes_before;
+    let limit = crate::rollout::physical_limit(&rollout, budget, writes).seconds;
+    println!(
+        "a new revision to {} clusters across the regions: {rollout_seconds:.1}s (the first, cold \
+         rollout {first_seconds:.1}s); physical limit {limit:.1}s, limit_ratio {:.2}",
+        args.clusters,
+        report::ratio(rollout_seconds, limit)
     );
 
     // A quiet period: no replica may be marked Down.
@@ -256,11 +302,11 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
     // Leader kills.
     let mut owned_again = Vec::new();
     for round in 0..args.kills {
-        crate::wait_steady(&procs).await?;
-        let leader = crate::current_leader(&procs)
+        crate::failover::wait_steady(&procs).await?;
+        let leader = crate::failover::current_leader(&procs)
             .await
             .with_context(|| format!("no leader before kill {}", round + 1))?;
-        let (took, owned) = crate::kill_and_wait(&mut procs, leader).await?;
+        let (took, owned) = crate::failover::kill_and_wait(&mut procs, leader).await?;
         eprintln!(
             "kill {} (leader, node {leader}, {owned} clusters): new leader and every cluster owned again after {:.2}s",
             round + 1,
@@ -297,9 +343,34 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
         "owned_again_p99_seconds": owned_p99,
         "owned_again_limit_seconds": OWNED_AGAIN_LIMIT_SECONDS,
         "owned_again_ratio": report::ratio(owned_p99, OWNED_AGAIN_LIMIT_SECONDS),
+        "rollout_first_seconds": first_seconds,
+        "rollout_seconds": rollout_seconds,
+        "rollout_limit_seconds": limit,
+        "rollout_limit_ratio": report::ratio(rollout_seconds, limit),
+        "rollout_budget": budget,
         "simulation_commit_p50_seconds": 0.122,
         "simulation_owned_again_p99_seconds": 8.97,
     });
-    report::write(out, "regions", &json, None)?;
+    let svg = report::distribution_chart(
+        &format!(
+            "Leader killed {} times across three regions: until every cluster is owned again",
+            owned_again.len()
+        ),
+        "seconds from kill -9",
+        &[(
+            "leader",
+            "#1f77b4",
+            owned_again.iter().map(Duration::as_secs_f64).collect(),
+        )],
+        Some(("target p99 (5 s)", OWNED_AGAIN_LIMIT_SECONDS)),
+    );
+    let rollout_svg = crate::rollout::chart(&rollout, budget, limit, rollout_seconds, &timeline);
+    report::write(
+        out,
+        "regions",
+        &json,
+        vec![("", rollout_svg), ("failover", svg)],
+    )?;
+    sim.shutdown().await;
     Ok(())
 }

@@ -169,7 +169,7 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
         "memory_ratio": if worst_ratio > 0.0 { MEMORY_LIMIT_RATIO / worst_ratio } else { 0.0 },
         "per_node": per_node,
     });
-    report::write(&args.rollout.out, "restart", &json, None)?;
+    report::write(&args.rollout.out, "restart", &json, vec![])?;
     bed.sim.shutdown().await;
     Ok(())
 }

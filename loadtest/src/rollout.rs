@@ -41,13 +41,13 @@ pub struct RolloutArgs {
     max_concurrent_syncs: usize,
     /// The SyncGroup's budget.
     #[arg(long, default_value = "10%")]
-    max_unavailable: String,
+    pub(crate) max_unavailable: String,
     /// Latency fleetsim adds to every request.
     #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
-    latency: Duration,
+    pub(crate) latency: Duration,
     /// Delay before fleetsim makes a workload ready.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    ready_delay: Duration,
+    pub(crate) ready_delay: Duration,
     /// Upper bound on each rollout.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -113,16 +113,17 @@ impl ScaleArgs {
 /// The memory target per owned cluster (issue 15).
 const KIB_PER_CLUSTER_LIMIT: f64 = 64.0;
 
-async fn apply(
+/// Applies `manifests` (documents joined by `---`) through `fleet`.
+pub(crate) async fn apply(
     fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
     manifests: String,
 ) -> anyhow::Result<()> {
     fleet
-        .apply(proto::ApplyRequest {
+        .apply(crate::authorized(proto::ApplyRequest {
             manifests: manifests.into_bytes(),
             origin: "bench".into(),
             dry_run: false,
-        })
+        }))
         .await
         .context("cannot apply the demo specs")?;
     Ok(())
@@ -130,6 +131,21 @@ async fn apply(
 
 /// Clusters per Apply request (a Secret with a kubeconfig and a Cluster each).
 const APPLY_CHUNK: usize = 500;
+
+/// Clusters a rollout of `args` updates at once (`--max-unavailable` of the targets).
+pub(crate) fn budget(args: &RolloutArgs) -> anyhow::Result<u32> {
+    let policy = fleet::resources::RolloutPolicy {
+        max_unavailable: Some(
+            serde_json::from_value(serde_json::json!(args.max_unavailable))
+                .context("--max-unavailable must be a count or a percentage")?,
+        ),
+        ..Default::default()
+    };
+    Ok(fleet::validate::max_unavailable(
+        &policy,
+        args.targets() as u32,
+    ))
+}
 
 /// A testbed with the demo SyncGroup rolled out once to every cluster.
 pub(crate) struct RolledOut {
@@ -148,14 +164,7 @@ pub(crate) async fn roll_out_once(args: &RolloutArgs) -> anyhow::Result<RolledOu
     if args.clusters == 0 || args.nodes == 0 || args.max_concurrent_syncs == 0 {
         anyhow::bail!("--clusters, --nodes and --max-concurrent-syncs must be at least 1");
     }
-    let policy = fleet::resources::RolloutPolicy {
-        max_unavailable: Some(
-            serde_json::from_value(serde_json::json!(args.max_unavailable))
-                .context("--max-unavailable must be a count or a percentage")?,
-        ),
-        ..Default::default()
-    };
-    let budget = fleet::validate::max_unavailable(&policy, args.targets() as u32);
+    let budget = budget(args)?;
     let extra = vec![
         "--max-concurrent-syncs".to_string(),
         args.max_concurrent_syncs.to_string(),
@@ -260,11 +269,11 @@ async fn registered_pull_clusters(address: &str) -> Option<usize> {
     let channel = starling_transport::client_channel(address, Duration::from_secs(10)).ok()?;
     let reply = proto::fleet_client::FleetClient::new(channel)
         .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
-        .list(proto::ListRequest {
+        .list(crate::authorized(proto::ListRequest {
             kind: "Cluster".into(),
             label_selector: "site=edge".into(),
             ..Default::default()
-        })
+        }))
         .await
         .ok()?;
     Some(reply.into_inner().objects.len())
@@ -279,6 +288,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 procs,
                 fleet: _,
                 _dir: dir,
+                memory,
             },
         budget,
         revision: first,
@@ -378,10 +388,11 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         starling_replica::config::DEFAULT_MAX_WAITING_SYNCS.max(args.max_concurrent_syncs);
     let bound =
         physical_bound(args.clusters, args.nodes as usize, under_way, budget, mean).as_secs_f64();
-    // The writes one sync makes in sequence, and the watch event that tells it is ready.
-    let round_trips = writes as f64 / args.clusters as f64 + 1.0;
-    let waves = args.clusters.div_ceil(budget.max(1) as usize) as f64;
-    let limit = waves * (args.ready_delay.as_secs_f64() + round_trips * args.latency.as_secs_f64());
+    let PhysicalLimit {
+        seconds: limit,
+        waves,
+        round_trips,
+    } = physical_limit(&args, budget, writes);
     println!(
         "rollout of a new revision to {} clusters on {} nodes: {seconds:.1}s; physical limit \
          {limit:.1}s ({waves} waves of {budget} × ({:?} ready + {round_trips:.1} requests × {:?})), \
@@ -501,6 +512,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "peak resident memory of fleetsim and this driver: {:.0} MiB",
         peak_rss_mib(std::process::id()).unwrap_or(0.0)
     );
+    let memory_samples = memory.samples();
     let json = serde_json::json!({
         "bench": args.bench,
         "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -541,9 +553,22 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "unrelated_commit": unrelated,
         "per_node": nodes,
         "timeline": timeline.iter().map(|p| [p.0, p.1 as f64, p.2 as f64]).collect::<Vec<_>>(),
+        "memory_mib_over_time": memory_samples.iter().map(|s| [s.0, s.1 as f64, s.2]).collect::<Vec<_>>(),
     });
     let svg = chart(&args, budget, limit, seconds, &timeline);
-    report::write(&args.out, args.bench, &json, Some(svg))?;
+    let memory_svg = report::memory_chart(
+        &format!(
+            "Resident memory per node: specs, a cold rollout and a new revision to {} clusters",
+            args.clusters
+        ),
+        &memory_samples,
+    );
+    report::write(
+        &args.out,
+        args.bench,
+        &json,
+        vec![("", svg), ("memory", memory_svg)],
+    )?;
     sim.shutdown().await;
     Ok(())
 }
@@ -649,8 +674,28 @@ async fn leader_of(procs: &std::collections::BTreeMap<u64, Proc>) -> Option<u64>
     None
 }
 
+/// The physical limit of a rollout: waves of `budget` clusters, each waiting for the ready
+/// delay and for its writes in sequence (`writes` to the targets in the whole rollout) and the
+/// watch event that tells it is ready, one latency each.
+pub(crate) struct PhysicalLimit {
+    pub seconds: f64,
+    pub waves: f64,
+    pub round_trips: f64,
+}
+
+pub(crate) fn physical_limit(args: &RolloutArgs, budget: u32, writes: u64) -> PhysicalLimit {
+    let round_trips = writes as f64 / args.clusters as f64 + 1.0;
+    let waves = args.clusters.div_ceil(budget.max(1) as usize) as f64;
+    PhysicalLimit {
+        seconds: waves
+            * (args.ready_delay.as_secs_f64() + round_trips * args.latency.as_secs_f64()),
+        waves,
+        round_trips,
+    }
+}
+
 /// Clusters updated and in progress over time, the budget, and the physical limit's pace.
-fn chart(
+pub(crate) fn chart(
     args: &RolloutArgs,
     budget: u32,
     limit: f64,
@@ -704,7 +749,7 @@ pub(crate) async fn wait_rollout(
     let status = || async {
         let channel = starling_transport::client_channel(address, Duration::from_secs(10)).ok()?;
         proto::fleet_client::FleetClient::new(channel)
-            .status(proto::StatusRequest {})
+            .status(crate::authorized(proto::StatusRequest {}))
             .await
             .ok()?
             .into_inner()
@@ -780,7 +825,7 @@ pub(crate) async fn metric_sum(procs: &std::collections::BTreeMap<u64, Proc>, su
 }
 
 /// A plain HTTP/1.0 GET on loopback (the nodes' `/metrics`).
-async fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
+pub(crate) async fn http_get(address: &str, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::time::timeout(
         Duration::from_secs(5),

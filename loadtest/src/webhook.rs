@@ -55,9 +55,11 @@ fn signature(body: &[u8]) -> anyhow::Result<String> {
     ))
 }
 
-/// Sends one signed push event; the HTTP status.
-fn send(http: &str, delivery: &str) -> anyhow::Result<u16> {
-    let body = br#"{"ref":"refs/heads/main"}"#;
+/// Sends one signed push event for commit `after`; the HTTP status. Each push has its own body,
+/// as a git host's do: the replicas refuse a body they saw before as a replay.
+fn send(http: &str, delivery: &str, after: &str) -> anyhow::Result<u16> {
+    let body = serde_json::json!({"ref": "refs/heads/main", "after": after}).to_string();
+    let body = body.as_bytes();
     let headers = [
         ("X-GitHub-Event", "push".to_owned()),
         ("X-GitHub-Delivery", delivery.to_owned()),
@@ -75,6 +77,7 @@ pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
         procs,
         mut fleet,
         _dir,
+        memory: _memory,
     } = Testbed::start(
         args.clusters,
         args.latency,
@@ -120,7 +123,8 @@ pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
         let since = sim.audit_stats().recorded;
         let sent = unix_micros();
         let http = &receivers[round % receivers.len()];
-        let code = send(http, &format!("round-{round}"))?;
+        let after = revision.rsplit(':').next().unwrap_or(&revision);
+        let code = send(http, &format!("round-{round}"), after)?;
         anyhow::ensure!(code == 202, "the webhook was answered {code}");
         super::isolation::wait_updated(&mut fleet, &revision, &everyone, args.timeout)
             .await
@@ -158,7 +162,7 @@ pub async fn run(args: WebhookArgs) -> anyhow::Result<()> {
         "max_seconds": max,
         "target_seconds": 2.0,
     });
-    crate::report::write(&args.out, "webhook", &json, None)?;
+    crate::report::write(&args.out, "webhook", &json, vec![])?;
     sim.shutdown().await;
     Ok(())
 }

@@ -309,10 +309,10 @@ impl Metrics {
                 };
                 self.clusters_owned
                     .get_or_create(&label)
-                    .set(state.cluster_placement.items_of(*node).len() as i64);
+                    .set(state.cluster_placement.count_of(*node) as i64);
                 self.sources_owned
                     .get_or_create(&label)
-                    .set(state.source_placement.items_of(*node).len() as i64);
+                    .set(state.source_placement.count_of(*node) as i64);
             }
             for (key, group) in &state.groups {
                 let c = &group.ledger.counts;

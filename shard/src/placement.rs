@@ -170,6 +170,11 @@ impl Placement {
             .unwrap_or_default()
     }
 
+    /// How many items `node` holds (without copying them, unlike [`Placement::items_of`]).
+    pub fn count_of(&self, node: NodeId) -> usize {
+        self.nodes.get(&node).map_or(0, |share| share.items.len())
+    }
+
     /// Items waiting for a node (there is none), sorted.
     pub fn unplaced(&self) -> Vec<String> {
         self.unplaced.iter().cloned().collect()

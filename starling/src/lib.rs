@@ -106,9 +106,13 @@ enum Command {
 
 /// Logs to stderr as text or JSON, filtered by `STARLING_LOG` (info by default).
 pub fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn,hyper=warn")
-    });
+    init_tracing_or(format, "info,openraft=warn,h2=warn,tower=warn,hyper=warn");
+}
+
+/// [`init_tracing`] with another filter where `STARLING_LOG` sets none.
+pub fn init_tracing_or(format: &str, default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -13,14 +13,15 @@
 //! the proposer). Decisions use integer arithmetic and ordered maps only.
 //!
 //! Modules: [`members`] (membership and ownership), [`specs`] (resource specs and SyncGroup
-//! expansion), [`rollout`] (the per-Sync rollout state and admission), [`syncs`] (grants and
+//! expansion), [`sources`] (resolved revisions, failed fetches, poll requests), [`rollout`] (the per-Sync rollout state and admission), [`syncs`] (grants and
 //! results, dependencies), [`invariants`] (the checks of design section 5 that the state machine
-//! alone can break), [`view`] (read-only projections with status), [`changes`] (which objects a
+//! alone can break), [`actionable`] (which Syncs a node may start, indexed by owner), [`view`] (read-only projections with status), [`changes`] (which objects a
 //! command changed, for watchers).
 //!
 //! Long because it holds the state's types and the one `apply` dispatch; each command's logic
 //! lives in the submodules named above.
 
+mod actionable;
 mod changes;
 mod history;
 mod installation;
@@ -34,6 +35,7 @@ mod rollout;
 mod secrets;
 mod shared_map;
 mod snapshot;
+mod sources;
 mod specs;
 mod syncs;
 mod tenancy;
@@ -918,93 +920,6 @@ impl FleetState {
     /// Keys of the sources a node polls.
     pub fn sources_of(&self, node: NodeId) -> Vec<Key> {
         self.source_placement.items_of(node)
-    }
-
-    /// The Syncs a node may start now (admitted or failed, or retiring, on clusters it owns
-    /// and that are not held), in key order.
-    pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
-        // Every node's planner calls this once per burst of applied entries, over its own
-        // actionable Syncs and the retiring ones: one key buffer serves every lookup.
-        if self.recovering {
-            return Vec::new();
-        }
-        let mut cluster = String::new();
-        let pending = &self.recovery_pending;
-        // The owner check stays: the index only narrows the keys looked at.
-        self.actionable_by_owner
-            .get(&node)
-            .into_iter()
-            .flatten()
-            .chain(self.retiring.iter())
-            .filter(|key| {
-                let Some(sync) = self.syncs.get(key) else {
-                    return false;
-                };
-                let own = sync
-                    .object
-                    .metadata
-                    .namespace
-                    .as_deref()
-                    .unwrap_or("default");
-                let reference = &sync.object.spec.cluster_ref;
-                write_key(&mut cluster, reference.namespace_or(own), &reference.name);
-                !pending.contains(&cluster)
-                    && self
-                        .clusters
-                        .get(&cluster)
-                        .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
-            })
-            .cloned()
-            .collect()
-    }
-
-    /// Files a Sync in [`FleetState::actionable_by_owner`] under the owner of its cluster while
-    /// it is actionable, and nowhere otherwise. Called wherever either can change: its state,
-    /// its cluster reference, its cluster's owner, its cluster's removal.
-    pub(super) fn reindex_actionable(&mut self, key: &str) {
-        let owner = if self.actionable.contains(key) {
-            self.syncs
-                .get(key)
-                .and_then(|entry| self.clusters.get(&cluster_key_of(&entry.object)))
-                .and_then(|cluster| cluster.owner)
-        } else {
-            None
-        };
-        if let Some(owner) = owner
-            && self
-                .actionable_by_owner
-                .get(&owner)
-                .is_some_and(|keys| keys.contains(key))
-        {
-            return;
-        }
-        // Few owners (the replicas): the key is looked for under each.
-        self.actionable_by_owner.retain(|_, keys| {
-            keys.remove(key);
-            !keys.is_empty()
-        });
-        if let Some(owner) = owner {
-            self.actionable_by_owner
-                .entry(owner)
-                .or_default()
-                .insert(key.to_string());
-        }
-    }
-
-    /// [`FleetState::actionable_by_owner`] computed from the actionable Syncs and the owners.
-    pub(super) fn actionable_by_owner_from_scratch(&self) -> BTreeMap<NodeId, BTreeSet<Key>> {
-        let mut index: BTreeMap<NodeId, BTreeSet<Key>> = BTreeMap::new();
-        for key in &self.actionable {
-            let owner = self
-                .syncs
-                .get(key)
-                .and_then(|entry| self.clusters.get(&cluster_key_of(&entry.object)))
-                .and_then(|cluster| cluster.owner);
-            if let Some(owner) = owner {
-                index.entry(owner).or_default().insert(key.clone());
-            }
-        }
-        index
     }
 
     /// The revision a Sync should be at: its group's pin, or its source's newest.

@@ -257,8 +257,8 @@ pub(crate) fn members_view(replica: &Replica) -> Vec<proto::Member> {
                     role: role.to_string(),
                     voter: voters.contains(&id),
                     applied_index: applied.get(&id).copied().unwrap_or(0),
-                    clusters_owned: state.cluster_placement.items_of(id).len() as u32,
-                    sources_owned: state.source_placement.items_of(id).len() as u32,
+                    clusters_owned: state.cluster_placement.count_of(id) as u32,
+                    sources_owned: state.source_placement.count_of(id) as u32,
                     syncs_in_flight: state.tickets.values().filter(|t| t.node == id).count() as u32,
                     last_heartbeat_millis: ages.get(&id).map_or(0, |age| age.as_millis() as u64),
                 }

@@ -74,8 +74,8 @@ pub(crate) async fn drain(replica: &Replica, timeout: Duration) {
     loop {
         let (clusters, sources) = replica.raft.reader().read(|state| {
             (
-                state.cluster_placement.items_of(id).len(),
-                state.source_placement.items_of(id).len(),
+                state.cluster_placement.count_of(id),
+                state.source_placement.count_of(id),
             )
         });
         let running = lock(&replica.running_syncs).len();

@@ -84,6 +84,11 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
             let busy = lock(&replica.running_syncs).clone();
             release_orphans(&replica, &busy).await;
             drop_clients_of_lost_clusters(&replica);
+            let owned = replica
+                .raft
+                .reader()
+                .read(|state| state.cluster_placement.count_of(replica.id()));
+            starling_sync::client::reserve_tls_sessions(owned);
         }
         if !replica.lease.is_valid() || slots.available_permits() == 0 {
             continue;

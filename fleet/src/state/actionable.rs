@@ -1,0 +1,98 @@
+//! Which Syncs a node may start: the actionable Syncs (admitted, failed or retiring) on
+//! clusters it owns. [`FleetState::actionable_by_owner`] files each actionable Sync under the
+//! owner of its cluster, so that a node's planner reads its own Syncs, not the whole fleet's;
+//! it is derived (rebuilt after a snapshot) and checked against a recomputation by the
+//! invariants.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{FleetState, Key, NodeId, cluster_key_of, write_key};
+
+impl FleetState {
+    /// The Syncs a node may start now (admitted or failed, or retiring, on clusters it owns
+    /// and that are not held), in key order.
+    pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
+        // Every node's planner calls this once per burst of applied entries, over its own
+        // actionable Syncs and the retiring ones: one key buffer serves every lookup.
+        if self.recovering {
+            return Vec::new();
+        }
+        let mut cluster = String::new();
+        let pending = &self.recovery_pending;
+        // The owner check stays: the index only narrows the keys looked at.
+        self.actionable_by_owner
+            .get(&node)
+            .into_iter()
+            .flatten()
+            .chain(self.retiring.iter())
+            .filter(|key| {
+                let Some(sync) = self.syncs.get(key) else {
+                    return false;
+                };
+                let own = sync
+                    .object
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .unwrap_or("default");
+                let reference = &sync.object.spec.cluster_ref;
+                write_key(&mut cluster, reference.namespace_or(own), &reference.name);
+                !pending.contains(&cluster)
+                    && self
+                        .clusters
+                        .get(&cluster)
+                        .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Files a Sync in [`FleetState::actionable_by_owner`] under the owner of its cluster while
+    /// it is actionable, and nowhere otherwise. Called wherever either can change: its state,
+    /// its cluster reference, its cluster's owner, its cluster's removal.
+    pub(super) fn reindex_actionable(&mut self, key: &str) {
+        let owner = if self.actionable.contains(key) {
+            self.owner_of_sync_cluster(key)
+        } else {
+            None
+        };
+        if let Some(owner) = owner
+            && self
+                .actionable_by_owner
+                .get(&owner)
+                .is_some_and(|keys| keys.contains(key))
+        {
+            return;
+        }
+        // Few owners (the replicas): the key is looked for under each.
+        self.actionable_by_owner.retain(|_, keys| {
+            keys.remove(key);
+            !keys.is_empty()
+        });
+        if let Some(owner) = owner {
+            self.actionable_by_owner
+                .entry(owner)
+                .or_default()
+                .insert(key.to_string());
+        }
+    }
+
+    /// [`FleetState::actionable_by_owner`] computed from the actionable Syncs and the owners.
+    pub(super) fn actionable_by_owner_from_scratch(&self) -> BTreeMap<NodeId, BTreeSet<Key>> {
+        let mut index: BTreeMap<NodeId, BTreeSet<Key>> = BTreeMap::new();
+        for key in &self.actionable {
+            if let Some(owner) = self.owner_of_sync_cluster(key) {
+                index.entry(owner).or_default().insert(key.clone());
+            }
+        }
+        index
+    }
+
+    /// The owner of the cluster Sync `key` targets, if both exist and it has one.
+    fn owner_of_sync_cluster(&self, key: &str) -> Option<NodeId> {
+        self.syncs
+            .get(key)
+            .and_then(|entry| self.clusters.get(&cluster_key_of(&entry.object)))
+            .and_then(|cluster| cluster.owner)
+    }
+}
