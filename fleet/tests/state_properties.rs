@@ -431,6 +431,9 @@ fn may_degrade(state: &FleetState, command: &Command) -> bool {
         Command::ReportHealth { .. } => true,
         Command::HoldCluster { hold: false, .. } => true,
         Command::RecoverCluster { .. } => !state.recovering,
+        // Unpausing a cluster, or lifting its hold by replacing its spec (as `HoldCluster`
+        // with `hold: false` does): an unready cluster that stood aside counts again. Nothing
+        // was admitted; the budget admits no one else until it is back within.
         Command::UpsertSpec { resource, .. } | Command::ApplySpec { resource, .. } => {
             match resource.as_ref() {
                 Resource::Cluster(cluster) => state
@@ -439,7 +442,9 @@ fn may_degrade(state: &FleetState, command: &Command) -> bool {
                         "fleet/{}",
                         cluster.metadata.name.as_deref().unwrap_or_default()
                     ))
-                    .is_some_and(|c| c.object.spec.paused),
+                    .is_some_and(|c| {
+                        c.object.spec.paused || (c.object.spec.hold && !cluster.spec.hold)
+                    }),
                 _ => false,
             }
         }

@@ -355,7 +355,7 @@ impl MemorySampler {
                         let round = pids.len().max(1);
                         kept.retain(|_| {
                             index += 1;
-                            ((index - 1) / round) % 2 == 0
+                            ((index - 1) / round).is_multiple_of(2)
                         });
                         period *= 2;
                     }
