@@ -25,9 +25,9 @@ pub enum AgentError {
         address: String,
         source: tonic::transport::Error,
     },
-    /// The replica answered with an error.
-    #[error("{0}")]
-    Refused(String),
+    /// The replica answered with an error (its gRPC status).
+    #[error("{message}")]
+    Refused { code: tonic::Code, message: String },
     /// The stream to the replica ended badly.
     #[error("{0}")]
     Stream(String),
@@ -36,6 +36,38 @@ pub enum AgentError {
 }
 
 impl AgentError {
+    /// The replica's answer to a call that failed.
+    pub fn refused(status: tonic::Status) -> AgentError {
+        AgentError::Refused {
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+
+    /// Whether the failure passes within seconds, so the agent tries again soon: the replica
+    /// tried is down (the next is tried), or it answered `UNAVAILABLE` because the cluster's
+    /// owner moved, is gone or is not chosen yet (`api/agent.rs` of the replica).
+    pub fn retry_soon(&self) -> bool {
+        matches!(
+            self,
+            AgentError::Refused {
+                code: tonic::Code::Unavailable,
+                ..
+            }
+        )
+    }
+
+    /// The replica does not know the cluster: the agent registers it again.
+    pub fn unknown_cluster(&self) -> bool {
+        matches!(
+            self,
+            AgentError::Refused {
+                code: tonic::Code::NotFound,
+                ..
+            }
+        )
+    }
+
     /// A short label per variant.
     pub fn class(&self) -> &'static str {
         match self {
@@ -47,7 +79,7 @@ impl AgentError {
             AgentError::Store(_) => "store",
             AgentError::Engine(_) => "engine",
             AgentError::Address { .. } => "address",
-            AgentError::Refused(_) => "refused",
+            AgentError::Refused { .. } => "refused",
             AgentError::Stream(_) => "stream",
             AgentError::Artifact(_) => "artifact",
         }

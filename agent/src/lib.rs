@@ -299,16 +299,6 @@ async fn enrol(client: &kube::Client, args: &AgentArgs) -> Result<Enrolment, Age
     })
 }
 
-/// Whether a stream failed in a way that passes within seconds: the replica tried is down (the
-/// next is tried), or it refused because the cluster's owner is gone or not chosen yet
-/// (`api/agent.rs` of the replica).
-fn retry_soon(error: &str) -> bool {
-    error.contains("has no owner yet")
-        || error.contains("cannot reach node")
-        || error.contains("has no address")
-        || error.contains("tcp connect error")
-}
-
 impl Agent {
     fn channel(
         &self,
@@ -358,7 +348,7 @@ impl Agent {
                 labels: self.enrolment.labels.clone().into_iter().collect(),
             }))
             .await
-            .map_err(|status| AgentError::Refused(status.message().to_owned()))?;
+            .map_err(AgentError::refused)?;
         Ok(reply.into_inner().clusters)
     }
 
@@ -376,17 +366,15 @@ impl Agent {
             match self.attach(&cluster, &address, &mut attached).await {
                 Ok(()) => tracing::info!(%cluster, %address, "stream ended; reconnecting"),
                 Err(error) => {
-                    let error = error.to_string();
-                    if retry_soon(&error) {
+                    // A cluster changing owner, or a replica down, is routine: retried soon,
+                    // told quietly. Anything else is worth a warning, and backs off.
+                    if error.retry_soon() {
                         ceiling = QUICK_RETRY_MAX_BACKOFF;
-                    }
-                    // A cluster changing owner is routine; anything else is worth a warning.
-                    if error.contains("moved to another replica") {
                         tracing::info!(%cluster, %address, %error, "reconnecting");
                     } else {
                         tracing::warn!(%cluster, %address, %error, "stream failed; reconnecting");
                     }
-                    if error.contains("not found") {
+                    if error.unknown_cluster() {
                         let _ = self.register(&address).await;
                     }
                 }
@@ -430,7 +418,7 @@ impl Agent {
         let mut dispatches = client
             .attach(self.request(tokio_stream::wrappers::ReceiverStream::new(receiver)))
             .await
-            .map_err(|status| AgentError::Refused(status.message().to_owned()))?
+            .map_err(AgentError::refused)?
             .into_inner();
         tracing::info!(%cluster, %address, "attached");
         *attached = Some(tokio::time::Instant::now());
@@ -448,7 +436,7 @@ impl Agent {
                 }
                 Ok(None) => break Ok(()),
                 Ok(Some(Err(status))) => {
-                    break Err(AgentError::Refused(status.message().to_owned()));
+                    break Err(AgentError::refused(status));
                 }
                 Ok(Some(Ok(dispatch))) => dispatch,
             };
@@ -655,16 +643,26 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     #[test]
     fn a_moving_owner_or_a_replica_down_is_told_from_other_refusals() {
+        use super::AgentError;
+        use tonic::Status;
         for moving in [
-            "Cluster default/edge-1 has no owner yet; retry",
-            "cannot reach node 2, the owner of Cluster default/edge-1: connection refused",
-            "the owner of Cluster default/edge-1, node 2, has no address; retry",
-            "tcp connect error",
+            Status::unavailable("Cluster default/edge-1 has no owner yet; retry"),
+            Status::unavailable("Cluster default/edge-1 moved to another replica; reconnect"),
+            // What the client reports when the replica tried is down.
+            Status::unavailable("tcp connect error"),
         ] {
-            assert!(super::retry_soon(moving), "{moving}");
+            let error = AgentError::refused(moving.clone());
+            assert!(error.retry_soon(), "{moving}");
+            assert!(!error.unknown_cluster());
+            assert_eq!(error.to_string(), moving.message());
         }
-        assert!(!super::retry_soon(
-            "token 3a1f holds Cluster default/edge-1"
+        let unknown = AgentError::refused(Status::not_found(
+            "Cluster default/edge-1 not found: register it first",
         ));
+        assert!(unknown.unknown_cluster() && !unknown.retry_soon());
+        let denied = AgentError::refused(Status::permission_denied(
+            "token 3a1f holds Cluster default/edge-2",
+        ));
+        assert!(!denied.retry_soon() && !denied.unknown_cluster());
     }
 }

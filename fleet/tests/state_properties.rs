@@ -405,7 +405,7 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                     let status = state.syncs[sync].object.status.clone().unwrap_or_default();
                     RecoveredSync {
                         sync: sync.clone(),
-                        inventory: status.inventory,
+                        inventory: status.inventory.to_vec(),
                         revision: status.last_applied_revision,
                         digest: state.render_digest(sync),
                         health: ResourceStatus::Current,

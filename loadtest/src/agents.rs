@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 
+use crate::fleet_rollout::{physical_limit, wait_rollout};
 use crate::report::{self, Series};
-use crate::rollout::{RolloutArgs, apply, budget, physical_limit, wait_rollout};
+use crate::rollout::{RolloutArgs, apply, budget};
 use crate::{Proc, Testbed, cpu_seconds, rss_mib, spawn, wait_for};
 
 /// The installation's admin token (the nodes read it from a file).
@@ -354,33 +355,24 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         "reattach_ratio": report::ratio(worst_p99, REATTACH_P99_LIMIT_SECONDS),
         "memory_mib_over_time": memory_samples.iter().map(|s| [s.0, s.1 as f64, s.2]).collect::<Vec<_>>(),
     });
-    let rollout_svg = crate::rollout::chart(&rollout, budget, limit, rollout_seconds, &timeline);
-    let colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"];
+    let rollout_svg =
+        crate::fleet_rollout::chart(&rollout, budget, limit, rollout_seconds, &timeline);
     let names: Vec<String> = (1..=kills.len()).map(|k| format!("kill {k}")).collect();
+    let mut reattach = report::palette_series(&names, kills.iter().map(|k| k.recovered_percent()));
+    reattach.push(Series {
+        name: "target p99 (5 s)",
+        color: "#d62728",
+        dashed: true,
+        points: vec![
+            (REATTACH_P99_LIMIT_SECONDS, 0.0),
+            (REATTACH_P99_LIMIT_SECONDS, 100.0),
+        ],
+    });
     let reattach_svg = report::line_chart(
         "Agents attached again after kill -9 of the leader (of those that lost their session)",
         "seconds from kill -9",
         "% attached again",
-        &kills
-            .iter()
-            .zip(&names)
-            .enumerate()
-            .map(|(index, (kill, name))| Series {
-                name,
-                color: colors[index % colors.len()],
-                dashed: false,
-                points: kill.recovered_percent(),
-            })
-            .chain(std::iter::once(Series {
-                name: "target p99 (5 s)",
-                color: "#d62728",
-                dashed: true,
-                points: vec![
-                    (REATTACH_P99_LIMIT_SECONDS, 0.0),
-                    (REATTACH_P99_LIMIT_SECONDS, 100.0),
-                ],
-            }))
-            .collect::<Vec<_>>(),
+        &reattach,
     );
     let memory_svg = report::memory_chart(
         &format!(
@@ -491,7 +483,9 @@ async fn reattach_after_kill(
     proc.child = spawn(&proc.args)?;
     let http = proc.http.clone();
     wait_for(Duration::from_secs(120), || async {
-        crate::rollout::http_get(&http, "/metrics").await.is_ok()
+        crate::fleet_rollout::http_get(&http, "/metrics")
+            .await
+            .is_ok()
     })
     .await
     .context("the killed replica did not come back")?;
@@ -511,7 +505,7 @@ async fn connected(procs: &BTreeMap<u64, Proc>) -> BTreeMap<u64, usize> {
 
 /// One unlabelled metric of one replica, by the end of its name.
 async fn metric_of(proc: &Proc, suffix: &str) -> Option<f64> {
-    let text = crate::rollout::http_get(&proc.http, "/metrics")
+    let text = crate::fleet_rollout::http_get(&proc.http, "/metrics")
         .await
         .ok()?;
     text.lines()

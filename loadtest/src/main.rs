@@ -36,6 +36,7 @@
 
 mod agents;
 mod failover;
+mod fleet_rollout;
 mod isolation;
 mod recover;
 mod regions;

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use super::{Proc, peak_rss_mib, shards, spawn, wait_for};
+use crate::fleet_rollout::{metric_sum, wait_rollout};
 use crate::report;
-use crate::rollout::{RolledOut, RolloutArgs, metric_sum, roll_out_once, wait_rollout};
+use crate::rollout::{RolledOut, RolloutArgs, roll_out_once};
 
 #[derive(clap::Args, Debug)]
 pub struct RecoverArgs {

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::rollout::{RolloutArgs, apply, wait_rollout};
+use crate::fleet_rollout::wait_rollout;
+use crate::rollout::{RolloutArgs, apply};
 use crate::{Proc, free_port, report, spawn};
 
 /// Target for clusters owned again after a leader kill across three regions, p99.
@@ -263,7 +264,7 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
     repo.commit("v2", "nginx:1.28", "second version")?;
     let (_, rollout_seconds, timeline) = wait_rollout(&grpc(1), &first, &rollout).await?;
     let writes = sim.audit_stats().recorded - writes_before;
-    let limit = crate::rollout::physical_limit(&rollout, budget, writes).seconds;
+    let limit = crate::fleet_rollout::physical_limit(&rollout, budget, writes).seconds;
     println!(
         "a new revision to {} clusters across the regions: {rollout_seconds:.1}s (the first, cold \
          rollout {first_seconds:.1}s); physical limit {limit:.1}s, limit_ratio {:.2}",
@@ -364,7 +365,8 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
         )],
         Some(("target p99 (5 s)", OWNED_AGAIN_LIMIT_SECONDS)),
     );
-    let rollout_svg = crate::rollout::chart(&rollout, budget, limit, rollout_seconds, &timeline);
+    let rollout_svg =
+        crate::fleet_rollout::chart(&rollout, budget, limit, rollout_seconds, &timeline);
     report::write(
         out,
         "regions",

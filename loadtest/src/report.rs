@@ -178,32 +178,41 @@ pub fn distribution_chart(
     line_chart(title, x_label, "% of measurements at or below", &lines)
 }
 
+/// The colors of a chart's measured series, in order (red is kept for limits and targets).
+const PALETTE: [&str; 6] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+];
+
+/// Solid series named `names`, with the points of each, colored in turn from the palette.
+pub fn palette_series<'a>(
+    names: &'a [String],
+    points: impl IntoIterator<Item = Vec<(f64, f64)>>,
+) -> Vec<Series<'a>> {
+    names
+        .iter()
+        .zip(points)
+        .enumerate()
+        .map(|(index, (name, points))| Series {
+            name,
+            color: PALETTE[index % PALETTE.len()],
+            dashed: false,
+            points,
+        })
+        .collect()
+}
+
 /// Resident memory of each node over time: `samples` are (seconds, node, MiB).
 pub fn memory_chart(title: &str, samples: &[(f64, u64, f64)]) -> String {
-    const COLORS: [&str; 6] = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
-    ];
     let mut nodes: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
     for &(at, node, mib) in samples {
         nodes.entry(node).or_default().push((at, mib));
     }
     let names: Vec<String> = nodes.keys().map(|node| format!("node {node}")).collect();
-    let lines: Vec<Series<'_>> = nodes
-        .into_values()
-        .zip(&names)
-        .enumerate()
-        .map(|(index, (points, name))| Series {
-            name,
-            color: COLORS[index % COLORS.len()],
-            dashed: false,
-            points,
-        })
-        .collect();
     line_chart(
         title,
         "seconds since the nodes started",
         "resident memory (MiB)",
-        &lines,
+        &palette_series(&names, nodes.into_values()),
     )
 }
 

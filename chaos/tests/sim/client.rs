@@ -114,22 +114,31 @@ fn resolved(n: usize) -> Command {
 }
 
 fn setup(script: &Script) -> Vec<Command> {
-    let mut commands = vec![Command::UpsertSpec {
+    let mut commands = vec![source()];
+    commands.extend((0..script.clusters).flat_map(|i| cluster(&format!("c{i:03}"))));
+    commands.push(group(script.max_unavailable));
+    commands.push(resolved(1));
+    commands
+}
+
+fn source() -> Command {
+    Command::UpsertSpec {
         resource: resource(
             "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: repo\n  namespace: fleet\nspec:\n  git:\n    url: https://git.example/repo.git\n    ref:\n      branch: main\n",
         ),
         at: AT.into(),
-    }];
-    commands.extend((0..script.clusters).flat_map(|i| cluster(&format!("c{i:03}"))));
-    commands.push(Command::UpsertSpec {
+    }
+}
+
+/// The SyncGroup: every cluster labelled `all: "yes"`, `maxUnavailable` clusters at once.
+fn group(max_unavailable: u32) -> Command {
+    Command::UpsertSpec {
         resource: resource(&format!(
             "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: app\n  namespace: fleet\nspec:\n  sourceRef:\n    name: repo\n  clusterSelector:\n    matchLabels:\n      all: \"yes\"\n  template:\n    path: apps\n  rollout:\n    maxUnavailable: {}\n",
-            script.max_unavailable
+            max_unavailable
         )),
         at: AT.into(),
-    });
-    commands.push(resolved(1));
-    commands
+    }
 }
 
 /// A command's name in the trace.
@@ -247,3 +256,74 @@ pub async fn run(world: Rc<RefCell<World>>, script: Script) -> turmoil::Result {
     std::future::pending::<()>().await;
     Ok(())
 }
+
+/// Clusters set up per write in a scale run (two commands each).
+const CLUSTERS_PER_WRITE: usize = 250;
+
+/// The client of a scale run ([`crate::scale`]): sets up `clusters` clusters and the group
+/// with a budget of `max_unavailable`, resolves the first revision, waits for the cold
+/// rollout to complete, then resolves the second. It marks each moment in the world.
+pub async fn run_scale(
+    world: Rc<RefCell<World>>,
+    clusters: usize,
+    max_unavailable: u32,
+) -> turmoil::Result {
+    let forwarder = Forwarder::new(NetworkConfig {
+        connector: Some(net::connector()),
+        ..NetworkConfig::default()
+    });
+    let now = || turmoil::sim_elapsed().unwrap_or_default();
+    if !write(&world, &forwarder, &[source()], 200).await {
+        return Err("the source could not be set up within 200 attempts".into());
+    }
+    for first in (0..clusters).step_by(CLUSTERS_PER_WRITE) {
+        let batch: Vec<Command> = (first..clusters.min(first + CLUSTERS_PER_WRITE))
+            .flat_map(|i| cluster(&format!("c{i:06}")))
+            .collect();
+        if !write(&world, &forwarder, &batch, 200).await {
+            return Err(format!("clusters from {first} could not be set up").into());
+        }
+    }
+    world.borrow_mut().marks.insert("clusters", now());
+    if !write(
+        &world,
+        &forwarder,
+        &[group(max_unavailable), resolved(1)],
+        200,
+    )
+    .await
+    {
+        return Err("the group could not be set up within 200 attempts".into());
+    }
+    world.borrow_mut().marks.insert("first revision", now());
+    while !rolled_out(&world.borrow(), &revision(1), clusters) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    world.borrow_mut().marks.insert("first rollout", now());
+    if !write(&world, &forwarder, &[resolved(2)], 200).await {
+        return Err("the second revision could not be resolved within 200 attempts".into());
+    }
+    world.borrow_mut().marks.insert("second revision", now());
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// The group's rollout of `revision` is complete on every one of `clusters` clusters, as the
+/// leader's state says (the scale harness checks the targets too).
+pub fn rolled_out(world: &World, revision: &str, clusters: usize) -> bool {
+    let Some(leader) = crate::harness::current_leader(world) else {
+        return false;
+    };
+    let Some(node) = world.nodes.get(&leader) else {
+        return false;
+    };
+    let status = node.raft.reader().read(|state| state.group_status(GROUP));
+    status.is_some_and(|status| {
+        status.target_revision.as_deref() == Some(revision)
+            && status.summary.total as usize == clusters
+            && status.summary.updated as usize == clusters
+    })
+}
+
+/// The SyncGroup's key.
+pub const GROUP: &str = "fleet/app";

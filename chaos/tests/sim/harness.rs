@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use starling_raft::{NodeId, RaftConfig, SimDisk};
+use starling_raft::{NodeId, RaftConfig};
 
 use crate::client::{self, Script};
 use crate::replica::{self, Host, Timing};
@@ -212,7 +212,7 @@ impl Report {
     }
 }
 
-fn name(id: NodeId) -> String {
+pub(crate) fn name(id: NodeId) -> String {
     format!("n{id}")
 }
 
@@ -248,6 +248,39 @@ fn schedule(rng: &mut StdRng, replicas: usize, options: &Options) -> Vec<(Durati
     schedule
 }
 
+/// A simulation of `duration` in steps of `tick`: 1–2 ms between any two hosts, messages
+/// reordered, everything random drawn from `seed`.
+pub(crate) fn simulation<'a>(seed: u64, tick: Duration, duration: Duration) -> turmoil::Sim<'a> {
+    turmoil::Builder::new()
+        .rng_seed(seed)
+        .tick_duration(tick)
+        .simulation_duration(duration)
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(2))
+        .enable_random_order()
+        .build()
+}
+
+/// A replica's timing, scaled like the node's defaults: its election timeout drawn first, then
+/// how long its syncs take to apply and to become ready (`sync`).
+pub(crate) fn timing(
+    rng: &mut StdRng,
+    raft: &RaftConfig,
+    sync: impl FnOnce(&mut StdRng) -> (Duration, Duration),
+) -> Timing {
+    let election_timeout = rng.random_range(raft.election_timeout_min..raft.election_timeout_max);
+    let (apply, ready) = sync(rng);
+    Timing {
+        down_after: Duration::from_secs(3),
+        lease: Duration::from_millis(1500),
+        beat: Duration::from_millis(300),
+        raft_heartbeat: raft.heartbeat_interval,
+        election_timeout,
+        apply,
+        ready,
+    }
+}
+
 /// Runs one seed.
 pub fn run(seed: u64, options: &Options) -> Report {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -261,16 +294,11 @@ pub fn run(seed: u64, options: &Options) -> Report {
         added_clusters: rng.random_range(1..4),
         every: Duration::from_millis(rng.random_range(1000..2500)),
     };
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(seed)
-        .tick_duration(options.tick)
-        .simulation_duration(
-            options.fault_window + options.converge_within + Duration::from_secs(30),
-        )
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(2))
-        .enable_random_order()
-        .build();
+    let mut sim = simulation(
+        seed,
+        options.tick,
+        options.fault_window + options.converge_within + Duration::from_secs(30),
+    );
     let world = Rc::new(RefCell::new(World::default()));
     world.borrow_mut().budget = Some(script.max_unavailable);
     let root = tempfile::tempdir().expect("a temporary directory");
@@ -287,25 +315,20 @@ pub fn run(seed: u64, options: &Options) -> Report {
     let raft = RaftConfig::new(0, "", "").with_round_trip(max_rtt);
     let mut hosts = Vec::new();
     for &id in &voters {
-        let timing = Timing {
-            down_after: Duration::from_secs(3),
-            lease: Duration::from_millis(1500),
-            beat: Duration::from_millis(300),
-            raft_heartbeat: raft.heartbeat_interval,
-            election_timeout: rng
-                .random_range(raft.election_timeout_min..raft.election_timeout_max),
-            apply: Duration::from_millis(rng.random_range(10..60)),
-            ready: Duration::from_millis(rng.random_range(50..300)),
-        };
-        let host = Rc::new(Host {
-            id,
-            voters: voters.clone(),
-            timing,
-            disk: RefCell::new(SimDisk::new()),
-            dir: root.path().join(name(id)),
-            artifacts: artifacts.clone(),
-            world: world.clone(),
+        let timing = timing(&mut rng, &raft, |rng| {
+            (
+                Duration::from_millis(rng.random_range(10..60)),
+                Duration::from_millis(rng.random_range(50..300)),
+            )
         });
+        let host = Rc::new(Host::new(
+            id,
+            voters.clone(),
+            timing,
+            root.path(),
+            artifacts.clone(),
+            world.clone(),
+        ));
         hosts.push(host.clone());
         sim.host(name(id), move || replica::run(host.clone()));
     }
@@ -545,7 +568,7 @@ fn inject(
 }
 
 /// The replica that believes it leads (with the highest term, should two believe so).
-fn current_leader(world: &World) -> Option<NodeId> {
+pub(crate) fn current_leader(world: &World) -> Option<NodeId> {
     world
         .nodes
         .values()

@@ -11,11 +11,15 @@
 //!   SIM_SEEDS=1` replays it exactly.
 //! - `cargo test -p chaos --release --test sim -- --ignored --nocapture multi_region` prints
 //!   commit latency and failover time across three regions.
+//! - `SIM_CLUSTERS=100000 cargo test -p chaos --release --test sim -- --ignored --nocapture
+//!   rollout_at_scale` rolls a new revision out to that many clusters on `SIM_REPLICAS`
+//!   (default 5) replicas, and prints its time against the physical limit (`scale.rs`).
 
 mod client;
 mod harness;
 mod net;
 mod replica;
+mod scale;
 mod world;
 
 use std::time::Duration;
@@ -221,4 +225,47 @@ fn multi_region_figures() {
         );
         assert!(failed.is_empty(), "{}", failed.join("\n"));
     }
+}
+
+/// A new revision rolled out to `SIM_CLUSTERS` clusters (default 100,000) on `SIM_REPLICAS`
+/// replicas (default 5), budget `SIM_BUDGET` (default a tenth of the clusters), each sync
+/// 20 ms to apply and 1 s to become ready: its time against the physical limit, in simulated
+/// time, and the budget and the revision checked on the targets.
+#[test]
+#[ignore = "figures: run on demand"]
+fn rollout_at_scale_figures() {
+    init_logs();
+    let clusters = env_u64("SIM_CLUSTERS", 100_000) as usize;
+    let scale = scale::Scale {
+        seed: env_u64("SIM_SEED", 1),
+        clusters,
+        replicas: env_u64("SIM_REPLICAS", 5) as usize,
+        max_unavailable: env_u64("SIM_BUDGET", (clusters as u64 / 10).max(1)) as u32,
+        apply: Duration::from_millis(20),
+        ready: Duration::from_secs(1),
+        within: Duration::from_secs(env_u64("SIM_WITHIN_SECONDS", 1800)),
+    };
+    let report = scale::run(&scale);
+    let seconds =
+        |d: Option<Duration>| d.map_or("-".into(), |d| format!("{:.2} s", d.as_secs_f64()));
+    println!(
+        "{} clusters on {} replicas, budget {}: clusters set up at {}, cold rollout {}, new \
+         revision {} against a physical limit of {:.2} s: limit_ratio {}; most in rollout on \
+         the targets {}; {} clusters behind; {:.0} s of real time",
+        scale.clusters,
+        scale.replicas,
+        scale.max_unavailable,
+        seconds(report.marks.get("clusters").copied()),
+        seconds(report.cold()),
+        seconds(report.rollout),
+        report.limit.as_secs_f64(),
+        report
+            .limit_ratio()
+            .map_or("-".into(), |ratio| format!("{ratio:.3}")),
+        report.most_in_rollout,
+        report.behind,
+        report.real.as_secs_f64(),
+    );
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.behind, 0);
 }

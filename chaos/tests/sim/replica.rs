@@ -57,15 +57,43 @@ pub struct Host {
     /// the simulation starts, so no sync fetches (the simulation has no git host).
     pub artifacts: PathBuf,
     pub world: Rc<RefCell<World>>,
+    /// `--max-concurrent-syncs` and `--max-waiting-syncs` of this replica.
+    pub apply_slots: usize,
+    pub sync_slots: usize,
+}
+
+impl Host {
+    /// Replica `id` of `voters`, its data under `root`, with the fault runs' few slots.
+    pub fn new(
+        id: NodeId,
+        voters: Vec<NodeId>,
+        timing: Timing,
+        root: &std::path::Path,
+        artifacts: PathBuf,
+        world: Rc<RefCell<World>>,
+    ) -> Host {
+        Host {
+            id,
+            voters,
+            timing,
+            disk: RefCell::new(SimDisk::new()),
+            dir: root.join(crate::harness::name(id)),
+            artifacts,
+            world,
+            apply_slots: APPLY_SLOTS,
+            sync_slots: SYNC_SLOTS,
+        }
+    }
 }
 
 pub fn address(id: NodeId) -> String {
     format!("n{id}:{RAFT_PORT}")
 }
 
-/// Most syncs one simulated replica applies at once, and runs at once (waits included).
-const APPLY_SLOTS: usize = 4;
-const SYNC_SLOTS: usize = 8;
+/// Most syncs one simulated replica applies at once, and runs at once (waits included), in
+/// the fault runs: few, so that the budget and the slots both fill up.
+pub const APPLY_SLOTS: usize = 4;
+pub const SYNC_SLOTS: usize = 8;
 
 /// A fixed timestamp: the state records times as text, and the simulation's must not depend
 /// on the host's clock.
@@ -154,8 +182,8 @@ fn node_config(host: &Host) -> NodeConfig {
         lease: timing.lease,
         heartbeat_interval: timing.beat,
         max_rtt: Duration::from_millis(50),
-        max_concurrent_syncs: APPLY_SLOTS,
-        max_waiting_syncs: SYNC_SLOTS,
+        max_concurrent_syncs: host.apply_slots,
+        max_waiting_syncs: host.sync_slots,
         drain_timeout: Duration::from_secs(10),
         operator: None,
         recovery: false,

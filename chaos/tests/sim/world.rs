@@ -130,6 +130,9 @@ pub struct World {
     pub budget: Option<u32>,
     /// Writes whose clusters are in rollout now: write id → cluster.
     in_rollout: BTreeMap<u64, String>,
+    /// The clusters of [`World::in_rollout`], each with its count of writes there: the
+    /// budget check reads its length instead of collecting the clusters at every write.
+    rolling: BTreeMap<String, u32>,
     /// The most clusters in rollout at once.
     pub most_in_rollout: usize,
     /// Every (term, node) that led, as the nodes reported it.
@@ -153,6 +156,8 @@ pub struct World {
     pub left_group: BTreeSet<String>,
     /// Syncs refused per cluster because another installation fenced it.
     pub refusals: BTreeMap<String, usize>,
+    /// Moments a client marked, by name (the scale runs' phases).
+    pub marks: BTreeMap<&'static str, Duration>,
 }
 
 impl World {
@@ -193,31 +198,43 @@ impl World {
                     let at = write.at;
                     self.write(&cluster, write);
                     if !reapply {
+                        *self.rolling.entry(cluster.clone()).or_default() += 1;
                         self.in_rollout.insert(id, cluster);
                         self.check_budget(at);
                     }
                 }
                 Landing::Settled { id } => {
-                    self.in_rollout.remove(&id);
+                    if let Some(cluster) = self.in_rollout.remove(&id)
+                        && let Some(count) = self.rolling.get_mut(&cluster)
+                    {
+                        *count -= 1;
+                        if *count == 0 {
+                            self.rolling.remove(&cluster);
+                        }
+                    }
                 }
             }
         }
     }
 
     fn check_budget(&mut self, at: Duration) {
-        let clusters: BTreeSet<&String> = self
-            .in_rollout
-            .values()
-            .filter(|cluster| !self.left_group.contains(*cluster))
-            .collect();
-        self.most_in_rollout = self.most_in_rollout.max(clusters.len());
+        let left = self
+            .left_group
+            .iter()
+            .filter(|cluster| self.rolling.contains_key(*cluster))
+            .count();
+        let in_rollout = self.rolling.len() - left;
+        self.most_in_rollout = self.most_in_rollout.max(in_rollout);
         if let Some(budget) = self.budget
-            && clusters.len() > budget as usize
+            && in_rollout > budget as usize
         {
-            let clusters: Vec<&String> = clusters.into_iter().collect();
+            let clusters: Vec<&String> = self
+                .rolling
+                .keys()
+                .filter(|cluster| !self.left_group.contains(*cluster))
+                .collect();
             self.violations.push(format!(
-                "{} clusters in rollout at {at:?}, budget {budget}: {clusters:?}",
-                clusters.len()
+                "{in_rollout} clusters in rollout at {at:?}, budget {budget}: {clusters:?}"
             ));
         }
     }

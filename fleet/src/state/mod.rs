@@ -15,7 +15,7 @@
 //! Modules: [`members`] (membership and ownership), [`specs`] (resource specs and SyncGroup
 //! expansion), [`sources`] (resolved revisions, failed fetches, poll requests), [`rollout`] (the per-Sync rollout state and admission), [`syncs`] (grants and
 //! results, dependencies), [`invariants`] (the checks of design section 5 that the state machine
-//! alone can break), [`actionable`] (which Syncs a node may start, indexed by owner), [`view`] (read-only projections with status), [`changes`] (which objects a
+//! alone can break), [`inventories`] (one copy of each distinct inventory), [`actionable`] (which Syncs a node may start, indexed by owner), [`view`] (read-only projections with status), [`changes`] (which objects a
 //! command changed, for watchers).
 //!
 //! Long because it holds the state's types and the one `apply` dispatch; each command's logic
@@ -26,6 +26,7 @@ mod changes;
 mod history;
 mod installation;
 mod invariants;
+mod inventories;
 mod key_set;
 mod members;
 pub mod quota;
@@ -340,6 +341,10 @@ pub struct FleetState {
     /// from them after a snapshot, never serialized.
     #[serde(skip)]
     pub usage: BTreeMap<String, quota::Usage>,
+    /// The recent distinct inventories, so that equal ones are kept once ([`inventories`]).
+    /// Derived: never serialised.
+    #[serde(skip)]
+    inventories: inventories::Inventories,
 }
 
 /// What a [`Command::SourceResolved`] expects the source's committed revision to be, so that a
@@ -802,7 +807,16 @@ impl FleetState {
                 ticket,
                 outcome,
                 at,
-            } => self.finish_sync(ticket, outcome, &at),
+            } => {
+                let sync = (self.tickets.get(&ticket))
+                    .or_else(|| self.revoked.get(&ticket).map(|r| &r.ticket))
+                    .map(|t| t.sync.clone());
+                let outcome = self.finish_sync(ticket, outcome, &at);
+                if let Some(sync) = sync {
+                    self.share_inventory(&sync);
+                }
+                outcome
+            }
             Command::ReportHealth {
                 sync,
                 node,
@@ -842,7 +856,18 @@ impl FleetState {
                 fence,
                 syncs,
                 at,
-            } => self.recover_cluster(&cluster, fence, syncs, &at),
+            } => {
+                let outcome = self.recover_cluster(&cluster, fence, syncs, &at);
+                let recovered: Vec<Key> = self
+                    .cluster_syncs
+                    .get(&cluster)
+                    .map(|syncs| syncs.iter().map(|k| k.to_string()).collect())
+                    .unwrap_or_default();
+                for sync in recovered {
+                    self.share_inventory(&sync);
+                }
+                outcome
+            }
             Command::RestoreHistory {
                 group,
                 history,

@@ -176,7 +176,7 @@ impl FleetState {
         let mut inventory = recovered.inventory;
         inventory.sort();
         inventory.dedup();
-        status.inventory = inventory;
+        status.inventory = inventory.into();
         if let Some(revision) = &recovered.revision {
             if status.last_applied_revision.as_deref() != Some(revision.as_str()) {
                 status.revision_history.insert(

@@ -385,9 +385,7 @@ impl FleetState {
         let keep = |status: &mut crate::resources::SyncStatus,
                     partial: Option<Vec<crate::resources::ObjectRef>>| {
             if let Some(partial) = partial {
-                let merged: std::collections::BTreeSet<_> =
-                    status.inventory.drain(..).chain(partial).collect();
-                status.inventory = merged.into_iter().collect();
+                status.inventory = status.inventory.merged(partial);
             }
         };
         match outcome {

@@ -146,6 +146,7 @@ impl FleetState {
         state.usage = state.count_usage();
         state.actionable_by_owner = state.actionable_by_owner_from_scratch();
         state.share_templates();
+        state.share_inventories();
         Ok(state)
     }
 

@@ -10,7 +10,7 @@ use super::{
     DenyReason, FleetState, Key, MemberState, NodeId, Outcome, Revoked, SyncKind, SyncOutcome,
     Ticket, cluster_key_of, key_of, source_key_of,
 };
-use crate::resources::{AppliedRevision, ObjectRef, ResourceStatus, SyncResult};
+use crate::resources::{AppliedRevision, ResourceStatus, SyncResult};
 
 impl FleetState {
     pub(super) fn begin_sync(
@@ -207,9 +207,7 @@ impl FleetState {
                 if let Some(partial) = inventory {
                     // What the target mirrored is in it: everything is accounted for.
                     entry.rollout.unrecorded = false;
-                    let merged: BTreeSet<ObjectRef> =
-                        status.inventory.drain(..).chain(partial).collect();
-                    status.inventory = merged.into_iter().collect();
+                    status.inventory = status.inventory.merged(partial);
                 }
                 // Every object was applied and only the wait was cut short (a hold, a lapsed
                 // lease): report what the target holds, not the revision before. The rollout's
@@ -240,7 +238,7 @@ impl FleetState {
                     // The engine pruned whatever the target held beyond this inventory.
                     entry.rollout.unrecorded = false;
                     record_applied(status, &ticket.revision, at);
-                    status.inventory = inventory;
+                    status.inventory = inventory.into();
                     entry.rollout.health = health;
                     status.resources_least_status = Some(health);
                 }
@@ -277,9 +275,7 @@ impl FleetState {
                 if let Some(partial) = inventory {
                     entry.rollout.unrecorded = false;
                     // Keep everything that may exist on the target, so a later prune finds it.
-                    let merged: BTreeSet<ObjectRef> =
-                        status.inventory.drain(..).chain(partial).collect();
-                    status.inventory = merged.into_iter().collect();
+                    status.inventory = status.inventory.merged(partial);
                 }
             }
         }
@@ -500,8 +496,7 @@ impl FleetState {
             && let Some(entry) = self.syncs.get_mut(&sync)
         {
             let status = entry.object.status.get_or_insert_with(Default::default);
-            let merged: BTreeSet<ObjectRef> = status.inventory.drain(..).chain(applied).collect();
-            status.inventory = merged.into_iter().collect();
+            status.inventory = status.inventory.merged(applied);
         }
         Outcome::Released { sync }
     }

@@ -398,7 +398,7 @@ async fn apply(
         .object
         .status
         .as_ref()
-        .map(|s| s.inventory.clone())
+        .map(|s| s.inventory.to_vec())
         .unwrap_or_default();
     request.lease = Some({
         let replica = replica.clone();
@@ -435,7 +435,12 @@ async fn apply(
                         tracing::info!("cluster held: stopping the sync");
                         cancel.cancel();
                     }
-                    tokio::time::sleep(WATCH_TICKET).await;
+                    // Ends as soon as the sync does: the report waits for this task.
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => {}
+                        _ = tokio::time::sleep(WATCH_TICKET) => {}
+                    }
                 }
             }
             .in_current_span(),

@@ -10,7 +10,7 @@ fn held_by_target(old: &FleetState, sync: &str) -> RecoveredSync {
     let status = old.syncs[sync].object.status.clone().unwrap_or_default();
     RecoveredSync {
         sync: sync.into(),
-        inventory: status.inventory,
+        inventory: status.inventory.to_vec(),
         revision: status.last_applied_revision,
         digest: old.render_digest(sync),
         health: ResourceStatus::Current,
