@@ -241,6 +241,17 @@ fn provide_credentials(
     }
 }
 
+/// Whether `text` holds the HTTP status `code` as a number of its own, not inside a word or a
+/// longer number: a path such as `/tmp/.tmp401hbX` is not a 401.
+fn has_status(text: &str, code: &str) -> bool {
+    text.match_indices(code).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + code.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric())
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+    })
+}
+
 /// Turns a libgit2 error into the crate's classes, with every secret scrubbed.
 fn classify(
     error: &git2::Error,
@@ -280,15 +291,15 @@ fn classify(
     if observed.credential_tries.get() > 0
         || error.code() == ErrorCode::Auth
         || lower.contains("authentication")
-        || lower.contains("401")
-        || lower.contains("403")
+        || has_status(&lower, "401")
+        || has_status(&lower, "403")
     {
         return SourceError::Auth {
             url: shown,
             message: format!("the server refused the credentials ({message})"),
         };
     }
-    let not_found = lower.contains("404")
+    let not_found = has_status(&lower, "404")
         || lower.contains("not found")
         || lower.contains("could not find repository")
         || lower.contains("not exported")
@@ -319,5 +330,49 @@ fn classify(
     SourceError::Git {
         url: shown,
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classified(url: &str, code: ErrorCode, message: &str) -> SourceError {
+        let url = RepoUrl::parse(url).expect("a URL");
+        let error = git2::Error::new(code, git2::ErrorClass::Os, message);
+        classify(
+            &error,
+            &url,
+            &Observed::default(),
+            Instant::now(),
+            Duration::from_secs(60),
+            &crate::credentials::Redactor::new(),
+        )
+    }
+
+    #[test]
+    fn a_status_is_told_from_digits_inside_a_path() {
+        // A temporary directory's random name once held "401": a missing repository was
+        // reported as refused credentials.
+        let missing = classified(
+            "file:///tmp/.tmp401hbX/nothing-here",
+            ErrorCode::GenericError,
+            "failed to resolve path '/tmp/.tmp401hbX/nothing-here': No such file or directory",
+        );
+        assert_eq!(missing.kind(), crate::ErrorKind::NotFound, "{missing}");
+        let refused = classified(
+            "https://git.example/repo.git",
+            ErrorCode::GenericError,
+            "unexpected http status code: 403",
+        );
+        assert_eq!(refused.kind(), crate::ErrorKind::Auth, "{refused}");
+        let gone = classified(
+            "https://git.example/repo.git",
+            ErrorCode::GenericError,
+            "unexpected http status code: 404",
+        );
+        assert_eq!(gone.kind(), crate::ErrorKind::NotFound, "{gone}");
+        assert!(!has_status("/tmp/x4041/repo", "404"));
+        assert!(has_status("status 401.", "401"));
     }
 }
