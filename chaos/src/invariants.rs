@@ -431,9 +431,10 @@ async fn owners(world: &World) -> Vec<String> {
 }
 
 /// Disaster recovery writes to no target before it is recovered: nothing at all between the
-/// loss of every replica and `starling recover`'s answer, and afterwards only at owner
-/// generations above the fence the target held before the disaster (a cluster recovery could
-/// not read stays below it, so any write to it before its read-back shows here).
+/// loss of every replica and `starling recover`, and from then on only at owner generations
+/// above the fence the target held before the disaster (recovery raises a target's
+/// generation above its fence only once it read the target back, so a cluster recovery could
+/// not read stays below it, and any write to it before its read-back shows here).
 pub fn no_write_before_recovery(records: &[AuditRecord], disasters: &[Disaster]) -> Check {
     let mut violations = Vec::new();
     for (index, disaster) in disasters.iter().enumerate() {
@@ -451,8 +452,8 @@ pub fn no_write_before_recovery(records: &[AuditRecord], disasters: &[Disaster])
                 record.generation,
                 record.seq
             );
-            if record.seq <= disaster.recovered {
-                violations.push(format!("during recovery: {what}"));
+            if record.seq <= disaster.recovering {
+                violations.push(format!("before recovery: {what}"));
                 continue;
             }
             let Some(fence) = disaster.fences.get(&record.cluster) else {
@@ -464,7 +465,7 @@ pub fn no_write_before_recovery(records: &[AuditRecord], disasters: &[Disaster])
         }
     }
     check(
-        "no write during recovery to a cluster not yet recovered",
+        "no write before recovery, nor to a cluster not yet recovered",
         &violations,
         &format!(
             "{} disaster(s): no write until recovered, then only above each target's fence",
