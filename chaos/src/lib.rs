@@ -28,6 +28,7 @@
 //! node, state machine, lease and failure detector on turmoil's simulated network and clock,
 //! 1,000 seeds per `cargo test` (see its module doc).
 
+pub mod chart;
 pub mod harness;
 pub mod invariants;
 pub mod run;

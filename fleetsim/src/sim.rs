@@ -48,6 +48,9 @@ pub struct Stats {
     /// TLS handshakes that verified the certificate chain (full) and that resumed a session.
     pub tls_full_handshakes: u64,
     pub tls_resumed_handshakes: u64,
+    /// Collection reads (LIST) and watches served since start, over all clusters.
+    pub lists_total: u64,
+    pub watches_total: u64,
 }
 
 /// State shared by the server, the controller and the handle.
@@ -67,6 +70,8 @@ pub(crate) struct Shared {
     pub connections_total: AtomicU64,
     pub tls_full_handshakes: AtomicU64,
     pub tls_resumed_handshakes: AtomicU64,
+    pub lists_total: AtomicU64,
+    pub watches_total: AtomicU64,
 }
 
 fn missing(name: &str) -> FleetSimError {
@@ -345,6 +350,8 @@ impl Shared {
             connections_total: self.connections_total.load(Ordering::Relaxed),
             tls_full_handshakes: self.tls_full_handshakes.load(Ordering::Relaxed),
             tls_resumed_handshakes: self.tls_resumed_handshakes.load(Ordering::Relaxed),
+            lists_total: self.lists_total.load(Ordering::Relaxed),
+            watches_total: self.watches_total.load(Ordering::Relaxed),
         }
     }
 }
@@ -394,6 +401,8 @@ impl FleetSim {
             connections_total: AtomicU64::new(0),
             tls_full_handshakes: AtomicU64::new(0),
             tls_resumed_handshakes: AtomicU64::new(0),
+            lists_total: AtomicU64::new(0),
+            watches_total: AtomicU64::new(0),
             config,
         });
         for index in 0..shared.config.clusters {

@@ -2,9 +2,11 @@
 //! of [`crate::readiness`], once (health checks) or until they are all `Current` (a sync that
 //! waits).
 //!
-//! The wait follows the objects that are not ready yet with one watch each (kube-runtime's
-//! watcher, a field selector on the name), so it costs no request while nothing changes and
-//! ends as soon as the last object turns `Current`. Should a watch fail (a cluster that cannot
+//! The wait follows the objects that are not ready yet with one watch each (a field selector
+//! on the name), so it costs no request while nothing changes and ends as soon as the last
+//! object turns `Current`. The watch starts at the resourceVersion the apply answered, so it
+//! needs no list first and misses no change made after the apply; without one (an apply that
+//! returned none) kube-runtime's watcher lists, then watches. Should a watch fail (a cluster that cannot
 //! watch, a connection lost) the wait goes on by polling those objects, a few at a time, with a
 //! delay that grows from 100 ms to 2 s. Either way it ends early when an object reaches
 //! `Failed` (a failed Job or a Deployment past its progress deadline does not heal by
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use fleet::resources::{ObjectRef, ResourceStatus};
 use futures::StreamExt;
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use tokio::time::Instant;
 
@@ -28,6 +30,17 @@ use crate::session::Session;
 const FIRST_POLL: Duration = Duration::from_millis(100);
 const LAST_POLL: Duration = Duration::from_secs(2);
 const PARALLEL_READS: usize = 8;
+/// The longest watch asked of a server (kube-apiserver's own cap is about 5 minutes); a wait
+/// longer than that goes on by polling when the watch ends.
+const LONGEST_WATCH_SECONDS: u32 = 290;
+
+/// The resourceVersion of an object as the server answered it, where a watch can start.
+pub(crate) fn version_of(live: &serde_json::Value) -> Option<String> {
+    live.pointer("/metadata/resourceVersion")
+        .and_then(serde_json::Value::as_str)
+        .filter(|version| !version.is_empty())
+        .map(str::to_owned)
+}
 
 /// The health of one object as the cluster has it now.
 pub(crate) async fn observe(
@@ -95,11 +108,20 @@ enum Watched {
     Poll(String),
 }
 
-/// Waits by following every object that is not `Current` yet with a watch of its own.
+/// What a watch saw of its object.
+enum Seen {
+    Live(Box<DynamicObject>),
+    Deleted,
+    Nothing,
+}
+
+/// Waits by following every object that is not `Current` yet with a watch of its own, from the
+/// resourceVersion its apply answered (`versions[i]`) when there is one.
 async fn watch_ready(
     session: &Session,
     health: &mut [ObjectHealth],
     resolved: &[Option<Resolved>],
+    versions: &[Option<String>],
     limit: Instant,
     started: Instant,
 ) -> Watched {
@@ -115,13 +137,47 @@ async fn watch_ready(
             ));
         };
         let api = session.api(kind, entry.object.namespace.as_deref());
-        let config =
-            watcher::Config::default().fields(&format!("metadata.name={}", entry.object.name));
-        streams.push(
-            watcher(api, config)
-                .map(move |event| (index, event))
+        let by_name = format!("metadata.name={}", entry.object.name);
+        let stream = match versions.get(index).and_then(Option::as_deref) {
+            Some(version) => {
+                let seconds = limit
+                    .saturating_duration_since(Instant::now())
+                    .as_secs()
+                    .saturating_add(1)
+                    .min(u64::from(LONGEST_WATCH_SECONDS)) as u32;
+                let params = WatchParams::default().fields(&by_name).timeout(seconds);
+                match api.watch(&params, version).await {
+                    Ok(events) => events
+                        .map(|event| match event {
+                            Ok(WatchEvent::Added(live) | WatchEvent::Modified(live)) => {
+                                Ok(Seen::Live(Box::new(live)))
+                            }
+                            Ok(WatchEvent::Deleted(_)) => Ok(Seen::Deleted),
+                            Ok(WatchEvent::Bookmark(_)) => Ok(Seen::Nothing),
+                            Ok(WatchEvent::Error(status)) => Err(status.to_string()),
+                            Err(error) => Err(error.to_string()),
+                        })
+                        .boxed(),
+                    Err(error) => {
+                        return Watched::Poll(format!(
+                            "the watch of {} could not start: {error}",
+                            describe(&entry.object)
+                        ));
+                    }
+                }
+            }
+            None => watcher(api, watcher::Config::default().fields(&by_name))
+                .map(|event| match event {
+                    Ok(watcher::Event::Apply(live) | watcher::Event::InitApply(live)) => {
+                        Ok(Seen::Live(Box::new(live)))
+                    }
+                    Ok(watcher::Event::Delete(_)) => Ok(Seen::Deleted),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => Ok(Seen::Nothing),
+                    Err(error) => Err(error.to_string()),
+                })
                 .boxed(),
-        );
+        };
+        streams.push(stream.map(move |seen| (index, seen)).boxed());
     }
     let mut events = futures::stream::select_all(streams);
     loop {
@@ -146,17 +202,15 @@ async fn watch_ready(
                 }
             }
             event = events.next() => match event {
-                Some((index, Ok(watcher::Event::Apply(live) | watcher::Event::InitApply(live)))) => {
-                    match health_of(&health[index].object, &live) {
-                        Ok(fresh) => health[index] = fresh,
-                        Err(why) => return Watched::Poll(why),
-                    }
-                }
-                Some((index, Ok(watcher::Event::Delete(_)))) => {
+                Some((index, Ok(Seen::Live(live)))) => match health_of(&health[index].object, &live) {
+                    Ok(fresh) => health[index] = fresh,
+                    Err(why) => return Watched::Poll(why),
+                },
+                Some((index, Ok(Seen::Deleted))) => {
                     health[index].status = ResourceStatus::Missing;
                     health[index].message = "deleted".into();
                 }
-                Some((_, Ok(watcher::Event::Init | watcher::Event::InitDone))) => {}
+                Some((_, Ok(Seen::Nothing))) => {}
                 Some((index, Err(error))) => {
                     return Watched::Poll(format!(
                         "the watch of {} failed: {error}",
@@ -183,17 +237,18 @@ fn not_ready(health: &ObjectHealth, waited: Duration) -> SyncError {
 }
 
 /// Waits until every object is `Current`, starting from `health` (what the applies answered;
-/// `resolved[i]` is the kind of `health[i]`). Fails at once when one is `Failed`, and at
-/// `limit` when some are still not ready.
+/// `resolved[i]` is the kind of `health[i]`, `versions[i]` the resourceVersion its apply
+/// answered). Fails at once when one is `Failed`, and at `limit` when some are still not ready.
 pub(crate) async fn wait_ready(
     session: &Session,
     mut health: Vec<ObjectHealth>,
     resolved: &[Option<Resolved>],
+    versions: &[Option<String>],
     limit: Instant,
 ) -> Result<Vec<ObjectHealth>, SyncError> {
     debug_assert_eq!(health.len(), resolved.len());
     let started = Instant::now();
-    match watch_ready(session, &mut health, resolved, limit, started).await {
+    match watch_ready(session, &mut health, resolved, versions, limit, started).await {
         Watched::Done(result) => return result,
         Watched::Poll(why) => {
             tracing::debug!(cluster = session.cluster(), %why, "waiting for readiness by polling");

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::apply::{Planned, apply_one};
 use crate::error::{SyncError, is_not_found};
-use crate::health::wait_ready;
+use crate::health::{version_of, wait_ready};
 use crate::object::{describe, install_rank};
 use crate::readiness::{ObjectHealth, status_of};
 use crate::session::Session;
@@ -144,7 +144,9 @@ async fn run_one(session: &Session, hook: &Planned, limit: Instant) -> Result<()
         status,
         message,
     }];
-    let health = wait_ready(session, health, std::slice::from_ref(&hook.resolved), limit).await?;
+    let versions = [version_of(&applied.live)];
+    let resolved = std::slice::from_ref(&hook.resolved);
+    let health = wait_ready(session, health, resolved, &versions, limit).await?;
     debug_assert!(health.iter().all(|h| h.status == ResourceStatus::Current));
     Ok(())
 }

@@ -266,6 +266,10 @@ fn rollout_at_scale_figures() {
         report.behind,
         report.real.as_secs_f64(),
     );
+    let chart = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sim-rollout-{}.svg", scale.clusters));
+    std::fs::write(&chart, scale::chart(&scale, &report)).expect("the chart is written");
+    println!("wrote {}", chart.display());
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.behind, 0);
 }

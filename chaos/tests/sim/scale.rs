@@ -55,7 +55,13 @@ pub struct ScaleReport {
     pub violations: Vec<String>,
     /// Wall-clock time the run took.
     pub real: Duration,
+    /// The second rollout on the targets, every [`SAMPLE`] of simulated time from its
+    /// revision's resolution: (seconds, clusters at the revision, clusters in rollout).
+    pub samples: Vec<(f64, usize, usize)>,
 }
+
+/// How often a scale run samples the rollout for its chart, in simulated time.
+const SAMPLE: Duration = Duration::from_millis(100);
 
 impl ScaleReport {
     /// The physical limit over the rollout's time (1: at the limit).
@@ -128,6 +134,7 @@ pub fn run(scale: &Scale) -> ScaleReport {
     let second = client::revision(2);
     let mut violations = Vec::new();
     let mut rollout = None;
+    let mut samples = Vec::new();
     while sim.elapsed() < scale.within {
         if let Err(error) = sim.step() {
             violations.push(format!("the simulation failed: {error}"));
@@ -141,6 +148,11 @@ pub fn run(scale: &Scale) -> ScaleReport {
         let Some(&resolved) = world.marks.get("second revision") else {
             continue;
         };
+        let since = sim.elapsed() - resolved;
+        if since >= SAMPLE * samples.len() as u32 {
+            let at = scale.clusters - behind(&world, &second, scale.clusters);
+            samples.push((since.as_secs_f64(), at, world.in_rollout_now()));
+        }
         if client::rolled_out(&world, &second, scale.clusters)
             && behind(&world, &second, scale.clusters) == 0
         {
@@ -165,6 +177,7 @@ pub fn run(scale: &Scale) -> ScaleReport {
         behind: behind(&world, &second, scale.clusters),
         violations,
         real: started.elapsed(),
+        samples,
     };
     // The replicas' Raft nodes are dropped with their runtimes, inside the simulation.
     world.nodes.clear();
@@ -181,4 +194,66 @@ fn behind(world: &World, revision: &str, clusters: usize) -> usize {
         .filter(|cluster| world.revision_of(cluster) == Some(revision))
         .count();
     clusters.saturating_sub(at_revision)
+}
+
+/// The second rollout as a chart: clusters at the new revision and in rollout on the targets
+/// over simulated time, against the physical limit's pace (a budget's wave every
+/// `apply + ready`) and the budget.
+pub fn chart(scale: &Scale, report: &ScaleReport) -> String {
+    use chaos::chart::{Series, line_chart};
+
+    let wave = (scale.apply + scale.ready).as_secs_f64();
+    let waves = scale
+        .clusters
+        .div_ceil(scale.max_unavailable.max(1) as usize);
+    let mut limit = vec![(0.0, 0.0)];
+    for index in 1..=waves {
+        let done = (index * scale.max_unavailable as usize).min(scale.clusters) as f64;
+        limit.push((index as f64 * wave, limit[limit.len() - 1].1));
+        limit.push((index as f64 * wave, done));
+    }
+    let end = report.samples.last().map_or(0.0, |s| s.0);
+    let series = [
+        Series {
+            name: "updated (on the targets)",
+            color: "#1f77b4",
+            dashed: false,
+            points: report.samples.iter().map(|s| (s.0, s.1 as f64)).collect(),
+        },
+        Series {
+            name: "in rollout (on the targets)",
+            color: "#ff7f0e",
+            dashed: false,
+            points: report.samples.iter().map(|s| (s.0, s.2 as f64)).collect(),
+        },
+        Series {
+            name: "physical limit",
+            color: "#2ca02c",
+            dashed: true,
+            points: limit,
+        },
+        Series {
+            name: "budget",
+            color: "#d62728",
+            dashed: true,
+            points: vec![
+                (0.0, f64::from(scale.max_unavailable)),
+                (end, f64::from(scale.max_unavailable)),
+            ],
+        },
+    ];
+    let title = format!(
+        "A new revision to {} clusters on {} replicas in the simulation: {}",
+        scale.clusters,
+        scale.replicas,
+        report
+            .rollout
+            .map_or("incomplete".into(), |d| format!("{:.2} s", d.as_secs_f64()))
+    );
+    line_chart(
+        &title,
+        "simulated seconds since the revision",
+        "clusters",
+        &series,
+    )
 }

@@ -292,6 +292,11 @@ impl World {
     }
 
     /// The revision a cluster last received (a retire leaves it, with no objects).
+    /// Clusters in rollout now, on the targets (a write applied, its readiness not settled).
+    pub fn in_rollout_now(&self) -> usize {
+        self.rolling.len()
+    }
+
     pub fn revision_of(&self, cluster: &str) -> Option<&str> {
         self.writes
             .get(cluster)

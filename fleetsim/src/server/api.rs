@@ -5,6 +5,7 @@
 //! [`super::metadata`]).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -280,6 +281,7 @@ async fn resource(
     let watching = path.watch_prefix || request.query.flag("watch");
     match (&request.method, name) {
         (&Method::GET, name) if watching => {
+            shared.watches_total.fetch_add(1, Ordering::Relaxed);
             let mut query = list_query(&request.query, path.namespace.as_deref())?;
             if let Some(name) = name {
                 query.fields = FieldSelector::parse(&format!("metadata.name={name}"))
@@ -317,6 +319,7 @@ async fn resource(
             Ok(h::json_bytes(200, render.object(&object.json)))
         }
         (&Method::GET, None) => {
+            shared.lists_total.fetch_add(1, Ordering::Relaxed);
             let render = output.for_list(&info)?;
             let query = list_query(&request.query, path.namespace.as_deref())?;
             let page = cluster.read(|s| s.list(&info, &query))?;

@@ -34,7 +34,7 @@ use crate::apply::{apply_one, plan, wait_for_crds};
 use crate::client::{ClientCache, ClusterTarget};
 use crate::error::SyncError;
 use crate::fence::{self, FENCE_NAME, FenceState};
-use crate::health::{observe_all, wait_ready};
+use crate::health::{observe_all, version_of, wait_ready};
 use crate::hooks::run_hooks;
 use crate::inventory::{self, Mirror, normalized, removed, same};
 use crate::order::Phase;
@@ -345,6 +345,7 @@ impl SyncEngine {
         let drift_mode = request.template.drift_mode();
         let mut drift = Vec::new();
         let mut health = Vec::with_capacity(planned.len());
+        let mut versions = Vec::with_capacity(planned.len());
         let crds = planned
             .iter()
             .take_while(|p| p.phase == Phase::Crds)
@@ -381,13 +382,14 @@ impl SyncEngine {
                 status,
                 message,
             });
+            versions.push(version_of(&applied.live));
         }
         // Applied: the wait for readiness does not hold an apply slot.
         progress.applied_all = !request.retire;
         request.apply_slot.release();
         if request.wait {
             let resolved: Vec<_> = planned.iter().map(|p| p.resolved.clone()).collect();
-            health = wait_ready(&session, health, &resolved, deadline).await?;
+            health = wait_ready(&session, health, &resolved, &versions, deadline).await?;
         }
         hooks_run += run_hooks(&session, &hooks, HookPhase::AfterApply, install, deadline).await?;
         if hooks_run > 0 {

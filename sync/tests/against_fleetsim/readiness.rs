@@ -61,6 +61,34 @@ async fn a_longer_wait_for_readiness_costs_no_requests() {
     );
 }
 
+/// The wait watches from the resourceVersion each apply answered: no list before the watch,
+/// so one request fewer per object that is not ready at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_watches_from_the_applied_version_without_a_list() {
+    let sim = fleet(1, Duration::from_millis(300)).await;
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/web.yaml", &*deployment("web", 2, "")),
+        ("app/api.yaml", &*deployment("api", 1, "")),
+    ];
+    let before = sim.stats();
+    let report = engine()
+        .sync(request(&sim, "c0", "node-a", 1, &files))
+        .await
+        .expect("sync");
+    assert_eq!(report.health, ResourceStatus::Current);
+    let after = sim.stats();
+    assert_eq!(
+        after.watches_total - before.watches_total,
+        2,
+        "one watch per Deployment that was not ready at once: {after:?}"
+    );
+    assert_eq!(
+        after.lists_total, before.lists_total,
+        "a list before a watch: {after:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependency_waiting_reads_the_least_status() {
     let sim = fleet(1, Duration::from_millis(500)).await;
