@@ -12,7 +12,12 @@
 //! | `Admin` | Members, AddNode, RemoveNode, Drain, TransferLeadership, Shards | the node |
 //! | `Node` | Heartbeat (failure detector and node lease) | the node |
 //! | `Artifacts` | Fetch (stream of chunks), Has | the node |
+//! | `Agent` | the pull agents' sessions (jobs down, results up) | the node |
+//!
+//! Every service and client encodes with [`codec::StarlingCodec`]: prost's codec with small
+//! first buffers, because a replica holds one stream per pull agent.
 
+pub mod codec;
 pub mod limits;
 pub mod status;
 
