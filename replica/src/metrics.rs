@@ -73,6 +73,8 @@ pub struct Metrics {
     in_flight_count: AtomicI64,
     sync_micros_total: AtomicU64,
     sync_count: AtomicU64,
+    plan_nanos_total: AtomicU64,
+    plan_count: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -111,6 +113,8 @@ impl Metrics {
             in_flight_count: AtomicI64::new(0),
             sync_micros_total: AtomicU64::new(0),
             sync_count: AtomicU64::new(0),
+            plan_nanos_total: AtomicU64::new(0),
+            plan_count: AtomicU64::new(0),
             registry: Registry::default(),
         };
         registry.register("raft_term", "Current Raft term", metrics.raft_term.clone());
@@ -239,6 +243,22 @@ impl Metrics {
         (
             Duration::from_micros(self.sync_micros_total.load(Ordering::Relaxed)),
             self.sync_count.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Records how long one plan took (histogram, and the totals [`Metrics::plan_totals`]).
+    pub fn record_plan(&self, took: Duration) {
+        self.plan_duration.observe(took.as_secs_f64());
+        self.plan_nanos_total
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.plan_count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Total time and count of this node's plans.
+    pub fn plan_totals(&self) -> (Duration, u64) {
+        (
+            Duration::from_nanos(self.plan_nanos_total.load(Ordering::Relaxed)),
+            self.plan_count.load(Ordering::Relaxed),
         )
     }
 

@@ -266,6 +266,15 @@ fn rollout_at_scale_figures() {
         report.behind,
         report.real.as_secs_f64(),
     );
+    if let Some(per_plan) = report.per_plan() {
+        println!(
+            "planning during the new revision: {} plans on all replicas, {:.3} ms of host time \
+             per plan, {:.2} s in all",
+            report.plans,
+            per_plan.as_secs_f64() * 1000.0,
+            report.planning.as_secs_f64()
+        );
+    }
     let chart = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("sim-rollout-{}.svg", scale.clusters));
     std::fs::write(&chart, scale::chart(&scale, &report)).expect("the chart is written");

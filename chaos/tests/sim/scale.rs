@@ -58,6 +58,28 @@ pub struct ScaleReport {
     /// The second rollout on the targets, every [`SAMPLE`] of simulated time from its
     /// revision's resolution: (seconds, clusters at the revision, clusters in rollout).
     pub samples: Vec<(f64, usize, usize)>,
+    /// The replicas' plans during the second rollout (each a look at the state after a burst
+    /// of applied entries) and the host time they took, all replicas together.
+    pub plans: u64,
+    pub planning: Duration,
+}
+
+impl ScaleReport {
+    /// Host time per plan.
+    pub fn per_plan(&self) -> Option<Duration> {
+        (self.plans > 0).then(|| self.planning / self.plans as u32)
+    }
+}
+
+/// The replicas' plan totals: host time and count.
+fn plan_totals(world: &World) -> (Duration, u64) {
+    world
+        .nodes
+        .values()
+        .map(|node| node.metrics.plan_totals())
+        .fold((Duration::ZERO, 0), |(time, count), (t, c)| {
+            (time + t, count + c)
+        })
 }
 
 /// How often a scale run samples the rollout for its chart, in simulated time.
@@ -135,6 +157,8 @@ pub fn run(scale: &Scale) -> ScaleReport {
     let mut violations = Vec::new();
     let mut rollout = None;
     let mut samples = Vec::new();
+    let mut plans_before = None;
+    let mut plans_after = (Duration::ZERO, 0);
     while sim.elapsed() < scale.within {
         if let Err(error) = sim.step() {
             violations.push(format!("the simulation failed: {error}"));
@@ -148,6 +172,9 @@ pub fn run(scale: &Scale) -> ScaleReport {
         let Some(&resolved) = world.marks.get("second revision") else {
             continue;
         };
+        let plans_now = plan_totals(&world);
+        let before = *plans_before.get_or_insert(plans_now);
+        plans_after = (plans_now.0 - before.0, plans_now.1 - before.1);
         let since = sim.elapsed() - resolved;
         if since >= SAMPLE * samples.len() as u32 {
             let at = scale.clusters - behind(&world, &second, scale.clusters);
@@ -178,6 +205,8 @@ pub fn run(scale: &Scale) -> ScaleReport {
         violations,
         real: started.elapsed(),
         samples,
+        plans: plans_after.1,
+        planning: plans_after.0,
     };
     // The replicas' Raft nodes are dropped with their runtimes, inside the simulation.
     world.nodes.clear();

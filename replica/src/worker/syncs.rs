@@ -94,15 +94,14 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
             continue;
         }
         let busy = lock(&replica.running_syncs).clone();
-        let planning = Instant::now();
+        // The host's clock, not tokio's: a plan is computation, and the simulation's clock
+        // does not move while a replica computes.
+        let planning = std::time::Instant::now();
         let plan = replica
             .raft
             .reader()
             .read(|state| planner.plan(state, replica.id(), &busy, Instant::now()));
-        replica
-            .metrics
-            .plan_duration
-            .observe(planning.elapsed().as_secs_f64());
+        replica.metrics.record_plan(planning.elapsed());
         // Tenants take turns at the free slots (see `fair`).
         let plan = super::fair::interleave(plan, |work| work.sync.as_str(), &busy);
         for work in plan {
