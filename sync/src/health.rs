@@ -6,9 +6,11 @@
 //! on the name), so it costs no request while nothing changes and ends as soon as the last
 //! object turns `Current`. The watch starts at the resourceVersion the apply answered, so it
 //! needs no list first and misses no change made after the apply; without one (an apply that
-//! returned none) kube-runtime's watcher lists, then watches. Should a watch fail (a cluster that cannot
-//! watch, a connection lost) the wait goes on by polling those objects, a few at a time, with a
-//! delay that grows from 100 ms to 2 s. Either way it ends early when an object reaches
+//! returned none) kube-runtime's watcher lists, then watches. The watches all start together,
+//! inside the wait, so a lost lease ends the wait at once and many objects cost one round trip,
+//! not one each. Should a watch fail (a cluster that cannot watch, a connection lost) the wait
+//! goes on by polling those objects, a few at a time, with a delay that grows from 100 ms to
+//! 2 s. Either way it ends early when an object reaches
 //! `Failed` (a failed Job or a Deployment past its progress deadline does not heal by
 //! waiting), and at its limit with an error that names the least ready object and why it is
 //! not ready.
@@ -16,7 +18,7 @@
 use std::time::Duration;
 
 use fleet::resources::{ObjectRef, ResourceStatus};
-use futures::StreamExt;
+use futures::{StreamExt, TryFutureExt};
 use kube::api::{DynamicObject, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use tokio::time::Instant;
@@ -146,25 +148,21 @@ async fn watch_ready(
                     .saturating_add(1)
                     .min(u64::from(LONGEST_WATCH_SECONDS)) as u32;
                 let params = WatchParams::default().fields(&by_name).timeout(seconds);
-                match api.watch(&params, version).await {
-                    Ok(events) => events
-                        .map(|event| match event {
-                            Ok(WatchEvent::Added(live) | WatchEvent::Modified(live)) => {
-                                Ok(Seen::Live(Box::new(live)))
-                            }
-                            Ok(WatchEvent::Deleted(_)) => Ok(Seen::Deleted),
-                            Ok(WatchEvent::Bookmark(_)) => Ok(Seen::Nothing),
-                            Ok(WatchEvent::Error(status)) => Err(status.to_string()),
-                            Err(error) => Err(error.to_string()),
-                        })
-                        .boxed(),
-                    Err(error) => {
-                        return Watched::Poll(format!(
-                            "the watch of {} could not start: {error}",
-                            describe(&entry.object)
-                        ));
-                    }
-                }
+                let version = version.to_owned();
+                // The watch starts when the wait first polls it, beside the others, not one
+                // after another here: a start that fails is the stream's first item.
+                async move { api.watch(&params, &version).await }
+                    .try_flatten_stream()
+                    .map(|event| match event {
+                        Ok(WatchEvent::Added(live) | WatchEvent::Modified(live)) => {
+                            Ok(Seen::Live(Box::new(live)))
+                        }
+                        Ok(WatchEvent::Deleted(_)) => Ok(Seen::Deleted),
+                        Ok(WatchEvent::Bookmark(_)) => Ok(Seen::Nothing),
+                        Ok(WatchEvent::Error(status)) => Err(status.to_string()),
+                        Err(error) => Err(error.to_string()),
+                    })
+                    .boxed()
             }
             None => watcher(api, watcher::Config::default().fields(&by_name))
                 .map(|event| match event {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use fleet::resources::ResourceStatus;
-use fleetsim::NEVER_READY_ANNOTATION;
+use fleetsim::{Fault, NEVER_READY_ANNOTATION};
 use starling_sync::{CancellationToken, ErrorClass, HealthRequest};
 
 use crate::common::*;
@@ -86,6 +86,54 @@ async fn the_wait_watches_from_the_applied_version_without_a_list() {
     assert_eq!(
         after.lists_total, before.lists_total,
         "a list before a watch: {after:?}"
+    );
+}
+
+/// The watches of a wait start together: on a slow link, waiting for ten Deployments costs
+/// about one round trip more than applying them, not one round trip per Deployment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watches_of_many_objects_start_together() {
+    const DEPLOYMENTS: u32 = 10;
+    let latency = Duration::from_millis(200);
+    let sim = fleet(2, Duration::from_millis(300)).await;
+    for cluster in ["c0", "c1"] {
+        sim.set_fault(cluster, Fault::latency(latency))
+            .expect("fault");
+    }
+    let workloads: Vec<(String, String)> = (0..DEPLOYMENTS)
+        .map(|i| {
+            (
+                format!("app/web-{i}.yaml"),
+                deployment(&format!("web-{i}"), 1, ""),
+            )
+        })
+        .collect();
+    let mut files = vec![("app/ns.yaml", NAMESPACE)];
+    files.extend(
+        workloads
+            .iter()
+            .map(|(path, yaml)| (path.as_str(), yaml.as_str())),
+    );
+    let engine = engine();
+
+    let mut applied_only = request(&sim, "c0", "node-a", 1, &files);
+    applied_only.wait = false;
+    let applied_only = engine
+        .sync(applied_only)
+        .await
+        .expect("sync without a wait");
+    assert_eq!(applied_only.health, ResourceStatus::InProgress);
+    let waited = engine
+        .sync(request(&sim, "c1", "node-a", 1, &files))
+        .await
+        .expect("sync with a wait");
+    assert_eq!(waited.health, ResourceStatus::Current);
+    // One after another, the starts alone would add DEPLOYMENTS x latency (2 s).
+    let extra = waited.duration.saturating_sub(applied_only.duration);
+    assert!(
+        extra < latency * DEPLOYMENTS / 2,
+        "the wait added {extra:?} to {:?} of applying: its watches started one by one",
+        applied_only.duration
     );
 }
 
