@@ -28,6 +28,9 @@ pub enum AgentError {
     /// The replica answered with an error (its gRPC status).
     #[error("{message}")]
     Refused { code: tonic::Code, message: String },
+    /// Another replica owns the cluster, at `owner` (its advertised `host:port`).
+    #[error("{message}")]
+    Elsewhere { owner: String, message: String },
     /// The stream to the replica ended badly.
     #[error("{0}")]
     Stream(String),
@@ -38,6 +41,12 @@ pub enum AgentError {
 impl AgentError {
     /// The replica's answer to a call that failed.
     pub fn refused(status: tonic::Status) -> AgentError {
+        if let Some(owner) = proto::status::owner_hint(&status) {
+            return AgentError::Elsewhere {
+                owner,
+                message: status.message().to_owned(),
+            };
+        }
         AgentError::Refused {
             code: status.code(),
             message: status.message().to_owned(),
@@ -53,7 +62,7 @@ impl AgentError {
             AgentError::Refused {
                 code: tonic::Code::Unavailable,
                 ..
-            }
+            } | AgentError::Elsewhere { .. }
         )
     }
 
@@ -80,6 +89,7 @@ impl AgentError {
             AgentError::Engine(_) => "engine",
             AgentError::Address { .. } => "address",
             AgentError::Refused { .. } => "refused",
+            AgentError::Elsewhere { .. } => "elsewhere",
             AgentError::Stream(_) => "stream",
             AgentError::Artifact(_) => "artifact",
         }

@@ -5,7 +5,8 @@
 //! ```text
 //! Upstream (downstream cluster) ─► Secret: addresses, token, namespaces, ca.crt
 //!   └─► Register (a pull Cluster per tenant namespace, with the Upstream's labels)
-//!   └─► per Cluster: Attach stream to any replica (forwarded to the owner)
+//!   └─► per Cluster: Attach stream to the owner (named by any replica; forwarded by one when
+//!          the agent has a single address or cannot reach the owner)
 //!          Job ─► FetchArtifact by digest (cached, verified) ─► SyncEngine::sync (fenced by
 //!          the owner generation) ─► JobResult (SyncOutcome: inventory, health)
 //!          Cancel ─► the job stops; silence for AGENT_LEASE ─► every job stops
@@ -83,6 +84,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// would find the new owner seconds after it is there (a p99 of 8.4 s to attach again after a
 /// leader kill in `loadtest agents`).
 const QUICK_RETRY_MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Redirects to an owner followed in a row without a pause: the owner can move meanwhile, but
+/// not for ever.
+const MAX_HOPS: u32 = 3;
+/// Attempts in a row that fail at the same owner's address before the agent lets a replica
+/// forward its stream instead: more than the quick retries that span a dead owner's clusters
+/// moving (about 3 s), so a failover does not leave streams forwarded.
+const OWNER_UNREACHED: u32 = 8;
 /// How long a stream must have been up for the pause before the next attempt to start again
 /// from [`MIN_BACKOFF`].
 const STREAM_LIVED: Duration = Duration::from_secs(1);
@@ -353,18 +361,49 @@ impl Agent {
     }
 
     /// Keeps the stream of `cluster` attached, to the replicas in turn, for ever.
+    ///
+    /// With more than one address the agent asks to attach to the cluster's owner itself: a
+    /// replica that does not own the cluster names the owner, and the agent goes there at once
+    /// when the owner's address is one of its own (the Upstream lists the replicas'
+    /// `--advertise` addresses). Otherwise, or when the owner named stays out of reach, the
+    /// next attempts let a replica forward the stream, as with a single address (a load
+    /// balancer), until a stream was up.
     async fn serve(self: Arc<Self>, cluster: String, first: usize) {
+        let addresses = &self.enrolment.addresses;
+        let may_go_direct = addresses.len() > 1;
         let mut backoff = MIN_BACKOFF;
         let mut attempt = first;
+        let mut direct = may_go_direct;
+        // The owner's address a replica named, tried next.
+        let mut named: Option<String> = None;
+        let mut hops = 0;
+        // The owner named last that could not be reached, and how many times in a row.
+        let mut unreached: (String, u32) = (String::new(), 0);
         loop {
-            let address =
-                self.enrolment.addresses[attempt % self.enrolment.addresses.len()].clone();
-            attempt += 1;
+            let redirected = named.is_some();
+            let address = named.take().unwrap_or_else(|| {
+                attempt += 1;
+                addresses[(attempt - 1) % addresses.len()].clone()
+            });
             let started = tokio::time::Instant::now();
             let mut ceiling = MAX_BACKOFF;
             let mut attached = None;
-            match self.attach(&cluster, &address, &mut attached).await {
+            match self.attach(&cluster, &address, direct, &mut attached).await {
                 Ok(()) => tracing::info!(%cluster, %address, "stream ended; reconnecting"),
+                Err(AgentError::Elsewhere { owner, message }) if hops < MAX_HOPS => {
+                    hops += 1;
+                    match addresses.iter().find(|known| known.trim() == owner) {
+                        Some(known) => named = Some(known.clone()),
+                        None => {
+                            tracing::info!(%cluster, %owner, "the owner's address is not one of \
+                                the Upstream's: attaching through a replica that forwards");
+                            direct = false;
+                            named = Some(address);
+                        }
+                    }
+                    tracing::debug!(%cluster, %message, "attaching to the owner");
+                    continue;
+                }
                 Err(error) => {
                     // A cluster changing owner, or a replica down, is routine: retried soon,
                     // told quietly. Anything else is worth a warning, and backs off.
@@ -377,8 +416,26 @@ impl Agent {
                     if error.unknown_cluster() {
                         let _ = self.register(&address).await;
                     }
+                    if redirected && attached.is_none() {
+                        // The owner named could not be reached. Right after it died that
+                        // passes when its clusters move; an owner that stays out of reach
+                        // (a network that lets the agent reach only some replicas) is
+                        // reached through a replica that forwards.
+                        if unreached.0 == address {
+                            unreached.1 += 1;
+                        } else {
+                            unreached = (address.clone(), 1);
+                        }
+                        if unreached.1 >= OWNER_UNREACHED {
+                            tracing::info!(%cluster, owner = %address, "the owner cannot be \
+                                reached from here: attaching through a replica that forwards");
+                            direct = false;
+                            unreached.1 = 0;
+                        }
+                    }
                 }
             }
+            hops = 0;
             // A stream that was up for a while ended: its owner or the replica forwarding it
             // went, or the cluster moved. The next replica is tried soon, not after the pauses
             // earlier failures built up (they put a tail of 15 s on re-attaching after a leader
@@ -387,6 +444,10 @@ impl Agent {
                 || attached.is_some_and(|at: tokio::time::Instant| at.elapsed() >= STREAM_LIVED)
             {
                 backoff = MIN_BACKOFF;
+            }
+            if attached.is_some() {
+                direct = may_go_direct;
+                unreached.1 = 0;
             }
             // Jitter spreads thousands of agents reconnecting after a replica went.
             let jitter = rand::random::<f64>() * backoff.as_secs_f64() / 2.0;
@@ -401,6 +462,7 @@ impl Agent {
         self: &Arc<Self>,
         cluster: &str,
         address: &str,
+        direct: bool,
         attached: &mut Option<tokio::time::Instant>,
     ) -> Result<(), AgentError> {
         let channel = self.channel(address, CALL_TIMEOUT)?;
@@ -415,8 +477,15 @@ impl Agent {
         let mut client = proto::agent_client::AgentClient::new(channel.clone())
             .max_decoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES)
             .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
+        let mut request = self.request(tokio_stream::wrappers::ReceiverStream::new(receiver));
+        if direct {
+            request.metadata_mut().insert(
+                proto::status::DIRECT_KEY,
+                tonic::metadata::MetadataValue::from_static("true"),
+            );
+        }
         let mut dispatches = client
-            .attach(self.request(tokio_stream::wrappers::ReceiverStream::new(receiver)))
+            .attach(request)
             .await
             .map_err(AgentError::refused)?
             .into_inner();

@@ -239,10 +239,12 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
             (*id, (owned > 0).then(|| grown * 1024.0 / owned as f64))
         })
         .collect();
+    // Agents that know every replica's address attach to their owners; the rest are forwarded.
+    let forwarded = crate::fleet_rollout::metric_sum(&procs, "agents_forwarded").await;
     println!(
-        "{} agents attached after {attach_seconds:.1}s (sessions per owner {:?}); the replicas \
-         grew by {grown_mib:.1} MiB: {kib_per_session:.2} KiB per session (owners and the \
-         replicas forwarding a stream; target ≤ {SESSION_KIB_LIMIT} KiB)",
+        "{} agents attached after {attach_seconds:.1}s (sessions per owner {:?}, {forwarded} \
+         forwarded by another replica); the replicas grew by {grown_mib:.1} MiB: \
+         {kib_per_session:.2} KiB per session (target ≤ {SESSION_KIB_LIMIT} KiB)",
         args.agents, sessions
     );
     let idle_with = replica_cpu_over(&procs, args.idle).await;
@@ -330,6 +332,7 @@ pub async fn run(args: AgentsArgs) -> anyhow::Result<()> {
         "resident_mib_before_sessions": before,
         "resident_mib_with_sessions": after,
         "session_kib": kib_per_session,
+        "sessions_forwarded": forwarded,
         "session_kib_per_owner": per_owner,
         "session_kib_limit": SESSION_KIB_LIMIT,
         "session_ratio": report::ratio(kib_per_session, SESSION_KIB_LIMIT),

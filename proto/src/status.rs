@@ -30,6 +30,13 @@ pub const LEADER_ID_KEY: &str = "x-starling-leader-id";
 pub const LEADER_ADDR_KEY: &str = "x-starling-leader-addr";
 /// Metadata key carrying the [`ErrorKind`] name, so kinds sharing a code stay distinct.
 pub const ERROR_KIND_KEY: &str = "x-starling-error-kind";
+/// Request metadata key of an agent's `Attach`: the agent can reach every replica, so a replica
+/// that does not own the cluster answers with the owner's address ([`owner_redirect`]) instead
+/// of forwarding the stream.
+pub const DIRECT_KEY: &str = "x-starling-direct";
+/// Metadata key carrying the advertised `host:port` of a pull cluster's owner on a refused
+/// `Attach` ([`owner_redirect`]).
+pub const OWNER_ADDR_KEY: &str = "x-starling-owner-addr";
 
 /// What went wrong, independent of the transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -311,6 +318,26 @@ pub fn leader_hint(status: &Status) -> Option<LeaderHint> {
     Some(LeaderHint { id, addr })
 }
 
+/// An `Attach` refused because another replica owns the cluster, with that replica's advertised
+/// `host:port` for the agent to attach to. `UNAVAILABLE`, as for a cluster whose owner is
+/// moving, so an agent that reads no metadata still retries soon.
+pub fn owner_redirect(message: String, owner_addr: &str) -> Status {
+    let mut status = Status::new(Code::Unavailable, message);
+    if let Ok(value) = owner_addr.parse() {
+        status.metadata_mut().insert(OWNER_ADDR_KEY, value);
+    }
+    status
+}
+
+/// The owner's address an [`owner_redirect`] carries, if any.
+pub fn owner_hint(status: &Status) -> Option<String> {
+    status
+        .metadata()
+        .get(OWNER_ADDR_KEY)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// One line for a person from a received status (for the CLI).
 pub fn describe(status: &Status) -> String {
     ApiError::from_status(status).describe()
@@ -319,6 +346,14 @@ pub fn describe(status: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owner_redirect_carries_the_address_and_retries_soon() {
+        let status = owner_redirect("served by node 2".into(), "127.0.0.1:7402");
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(owner_hint(&status).as_deref(), Some("127.0.0.1:7402"));
+        assert_eq!(owner_hint(&Status::unavailable("no owner yet")), None);
+    }
 
     #[test]
     fn every_kind_survives_a_round_trip_through_a_status() {

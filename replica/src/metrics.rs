@@ -70,11 +70,34 @@ pub struct Metrics {
     in_flight: Gauge,
     /// Agents of pull clusters whose stream this replica serves (as their clusters' owner).
     agents_connected: Gauge,
+    /// Agents' streams this replica forwards to their clusters' owners now.
+    pub agents_forwarded: Gauge,
     in_flight_count: AtomicI64,
-    sync_micros_total: AtomicU64,
-    sync_count: AtomicU64,
-    plan_nanos_total: AtomicU64,
-    plan_count: AtomicU64,
+    sync_totals: Totals,
+    plan_totals: Totals,
+}
+
+/// A running total of durations and their count, read by benchmarks (histograms keep only
+/// buckets).
+#[derive(Default)]
+struct Totals {
+    nanos: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Totals {
+    fn add(&self, took: Duration) {
+        self.nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> (Duration, u64) {
+        (
+            Duration::from_nanos(self.nanos.load(Ordering::Relaxed)),
+            self.count.load(Ordering::Relaxed),
+        )
+    }
 }
 
 impl Default for Metrics {
@@ -110,11 +133,10 @@ impl Metrics {
             render_cache_bytes: Gauge::default(),
             in_flight: Gauge::default(),
             agents_connected: Gauge::default(),
+            agents_forwarded: Gauge::default(),
             in_flight_count: AtomicI64::new(0),
-            sync_micros_total: AtomicU64::new(0),
-            sync_count: AtomicU64::new(0),
-            plan_nanos_total: AtomicU64::new(0),
-            plan_count: AtomicU64::new(0),
+            sync_totals: Totals::default(),
+            plan_totals: Totals::default(),
             registry: Registry::default(),
         };
         registry.register("raft_term", "Current Raft term", metrics.raft_term.clone());
@@ -153,6 +175,12 @@ impl Metrics {
             "agents_connected",
             "Agents of pull clusters this replica serves as their owner",
             metrics.agents_connected.clone(),
+        );
+        registry.register(
+            "agents_forwarded",
+            "Agents' streams this replica forwards to their clusters' owners (agents that \
+             cannot reach the owners themselves)",
+            metrics.agents_forwarded.clone(),
         );
         registry.register(
             "clusters_owned",
@@ -233,33 +261,23 @@ impl Metrics {
     /// Records how long one sync took (histogram, and the running mean `starling dev` uses).
     pub fn record_sync_duration(&self, took: Duration) {
         self.sync_duration.observe(took.as_secs_f64());
-        self.sync_micros_total
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-        self.sync_count.fetch_add(1, Ordering::Relaxed);
+        self.sync_totals.add(took);
     }
 
     /// Total time and count of the syncs this node ran.
     pub fn sync_totals(&self) -> (Duration, u64) {
-        (
-            Duration::from_micros(self.sync_micros_total.load(Ordering::Relaxed)),
-            self.sync_count.load(Ordering::Relaxed),
-        )
+        self.sync_totals.get()
     }
 
     /// Records how long one plan took (histogram, and the totals [`Metrics::plan_totals`]).
     pub fn record_plan(&self, took: Duration) {
         self.plan_duration.observe(took.as_secs_f64());
-        self.plan_nanos_total
-            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-        self.plan_count.fetch_add(1, Ordering::Relaxed);
+        self.plan_totals.add(took);
     }
 
     /// Total time and count of this node's plans.
     pub fn plan_totals(&self) -> (Duration, u64) {
-        (
-            Duration::from_nanos(self.plan_nanos_total.load(Ordering::Relaxed)),
-            self.plan_count.load(Ordering::Relaxed),
-        )
+        self.plan_totals.get()
     }
 
     pub fn lease_lapsed(&self) {

@@ -45,6 +45,13 @@ async fn summary(group: &Group) -> Option<(String, String, u32, u32)> {
     ))
 }
 
+/// Agents' streams the replicas forward to their clusters' owners now.
+fn forwarded(group: &Group) -> f64 {
+    (1..=3)
+        .filter_map(|id| group.metric(id, "starling_agents_forwarded"))
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_and_pull_clusters_roll_out_together_through_failures() {
     let fixture = demo_fixture(fleetsim::Config {
@@ -106,6 +113,14 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
 
     // Each pull cluster gets its Upstream and its agent process.
     let addresses: Vec<String> = group.running().map(|n| n.grpc.clone()).collect();
+    // The first agent knows the replicas by other names than they advertise: it cannot attach
+    // to an owner it is told of, so a replica forwards its stream. The others attach to their
+    // owners directly.
+    let aliases = addresses
+        .iter()
+        .map(|address| address.replace("127.0.0.1", "localhost"))
+        .collect::<Vec<_>>()
+        .join(",");
     let addresses = addresses.join(",");
     let mut agents = Agents::new();
     for (index, name) in pull.iter().enumerate() {
@@ -117,7 +132,7 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
         enrol(
             &agents.kubeconfig(name),
             name,
-            &addresses,
+            if index == 0 { &aliases } else { &addresses },
             &token,
             None,
             index,
@@ -145,6 +160,11 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
         },
     )
     .await;
+    assert!(
+        forwarded(&group) <= 1.0,
+        "{} streams forwarded: only the agent with aliases may be",
+        forwarded(&group)
+    );
 
     // A new commit; mid-rollout an agent dies and comes back, and the leader is killed.
     fixture
@@ -221,6 +241,11 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
     for (cluster, version) in config_versions(&fixture.sim) {
         assert_eq!(version, "v3", "{cluster}");
     }
+    assert!(
+        forwarded(&group) <= 1.0,
+        "{} streams forwarded after the failures: only the agent with aliases may be",
+        forwarded(&group)
+    );
 
     // The invariants, from fleetsim's audit log.
     let records = fixture.sim.audit(&AuditFilter::default());

@@ -4,7 +4,9 @@
 //!   the token serves. The Cluster records the token that claimed it
 //!   (`starling.dev/agent`); another agent token cannot take it over while that one is valid.
 //! - `Attach` is the agent's stream for one cluster. The cluster's owner serves it
-//!   ([`crate::agents`]); any other replica forwards it to the owner, token included.
+//!   ([`crate::agents`]). Any other replica names the owner's address to an agent that asked
+//!   for it (`x-starling-direct`: it can reach every replica), or else forwards the stream to
+//!   the owner, token included.
 //! - `FetchArtifact` streams an artifact by digest (from this replica's store, or fetched from
 //!   a peer first): agents never read git.
 
@@ -235,6 +237,7 @@ impl proto::agent_server::Agent for AgentService {
     ) -> Result<Response<Self::AttachStream>, Status> {
         let caller = principal(&request)?;
         let authorization = request.metadata().get("authorization").cloned();
+        let direct = request.metadata().contains_key(proto::status::DIRECT_KEY);
         let mut inbound = request.into_inner();
         let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
             Ok(Ok(Some(proto::AgentMessage {
@@ -262,6 +265,12 @@ impl proto::agent_server::Agent for AgentService {
             (owner, None) => Err(Status::unavailable(format!(
                 "the owner of Cluster {hello}, node {owner}, has no address; retry"
             ))),
+            // The agent can reach the owner itself: a forwarded stream would cost this replica
+            // a stream of its own and end when either replica goes.
+            (owner, Some(address)) if direct => Err(proto::status::owner_redirect(
+                format!("Cluster {hello} is served by its owner, node {owner} at {address}"),
+                &address,
+            )),
             (owner, Some(address)) => {
                 let forwarded = self
                     .forward(&hello, inbound, authorization, &address)
@@ -404,7 +413,27 @@ impl AgentService {
         }
         let mut client = proto::agent_client::AgentClient::new(channel);
         let response = client.attach(request).await?;
-        Ok(Box::pin(response.into_inner()))
+        let forwarding = Forwarding::new(&self.replica.metrics.agents_forwarded);
+        Ok(Box::pin(response.into_inner().map(move |item| {
+            let _counted = &forwarding;
+            item
+        })))
+    }
+}
+
+/// Counts a forwarded stream in `starling_agents_forwarded` while it lasts.
+struct Forwarding(prometheus_client::metrics::gauge::Gauge);
+
+impl Forwarding {
+    fn new(gauge: &prometheus_client::metrics::gauge::Gauge) -> Forwarding {
+        gauge.inc();
+        Forwarding(gauge.clone())
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
