@@ -94,17 +94,7 @@ impl World {
             .cluster_names()
             .into_iter()
             .filter_map(|name| {
-                let fence = self
-                    .fixture
-                    .sim
-                    .get_object(
-                        &name,
-                        "v1",
-                        "ConfigMap",
-                        Some("starling-system"),
-                        "starling-fence",
-                    )
-                    .ok()??;
+                let fence = self.fence_of(&name)?;
                 let generation = fence["data"]["generation"].as_str()?.parse().ok()?;
                 Some((name, generation))
             })

@@ -12,20 +12,32 @@ impl FleetState {
     /// The Syncs a node may start now (admitted or failed, or retiring, on clusters it owns
     /// and that are not held), in key order.
     pub fn actionable_for(&self, node: NodeId) -> Vec<Key> {
+        self.actionable_keys_for(node, |_| false).cloned().collect()
+    }
+
+    /// [`FleetState::actionable_for`] without copying the keys, leaving out the keys `skip`
+    /// names before looking anything up (a planner skips the Syncs it is running, most of a
+    /// rollout's actionable Syncs).
+    pub fn actionable_keys_for<'a>(
+        &'a self,
+        node: NodeId,
+        skip: impl Fn(&str) -> bool + 'a,
+    ) -> impl Iterator<Item = &'a Key> + 'a {
         // Every node's planner calls this once per burst of applied entries, over its own
         // actionable Syncs and the retiring ones: one key buffer serves every lookup.
-        if self.recovering {
-            return Vec::new();
-        }
         let mut cluster = String::new();
         let pending = &self.recovery_pending;
         // The owner check stays: the index only narrows the keys looked at.
         self.actionable_by_owner
             .get(&node)
+            .filter(|_| !self.recovering)
             .into_iter()
             .flatten()
-            .chain(self.retiring.iter())
-            .filter(|key| {
+            .chain(self.retiring.iter().filter(|_| !self.recovering))
+            .filter(move |key| {
+                if skip(key) {
+                    return false;
+                }
                 let Some(sync) = self.syncs.get(key) else {
                     return false;
                 };
@@ -43,8 +55,6 @@ impl FleetState {
                         .get(&cluster)
                         .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
             })
-            .cloned()
-            .collect()
     }
 
     /// Files a Sync in [`FleetState::actionable_by_owner`] under the owner of its cluster while

@@ -13,14 +13,16 @@
 //! the proposer). Decisions use integer arithmetic and ordered maps only.
 //!
 //! Modules: [`members`] (membership and ownership), [`specs`] (resource specs and SyncGroup
-//! expansion), [`sources`] (resolved revisions, failed fetches, poll requests), [`rollout`] (the per-Sync rollout state and admission), [`syncs`] (grants and
-//! results, dependencies), [`invariants`] (the checks of design section 5 that the state machine
-//! alone can break), [`inventories`] (one copy of each distinct inventory), [`actionable`] (which Syncs a node may start, indexed by owner), [`view`] (read-only projections with status), [`changes`] (which objects a
-//! command changed, for watchers).
+//! expansion), [`sources`] (resolved revisions, failed fetches, poll requests), [`rollout`]
+//! (the per-Sync rollout state and admission), [`syncs`] (grants and results, dependencies),
+//! [`invariants`] (the checks of design section 5 that the state machine alone can break),
+//! [`inventories`] (one copy of each distinct inventory), [`actionable`] (which Syncs a node
+//! may start, indexed by owner), [`view`] (read-only projections with status), [`changes`]
+//! (which objects a command changed, for watchers).
 //!
-//! The commands and their answers are in [`command`]. Long because it holds the state's types
-//! and the one `apply` dispatch; each command's logic
-//! lives in the submodules named above.
+//! The commands and their answers are in [`command`]. This file is long because it holds the
+//! state's types and the one `apply` dispatch; each command's logic lives in the submodules
+//! named above.
 
 mod actionable;
 mod changes;

@@ -138,37 +138,41 @@ impl Planner {
         now: Instant,
     ) -> Vec<Work> {
         let mut plan = Vec::new();
-        for sync in state.actionable_for(node) {
-            let revision = state
-                .target_of(&sync)
-                .map(|t| t.revision)
-                .unwrap_or_default();
-            let revision = backoff_key(revision, adopting(state, &sync));
+        // The running Syncs are left out first: in a rollout they are most of the actionable.
+        for sync in state.actionable_keys_for(node, |key| busy.contains(key)) {
+            let revision = || {
+                let revision = state
+                    .target_of(sync)
+                    .map(|t| t.revision)
+                    .unwrap_or_default();
+                backoff_key(revision, adopting(state, sync))
+            };
             // A backoff recorded without a revision (nothing could be prepared: not the owner,
             // or no installation identity yet) holds whatever the revision.
             let backing_off = self
                 .retry_at
-                .get(&sync)
+                .get(sync)
                 .is_some_and(|(at, _, for_revision)| {
-                    *at > now && (*for_revision == revision || for_revision.is_empty())
+                    *at > now && (for_revision.is_empty() || *for_revision == revision())
                 });
-            if busy.contains(&sync) || backing_off {
+            if backing_off {
                 continue;
             }
             // Deleting with prune waits for no dependency and no jitter.
-            if state.retiring.contains(&sync) {
-                plan.push(Work { sync, drift: false });
+            if state.retiring.contains(sync) {
+                plan.push(Work {
+                    sync: sync.clone(),
+                    drift: false,
+                });
                 continue;
             }
             // Unmet dependencies (or a cycle) are read locally: no BeginSync is proposed until
             // they are met, and every applied entry plans again. The Sync's status names them.
-            if !state
-                .pending_dependencies(&sync)
-                .is_ok_and(|p| p.is_empty())
-            {
+            if !state.pending_dependencies(sync).is_ok_and(|p| p.is_empty()) {
                 continue;
             }
-            if let Some(delay) = start_jitter(state, &sync) {
+            if let Some(delay) = start_jitter(state, sync) {
+                let revision = revision();
                 let seen = *self
                     .first_seen
                     .entry((sync.clone(), revision.clone()))
@@ -182,7 +186,10 @@ impl Planner {
                     continue;
                 }
             }
-            plan.push(Work { sync, drift: false });
+            plan.push(Work {
+                sync: sync.clone(),
+                drift: false,
+            });
         }
         if self.first_seen.len() > MAX_FIRST_SEEN {
             self.first_seen.clear();
