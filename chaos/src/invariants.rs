@@ -474,6 +474,20 @@ pub fn no_write_before_recovery(records: &[AuditRecord], disasters: &[Disaster])
     )
 }
 
+/// The `starling-fence` ConfigMap of `cluster` as fleetsim holds it (`None` when the cluster
+/// or the fence does not exist): who writes the target, and at which owner generation.
+pub fn fence_of(sim: &fleetsim::FleetSim, cluster: &str) -> Option<serde_json::Value> {
+    sim.get_object(
+        cluster,
+        "v1",
+        "ConfigMap",
+        Some("starling-system"),
+        "starling-fence",
+    )
+    .ok()
+    .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -361,21 +361,6 @@ impl World {
         None
     }
 
-    /// The `starling-fence` ConfigMap of cluster `name` as fleetsim holds it, if any.
-    pub(crate) fn fence_of(&self, name: &str) -> Option<serde_json::Value> {
-        self.fixture
-            .sim
-            .get_object(
-                name,
-                "v1",
-                "ConfigMap",
-                Some("starling-system"),
-                "starling-fence",
-            )
-            .ok()
-            .flatten()
-    }
-
     /// Starts a second installation (one replica) with its own SyncGroup over the clusters of
     /// `indexes` this installation has fenced already (a target nobody fenced yet goes to
     /// whichever writes first, which is not what this fault is about). Returns them.
@@ -390,7 +375,7 @@ impl World {
         let mut clusters: Vec<String> = Vec::new();
         for index in indexes {
             let name = self.initial[index % self.initial.len()].clone();
-            let fence = self.fence_of(&name);
+            let fence = crate::invariants::fence_of(&self.fixture.sim, &name);
             let ours = fence
                 .as_ref()
                 .and_then(|f| f["data"]["installation"].as_str())

@@ -27,17 +27,9 @@ fn installation(group: &Group) -> String {
 
 /// The installation the target's fence names.
 fn fence_of(sim: &FleetSim, cluster: &str) -> String {
-    sim.get_object(
-        cluster,
-        "v1",
-        "ConfigMap",
-        Some("starling-system"),
-        "starling-fence",
-    )
-    .ok()
-    .flatten()
-    .and_then(|fence| fence["data"]["installation"].as_str().map(str::to_owned))
-    .unwrap_or_default()
+    chaos::invariants::fence_of(sim, cluster)
+        .and_then(|fence| fence["data"]["installation"].as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// The `Stalled` condition of the group's Sync on `cluster`, as `group` shows it.

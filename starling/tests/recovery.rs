@@ -24,10 +24,7 @@ fn fences(sim: &FleetSim) -> BTreeMap<String, u64> {
     sim.cluster_names()
         .into_iter()
         .map(|name| {
-            let fence = sim
-                .get_object(&name, "v1", "ConfigMap", Some(SYSTEM), "starling-fence")
-                .expect("read the fence")
-                .expect("every target has a fence");
+            let fence = chaos::invariants::fence_of(sim, &name).expect("every target has a fence");
             let generation = fence["data"]["generation"]
                 .as_str()
                 .and_then(|g| g.parse().ok())

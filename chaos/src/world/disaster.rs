@@ -94,7 +94,7 @@ impl World {
             .cluster_names()
             .into_iter()
             .filter_map(|name| {
-                let fence = self.fence_of(&name)?;
+                let fence = crate::invariants::fence_of(&self.fixture.sim, &name)?;
                 let generation = fence["data"]["generation"].as_str()?.parse().ok()?;
                 Some((name, generation))
             })
