@@ -88,9 +88,10 @@ const QUICK_RETRY_MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// not for ever.
 const MAX_HOPS: u32 = 3;
 /// Attempts in a row that fail at the same owner's address before the agent lets a replica
-/// forward its stream instead: more than the quick retries that span a dead owner's clusters
-/// moving (about 3 s), so a failover does not leave streams forwarded.
-const OWNER_UNREACHED: u32 = 8;
+/// forward its stream instead. After the first, a replica holds the next attempt until the
+/// cluster moves (up to 8 s), so a failover costs one failure, and an owner this agent cannot
+/// reach while the replicas can costs a few holds.
+const OWNER_UNREACHED: u32 = 3;
 /// How long a stream must have been up for the pause before the next attempt to start again
 /// from [`MIN_BACKOFF`].
 const STREAM_LIVED: Duration = Duration::from_secs(1);
@@ -377,7 +378,8 @@ impl Agent {
         // The owner's address a replica named, tried next.
         let mut named: Option<String> = None;
         let mut hops = 0;
-        // The owner named last that could not be reached, and how many times in a row.
+        // The owner named last that could not be reached, and how many times in a row. The
+        // replicas are told of it: they answer when the cluster has moved.
         let mut unreached: (String, u32) = (String::new(), 0);
         loop {
             let redirected = named.is_some();
@@ -388,7 +390,11 @@ impl Agent {
             let started = tokio::time::Instant::now();
             let mut ceiling = MAX_BACKOFF;
             let mut attached = None;
-            match self.attach(&cluster, &address, direct, &mut attached).await {
+            let gone = (direct && unreached.1 > 0).then_some(unreached.0.as_str());
+            match self
+                .attach(&cluster, &address, direct, gone, &mut attached)
+                .await
+            {
                 Ok(()) => tracing::info!(%cluster, %address, "stream ended; reconnecting"),
                 Err(AgentError::Elsewhere { owner, message }) if hops < MAX_HOPS => {
                     hops += 1;
@@ -421,16 +427,15 @@ impl Agent {
                         // passes when its clusters move; an owner that stays out of reach
                         // (a network that lets the agent reach only some replicas) is
                         // reached through a replica that forwards.
-                        if unreached.0 == address {
+                        if unreached.0 == address.trim() {
                             unreached.1 += 1;
                         } else {
-                            unreached = (address.clone(), 1);
+                            unreached = (address.trim().to_owned(), 1);
                         }
                         if unreached.1 >= OWNER_UNREACHED {
                             tracing::info!(%cluster, owner = %address, "the owner cannot be \
                                 reached from here: attaching through a replica that forwards");
                             direct = false;
-                            unreached.1 = 0;
                         }
                     }
                 }
@@ -463,6 +468,7 @@ impl Agent {
         cluster: &str,
         address: &str,
         direct: bool,
+        unreached: Option<&str>,
         attached: &mut Option<tokio::time::Instant>,
     ) -> Result<(), AgentError> {
         let channel = self.channel(address, CALL_TIMEOUT)?;
@@ -479,10 +485,14 @@ impl Agent {
             .max_encoding_message_size(proto::limits::MAX_API_MESSAGE_BYTES);
         let mut request = self.request(tokio_stream::wrappers::ReceiverStream::new(receiver));
         if direct {
-            request.metadata_mut().insert(
+            let metadata = request.metadata_mut();
+            metadata.insert(
                 proto::status::DIRECT_KEY,
                 tonic::metadata::MetadataValue::from_static("true"),
             );
+            if let Some(value) = unreached.and_then(|gone| gone.parse().ok()) {
+                metadata.insert(proto::status::UNREACHED_KEY, value);
+            }
         }
         let mut dispatches = client
             .attach(request)

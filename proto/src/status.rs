@@ -37,6 +37,9 @@ pub const DIRECT_KEY: &str = "x-starling-direct";
 /// Metadata key carrying the advertised `host:port` of a pull cluster's owner on a refused
 /// `Attach` ([`owner_redirect`]).
 pub const OWNER_ADDR_KEY: &str = "x-starling-owner-addr";
+/// Request metadata key of an agent's `Attach` (with [`DIRECT_KEY`]): the owner's address it
+/// was named and could not reach. The replica answers once the cluster has another owner.
+pub const UNREACHED_KEY: &str = "x-starling-unreached-owner";
 
 /// What went wrong, independent of the transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -6,7 +6,8 @@
 //! - `Attach` is the agent's stream for one cluster. The cluster's owner serves it
 //!   ([`crate::agents`]). Any other replica names the owner's address to an agent that asked
 //!   for it (`x-starling-direct`: it can reach every replica), or else forwards the stream to
-//!   the owner, token included.
+//!   the owner, token included. An agent that could not reach the owner it was named says so
+//!   (`x-starling-unreached-owner`), and the answer waits until the cluster moved.
 //! - `FetchArtifact` streams an artifact by digest (from this replica's store, or fetched from
 //!   a peer first): agents never read git.
 
@@ -30,6 +31,11 @@ use crate::node::Replica;
 pub(crate) const AGENT_ANNOTATION: &str = "starling.dev/agent";
 /// How long an agent has to say which cluster its stream is for.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest an `Attach` naming an unreachable owner waits for its cluster to move (well
+/// within the agent's call time-out of 15 s); the agent then tries that owner again.
+const OWNER_HOLD: Duration = Duration::from_secs(8);
+/// How often a held `Attach` looks at the state again while entries are applied.
+const HOLD_RECHECK: Duration = Duration::from_millis(100);
 
 pub(crate) struct AgentService {
     replica: Arc<Replica>,
@@ -238,6 +244,11 @@ impl proto::agent_server::Agent for AgentService {
         let caller = principal(&request)?;
         let authorization = request.metadata().get("authorization").cloned();
         let direct = request.metadata().contains_key(proto::status::DIRECT_KEY);
+        let unreached = request
+            .metadata()
+            .get(proto::status::UNREACHED_KEY)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
         let mut inbound = request.into_inner();
         let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
             Ok(Ok(Some(proto::AgentMessage {
@@ -252,14 +263,8 @@ impl proto::agent_server::Agent for AgentService {
             Err(_) => return Err(Status::deadline_exceeded("no hello within 10s")),
         };
         let me = self.replica.id();
-        let owner = self.replica.raft.reader().read(|state| {
-            check_claim(state, &caller, &hello, self.spec_source.is_some())?;
-            let (owner, _) = state.cluster_owner(&hello).ok_or_else(|| {
-                Status::unavailable(format!("Cluster {hello} has no owner yet; retry"))
-            })?;
-            let address = state.members.get(&owner).map(|m| m.address.clone());
-            Ok::<_, Status>((owner, address))
-        })?;
+        let unreached = unreached.filter(|_| direct);
+        let owner = self.owner_of(&caller, &hello, unreached.as_deref()).await?;
         match owner {
             (owner, _) if owner == me => Ok(Response::new(self.serve(hello, inbound))),
             (owner, None) => Err(Status::unavailable(format!(
@@ -338,6 +343,57 @@ impl proto::agent_server::Agent for AgentService {
 }
 
 impl AgentService {
+    /// The owner of `cluster` and its advertised address, for an agent `caller`.
+    ///
+    /// With `unreached` (an owner's address the agent could not reach: it died, or its
+    /// clusters are about to move) the answer waits, up to [`OWNER_HOLD`], until the state
+    /// names another owner, or none was named yet: the agent learns the new owner as soon as
+    /// this replica applies the move, instead of polling for it.
+    async fn owner_of(
+        &self,
+        caller: &Principal,
+        cluster: &str,
+        unreached: Option<&str>,
+    ) -> Result<(u64, Option<String>), Status> {
+        let reader = self.replica.raft.reader();
+        let mut applied = reader.watch_applied();
+        let until = tokio::time::Instant::now() + OWNER_HOLD;
+        loop {
+            let owner = reader.read(|state| {
+                check_claim(state, caller, cluster, self.spec_source.is_some())?;
+                Ok::<_, Status>(state.cluster_owner(cluster).map(|(owner, _)| {
+                    let address = state.members.get(&owner).map(|m| m.address.clone());
+                    (owner, address)
+                }))
+            })?;
+            let hold = match (&owner, unreached) {
+                (_, None) => false,
+                (Some((owner, _)), Some(_)) if *owner == self.replica.id() => false,
+                (Some((_, address)), Some(gone)) => address.as_deref() == Some(gone),
+                (None, Some(_)) => true,
+            };
+            if !hold || tokio::time::Instant::now() >= until {
+                return owner.ok_or_else(|| {
+                    Status::unavailable(format!("Cluster {cluster} has no owner yet; retry"))
+                });
+            }
+            tokio::select! {
+                changed = applied.changed() => {
+                    if changed.is_err() {
+                        return Err(Status::unavailable("this replica is stopping; retry"));
+                    }
+                    // Thousands of agents may wait here after a failover: each looks again at
+                    // most every HOLD_RECHECK, not at every applied entry.
+                    tokio::time::sleep(HOLD_RECHECK).await;
+                }
+                () = self.replica.stopping.cancelled() => {
+                    return Err(Status::unavailable("this replica is stopping; retry"));
+                }
+                () = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
     /// Serves the stream of `cluster` here, its owner.
     fn serve(
         &self,
