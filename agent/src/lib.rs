@@ -89,8 +89,9 @@ const QUICK_RETRY_MAX_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_HOPS: u32 = 3;
 /// Attempts in a row that fail at the same owner's address before the agent lets a replica
 /// forward its stream instead. After the first, a replica holds the next attempt until the
-/// cluster moves (up to 8 s), so a failover costs one failure, and an owner this agent cannot
-/// reach while the replicas can costs a few holds.
+/// cluster moves or the owner answers that replica again (up to 8 s), so a failover costs one
+/// failure, and an owner this agent cannot reach while the replicas can costs a few quick
+/// retries.
 const OWNER_UNREACHED: u32 = 3;
 /// How long a stream must have been up for the pause before the next attempt to start again
 /// from [`MIN_BACKOFF`].
@@ -422,7 +423,10 @@ impl Agent {
                     if error.unknown_cluster() {
                         let _ = self.register(&address).await;
                     }
-                    if redirected && attached.is_none() {
+                    // A redirect past MAX_HOPS reached a replica that named the owner: not a
+                    // failure to reach that owner.
+                    let reached = matches!(error, AgentError::Elsewhere { .. });
+                    if redirected && attached.is_none() && !reached {
                         // The owner named could not be reached. Right after it died that
                         // passes when its clusters move; an owner that stays out of reach
                         // (a network that lets the agent reach only some replicas) is

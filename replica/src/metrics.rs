@@ -72,6 +72,12 @@ pub struct Metrics {
     agents_connected: Gauge,
     /// Agents' streams this replica forwards to their clusters' owners now.
     pub agents_forwarded: Gauge,
+    /// Attaches held now for agents that could not reach their cluster's owner.
+    pub agents_held: Gauge,
+    /// Held attaches of agents that could not reach their cluster's owner, by how the hold
+    /// ended: `moved` (the state named another owner), `answered` (the owner answered this
+    /// replica again) or `expired`.
+    pub agent_holds: Family<ResultLabel, Counter>,
     in_flight_count: AtomicI64,
     sync_totals: Totals,
     plan_totals: Totals,
@@ -134,6 +140,8 @@ impl Metrics {
             in_flight: Gauge::default(),
             agents_connected: Gauge::default(),
             agents_forwarded: Gauge::default(),
+            agents_held: Gauge::default(),
+            agent_holds: Family::default(),
             in_flight_count: AtomicI64::new(0),
             sync_totals: Totals::default(),
             plan_totals: Totals::default(),
@@ -181,6 +189,19 @@ impl Metrics {
             "Agents' streams this replica forwards to their clusters' owners (agents that \
              cannot reach the owners themselves)",
             metrics.agents_forwarded.clone(),
+        );
+        registry.register(
+            "agents_held",
+            "Attaches this replica holds now for agents that could not reach their cluster's \
+             owner, until it moves or answers again",
+            metrics.agents_held.clone(),
+        );
+        registry.register(
+            "agent_holds",
+            "Attaches held for agents that could not reach their cluster's owner, by how the \
+             hold ended (moved: another owner named; answered: the owner answers again; \
+             expired)",
+            metrics.agent_holds.clone(),
         );
         registry.register(
             "clusters_owned",

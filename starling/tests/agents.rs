@@ -8,6 +8,8 @@
 //! - The invariants hold on fleetsim's audit log: one writer per owner generation, no stale
 //!   generation, no revision going backwards, the budget respected.
 //! - An agent token cannot act for a cluster another agent holds.
+//! - An owner back before its clusters move (restarted at once) gets its agents back as soon
+//!   as it answers, not after the whole hold.
 
 mod harness;
 
@@ -16,7 +18,9 @@ use std::time::Duration;
 
 use fleetsim::AuditFilter;
 use harness::pull::{Agents, enrol};
-use harness::{Group, Options, binary, config_versions, demo_fixture, demo_manifests, wait_until};
+use harness::{
+    DemoFixture, Group, Options, binary, config_versions, demo_fixture, demo_manifests, wait_until,
+};
 
 const ADMIN: &str = "admin-token-of-the-agents-test-5d1e0c7b22";
 const PUSH: usize = 4;
@@ -52,6 +56,49 @@ fn forwarded(group: &Group) -> f64 {
         .sum()
 }
 
+/// A new agent token for tenant default.
+fn agent_token(group: &Group) -> String {
+    let out = cli(
+        group,
+        ADMIN,
+        &["token", "create", "--tenant", "default", "--role", "agent"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(token.starts_with("stl_"), "{token}");
+    token
+}
+
+/// The demo's specs (a rollout budget of `budget`) without the Clusters in `pull`: their
+/// agents register them.
+fn specs_without(fixture: &DemoFixture, pull: &[String], budget: u32) -> String {
+    let manifests = demo_manifests(
+        &fixture.sim,
+        &fixture.url,
+        "",
+        &format!("    maxUnavailable: {budget}\n"),
+    );
+    manifests
+        .split("---\n")
+        .filter(|doc| {
+            !pull.iter().any(|name| {
+                doc.contains(&format!("\"{name}-kubeconfig\""))
+                    || doc.contains(&format!("{{name: {name},"))
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_and_pull_clusters_roll_out_together_through_failures() {
     let fixture = demo_fixture(fleetsim::Config {
@@ -72,42 +119,11 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
     let pull = &names[PUSH..];
 
     // An agent token for tenant default; every agent presents it.
-    let out = cli(
-        &group,
-        ADMIN,
-        &["token", "create", "--tenant", "default", "--role", "agent"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let token = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    assert!(token.starts_with("stl_"), "{token}");
+    let token = agent_token(&group);
 
     // The specs: the Source, the SyncGroup (budget 5) and the push clusters only.
-    let manifests = demo_manifests(
-        &fixture.sim,
-        &fixture.url,
-        "",
-        &format!("    maxUnavailable: {BUDGET}\n"),
-    );
-    let manifests: Vec<&str> = manifests
-        .split("---\n")
-        .filter(|doc| {
-            !pull.iter().any(|name| {
-                doc.contains(&format!("\"{name}-kubeconfig\""))
-                    || doc.contains(&format!("{{name: {name},"))
-            })
-        })
-        .collect();
     group
-        .apply(1, &manifests.join("---\n"))
+        .apply(1, &specs_without(&fixture, pull, BUDGET))
         .await
         .expect("specs applied");
 
@@ -260,17 +276,7 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
     }
 
     // Another tenant-default agent token cannot take over a cluster this one holds.
-    let out = cli(
-        &group,
-        ADMIN,
-        &["token", "create", "--tenant", "default", "--role", "agent"],
-    );
-    let other = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let other = agent_token(&group);
     let node = group.running().next().expect("running").grpc.clone();
     let mut client = proto::agent_client::AgentClient::new(harness::channel(&node));
     let refused = client
@@ -322,4 +328,127 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
         .await
         .expect_err("an artifact no Sync of the cluster uses");
     assert!(unrelated.message().contains("no Sync"), "{unrelated:?}");
+}
+
+/// The sum of a metric's series `name` over the running replicas.
+fn total(group: &Group, name: &str) -> f64 {
+    group
+        .running()
+        .filter_map(|node| group.metric(node.id, name))
+        .sum()
+}
+
+/// An owner that comes back before its clusters move (its process restarted with its disk,
+/// well within `--down-after`) gets its agents back as soon as it answers: the replica that
+/// holds their attaches probes it, and does not make them wait for a move that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_return_to_an_owner_back_before_its_clusters_move() {
+    const CLUSTERS: usize = 6;
+    let fixture = demo_fixture(fleetsim::Config {
+        clusters: CLUSTERS,
+        ..fleetsim::Config::default()
+    })
+    .await;
+    let mut group = Group::start_together(
+        3,
+        Options {
+            admin_token: Some(ADMIN.into()),
+            // Nothing moves while the owner is away.
+            down_after: Duration::from_secs(60),
+            extra_args: vec!["--agent-grace=60s".into()],
+            ..Options::default()
+        },
+    );
+    group.wait_for_members(3).await;
+    let token = agent_token(&group);
+    let pull = fixture.sim.cluster_names();
+    group
+        .apply(1, &specs_without(&fixture, &pull, BUDGET))
+        .await
+        .expect("specs applied");
+    let addresses: Vec<String> = group.running().map(|n| n.grpc.clone()).collect();
+    let addresses = addresses.join(",");
+    let mut agents = Agents::new();
+    for (index, name) in pull.iter().enumerate() {
+        std::fs::write(
+            agents.kubeconfig(name),
+            fixture.sim.kubeconfig(name).expect("kubeconfig"),
+        )
+        .expect("write kubeconfig");
+        enrol(
+            &agents.kubeconfig(name),
+            name,
+            &addresses,
+            &token,
+            None,
+            index,
+        )
+        .await;
+        agents.spawn(name);
+    }
+    let first = group.wait_complete("demo", "", CLUSTERS as u32, 0).await;
+    wait_until(
+        Duration::from_secs(10),
+        "every agent attached to its cluster's owner",
+        || async { total(&group, "starling_agents_connected") == CLUSTERS as f64 },
+    )
+    .await;
+
+    // A follower that owns pull clusters stops, and its agents' next attaches are held.
+    let leader = group.status().await.expect("status").leader_id;
+    let shards = group.shards(leader).await.expect("shards");
+    let (owner, owned) = shards
+        .shards
+        .into_iter()
+        .find(|shard| shard.node_id != leader && !shard.clusters.is_empty())
+        .map(|shard| (shard.node_id, shard.clusters))
+        .expect("a follower owns some of the 6 clusters");
+    group.kill(owner);
+    wait_until(
+        Duration::from_secs(20),
+        "an agent's attach held for its stopped owner",
+        || async { total(&group, "starling_agents_held") >= 1.0 },
+    )
+    .await;
+    // It comes back with its disk, long before its clusters would move.
+    group.spawn(owner);
+    wait_until(
+        Duration::from_secs(20),
+        "every agent attached again",
+        || async { total(&group, "starling_agents_connected") == CLUSTERS as f64 },
+    )
+    .await;
+    let holds = |result: &str| {
+        total(
+            &group,
+            &format!("starling_agent_holds_total{{result=\"{result}\"}}"),
+        )
+    };
+    assert!(
+        holds("answered") >= 1.0,
+        "the holds ended when the owner answered: answered {}, moved {}, expired {}",
+        holds("answered"),
+        holds("moved"),
+        holds("expired")
+    );
+    assert_eq!(holds("expired"), 0.0, "a hold waited the whole 8 s");
+    let shards = group.shards(leader).await.expect("shards");
+    let still = shards
+        .shards
+        .iter()
+        .find(|shard| shard.node_id == owner)
+        .map(|shard| shard.clusters.clone());
+    assert_eq!(still, Some(owned), "the owner's clusters did not move");
+
+    // Its clusters take the next revision from it, as fleetsim sees.
+    fixture
+        .repo
+        .commit("v2", "nginx:1.28", "v2")
+        .expect("commit");
+    group
+        .wait_complete("demo", &first, CLUSTERS as u32, 0)
+        .await;
+    for (cluster, version) in config_versions(&fixture.sim) {
+        assert_eq!(version, "v2", "{cluster}");
+    }
 }

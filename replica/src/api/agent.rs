@@ -43,6 +43,8 @@ pub(crate) struct AgentService {
     agents: Arc<Agents>,
     /// Operator mode: pull Clusters are made in the management cluster, not by agents.
     spec_source: Option<Arc<dyn crate::spec_source::SpecSource>>,
+    /// Probes of the owners held attaches wait for.
+    probes: super::owner_probe::OwnerProbes,
 }
 
 impl AgentService {
@@ -55,6 +57,7 @@ impl AgentService {
             replica,
             agents,
             spec_source,
+            probes: super::owner_probe::OwnerProbes::default(),
         }
     }
 }
@@ -347,8 +350,9 @@ impl AgentService {
     ///
     /// With `unreached` (an owner's address the agent could not reach: it died, or its
     /// clusters are about to move) the answer waits, up to [`OWNER_HOLD`], until the state
-    /// names another owner, or none was named yet: the agent learns the new owner as soon as
-    /// this replica applies the move, instead of polling for it.
+    /// names another owner, or none was named yet, or the owner answers this replica again
+    /// (it restarted, or a partition healed, before its clusters moved): the agent learns
+    /// where to go as soon as this replica does, instead of polling for it.
     async fn owner_of(
         &self,
         caller: &Principal,
@@ -357,7 +361,10 @@ impl AgentService {
     ) -> Result<(u64, Option<String>), Status> {
         let reader = self.replica.raft.reader();
         let mut applied = reader.watch_applied();
-        let until = tokio::time::Instant::now() + OWNER_HOLD;
+        let held = tokio::time::Instant::now();
+        let until = held + OWNER_HOLD;
+        let mut counted = None;
+        let mut probe: Option<tokio::sync::watch::Receiver<Option<tokio::time::Instant>>> = None;
         loop {
             let owner = reader.read(|state| {
                 check_claim(state, caller, cluster, self.spec_source.is_some())?;
@@ -372,11 +379,47 @@ impl AgentService {
                 (Some((_, address)), Some(gone)) => address.as_deref() == Some(gone),
                 (None, Some(_)) => true,
             };
-            if !hold || tokio::time::Instant::now() >= until {
+            let answered = probe
+                .as_ref()
+                .is_some_and(|p| p.borrow().is_some_and(|at| at >= held));
+            let expired = tokio::time::Instant::now() >= until;
+            if !hold || answered || expired {
+                if counted.is_some() {
+                    let ended = if !hold {
+                        "moved"
+                    } else if answered {
+                        "answered"
+                    } else {
+                        "expired"
+                    };
+                    self.replica
+                        .metrics
+                        .agent_holds
+                        .get_or_create(&crate::metrics::ResultLabel {
+                            result: ended.into(),
+                        })
+                        .inc();
+                }
                 return owner.ok_or_else(|| {
                     Status::unavailable(format!("Cluster {cluster} has no owner yet; retry"))
                 });
             }
+            if counted.is_none() {
+                counted = Some(Counted::new(&self.replica.metrics.agents_held));
+            }
+            if let (None, Some((_, Some(address)))) = (&probe, &owner) {
+                probe = Some(self.probes.watch(&self.replica, address));
+            }
+            let probed = async {
+                let changed = match probe.as_mut() {
+                    Some(probe) => probe.changed().await.is_ok(),
+                    None => false,
+                };
+                if !changed {
+                    // No probe yet, or its task ended (the replica is stopping).
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 changed = applied.changed() => {
                     if changed.is_err() {
@@ -386,6 +429,7 @@ impl AgentService {
                     // most every HOLD_RECHECK, not at every applied entry.
                     tokio::time::sleep(HOLD_RECHECK).await;
                 }
+                () = probed => {}
                 () = self.replica.stopping.cancelled() => {
                     return Err(Status::unavailable("this replica is stopping; retry"));
                 }
@@ -469,7 +513,7 @@ impl AgentService {
         }
         let mut client = proto::agent_client::AgentClient::new(channel);
         let response = client.attach(request).await?;
-        let forwarding = Forwarding::new(&self.replica.metrics.agents_forwarded);
+        let forwarding = Counted::new(&self.replica.metrics.agents_forwarded);
         Ok(Box::pin(response.into_inner().map(move |item| {
             let _counted = &forwarding;
             item
@@ -477,17 +521,18 @@ impl AgentService {
     }
 }
 
-/// Counts a forwarded stream in `starling_agents_forwarded` while it lasts.
-struct Forwarding(prometheus_client::metrics::gauge::Gauge);
+/// Counts something in a gauge while it lasts: a forwarded stream in
+/// `starling_agents_forwarded`, a held attach in `starling_agents_held`.
+struct Counted(prometheus_client::metrics::gauge::Gauge);
 
-impl Forwarding {
-    fn new(gauge: &prometheus_client::metrics::gauge::Gauge) -> Forwarding {
+impl Counted {
+    fn new(gauge: &prometheus_client::metrics::gauge::Gauge) -> Counted {
         gauge.inc();
-        Forwarding(gauge.clone())
+        Counted(gauge.clone())
     }
 }
 
-impl Drop for Forwarding {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
     }

@@ -8,6 +8,7 @@ pub(crate) mod artifacts;
 pub(crate) mod convert;
 pub(crate) mod fleet;
 pub(crate) mod node;
+pub(crate) mod owner_probe;
 pub(crate) mod recovery;
 pub(crate) mod tokens;
 pub(crate) mod watch;
