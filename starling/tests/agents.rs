@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use fleetsim::AuditFilter;
-use harness::pull::{Agents, enrol};
+use harness::pull::Agents;
 use harness::{
     DemoFixture, Group, Options, binary, config_versions, demo_fixture, demo_manifests, wait_until,
 };
@@ -140,21 +140,10 @@ async fn push_and_pull_clusters_roll_out_together_through_failures() {
     let addresses = addresses.join(",");
     let mut agents = Agents::new();
     for (index, name) in pull.iter().enumerate() {
-        std::fs::write(
-            agents.kubeconfig(name),
-            fixture.sim.kubeconfig(name).expect("kubeconfig"),
-        )
-        .expect("write kubeconfig");
-        enrol(
-            &agents.kubeconfig(name),
-            name,
-            if index == 0 { &aliases } else { &addresses },
-            &token,
-            None,
-            index,
-        )
-        .await;
-        agents.spawn(name);
+        let addresses = if index == 0 { &aliases } else { &addresses };
+        agents
+            .enrol_and_spawn(&fixture.sim, name, addresses, &token, index)
+            .await;
     }
     let first = group
         .wait_complete("demo", "", (PUSH + PULL) as u32, 0)
@@ -370,21 +359,9 @@ async fn agents_return_to_an_owner_back_before_its_clusters_move() {
     let addresses = addresses.join(",");
     let mut agents = Agents::new();
     for (index, name) in pull.iter().enumerate() {
-        std::fs::write(
-            agents.kubeconfig(name),
-            fixture.sim.kubeconfig(name).expect("kubeconfig"),
-        )
-        .expect("write kubeconfig");
-        enrol(
-            &agents.kubeconfig(name),
-            name,
-            &addresses,
-            &token,
-            None,
-            index,
-        )
-        .await;
-        agents.spawn(name);
+        agents
+            .enrol_and_spawn(&fixture.sim, name, &addresses, &token, index)
+            .await;
     }
     let first = group.wait_complete("demo", "", CLUSTERS as u32, 0).await;
     wait_until(

@@ -17,7 +17,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use fleetsim::AuditFilter;
-use harness::pull::{Agents, enrol};
+use harness::pull::Agents;
 use harness::{Group, Options, binary, config_versions, demo_fixture, demo_manifests, wait_until};
 
 const PUSH: usize = 8;
@@ -103,13 +103,9 @@ async fn rollouts_go_on_without_clusters_that_are_down_and_catch_them_up() {
     let addresses = addresses.join(",");
     let mut agents = Agents::new();
     for (index, name) in pull.iter().enumerate() {
-        std::fs::write(
-            agents.kubeconfig(name),
-            sim.kubeconfig(name).expect("kubeconfig"),
-        )
-        .expect("write kubeconfig");
-        enrol(&agents.kubeconfig(name), name, &addresses, "", None, index).await;
-        agents.spawn(name);
+        agents
+            .enrol_and_spawn(sim, name, &addresses, "", index)
+            .await;
     }
     let first = group
         .wait_complete("demo", "", (PUSH + PULL) as u32, 0)

@@ -60,6 +60,23 @@ impl Agents {
         self.dir.path().join(format!("{cluster}.kubeconfig"))
     }
 
+    /// Enrols fleetsim cluster `cluster` against the replicas at `addresses` (comma-separated)
+    /// with agent `token` ("" when the replicas take none), and starts its agent.
+    pub async fn enrol_and_spawn(
+        &mut self,
+        sim: &fleetsim::FleetSim,
+        cluster: &str,
+        addresses: &str,
+        token: &str,
+        index: usize,
+    ) {
+        let kubeconfig = self.kubeconfig(cluster);
+        std::fs::write(&kubeconfig, sim.kubeconfig(cluster).expect("kubeconfig"))
+            .expect("write kubeconfig");
+        enrol(&kubeconfig, cluster, addresses, token, None, index).await;
+        self.spawn(cluster);
+    }
+
     pub fn spawn(&mut self, cluster: &str) {
         let child = Command::new(&self.program)
             .args([
