@@ -269,6 +269,15 @@ impl proto::agent_server::Agent for AgentService {
         let unreached = unreached.filter(|_| direct);
         let owner = self.owner_of(&caller, &hello, unreached.as_deref()).await?;
         match owner {
+            // An owner without a lease sends no pings (the group is forming, or this replica
+            // lost touch with the leader): the agent would wait its whole AGENT_LEASE on a
+            // silent stream. Refused, it retries within a second.
+            (owner, _) if owner == me && !self.replica.lease.is_valid() => {
+                Err(Status::unavailable(format!(
+                    "node {me}, the owner of Cluster {hello}, holds no lease from the leader \
+                     yet; retry"
+                )))
+            }
             (owner, _) if owner == me => Ok(Response::new(self.serve(hello, inbound))),
             (owner, None) => Err(Status::unavailable(format!(
                 "the owner of Cluster {hello}, node {owner}, has no address; retry"
