@@ -1,12 +1,14 @@
 //! Configuration of a replica's Raft instance, with defaults in one place and a `validate` that
 //! rejects nonsense before anything is opened.
 //!
-//! Timing defaults aim at a new leader within about two seconds of losing one, on a loaded
+//! Timing defaults aim at a new leader within about a second of losing one, on a loaded
 //! two-core machine. In openraft 0.9 a follower that has seen a leader waits
 //! `election_timeout_max` (the leader lease) plus a random election timeout in
 //! `[election_timeout_min, election_timeout_max]` of silence before it campaigns: with the
-//! defaults (heartbeat 100 ms, elections 400–800 ms) that is 1.2–1.6 s. The heartbeat interval is
-//! also openraft's append-entries RPC timeout, which is why large appends are split
+//! defaults (heartbeat 100 ms, elections 400–800 ms) that is 1.2–1.6 s. `crate::campaign`
+//! starts the first other voter's campaign as soon as the lease and one heartbeat have passed
+//! (0.9 s), the next ones later by rank. The heartbeat interval is also openraft's
+//! append-entries RPC timeout, which is why large appends are split
 //! (`NetworkConfig::max_append_bytes`).
 
 use std::path::{Path, PathBuf};
@@ -34,6 +36,11 @@ pub struct RaftConfig {
     pub heartbeat_interval: Duration,
     pub election_timeout_min: Duration,
     pub election_timeout_max: Duration,
+    /// The longest leader lease (openraft's `election_timeout_max`) of any voter in the group,
+    /// when the voters' settings differ; `None`: this replica's own. A follower whose leader
+    /// fell silent campaigns once this and a heartbeat have passed (`crate::campaign`), when
+    /// every voter grants votes again.
+    pub longest_vote_lease: Option<Duration>,
     /// Build a snapshot after this many entries were applied since the last one.
     pub snapshot_after_entries: u64,
     /// Entries kept in the log behind the latest snapshot (lets slightly lagging peers catch up
@@ -73,6 +80,7 @@ impl RaftConfig {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
+            longest_vote_lease: None,
             snapshot_after_entries: 10_000,
             logs_kept_after_snapshot: 1_000,
             max_payload_entries: 256,
@@ -137,6 +145,15 @@ impl RaftConfig {
             return fail(format!(
                 "election timeout maximum {:?} must exceed the minimum {:?}",
                 self.election_timeout_max, self.election_timeout_min
+            ));
+        }
+        if self
+            .longest_vote_lease
+            .is_some_and(|lease| lease < self.election_timeout_max)
+        {
+            return fail(format!(
+                "the longest vote lease {:?} cannot be shorter than this replica's own {:?}",
+                self.longest_vote_lease, self.election_timeout_max
             ));
         }
         if self.snapshot_after_entries == 0 {

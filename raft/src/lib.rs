@@ -12,10 +12,12 @@
 //! Modules: [`types`] (type config), [`codec`] (versioned records), [`log_store`], [`disk`]
 //! (a simulated disk with faults and power cuts, for tests),
 //! `log_writer` (the log's writer thread), [`snapshot_store`], [`state_machine`], [`reader`], [`network`], [`write`], [`batch`], [`node`],
-//! [`admin`], [`config`], [`error`].
+//! [`admin`], [`config`], [`error`]; `campaign` (a follower campaigns as soon as a silent
+//! leader's lease has lapsed, one voter at a time).
 
 pub mod admin;
 pub mod batch;
+mod campaign;
 pub mod codec;
 pub mod config;
 pub mod disk;

@@ -20,6 +20,7 @@ use openraft::error::{CheckIsLeaderError, RaftError};
 use tokio::sync::{broadcast, watch};
 
 use crate::batch::Batcher;
+use crate::campaign::{self, LeaderContact};
 use crate::config::{RaftConfig, ensure_dir};
 use crate::error::{OpenError, WriteError};
 use crate::log_store::{LogStore, StoreClosed};
@@ -56,6 +57,10 @@ pub struct RaftNode {
     pub(crate) membership_changes: Arc<tokio::sync::Mutex<()>>,
     /// Whether the stores held no log and no vote when this instance was opened.
     pub(crate) started_empty: bool,
+    /// When the leader was last heard from (noted by the Raft service; see `crate::campaign`).
+    contact: LeaderContact,
+    /// Dropped with the last clone: ends the campaign task.
+    _campaign: Arc<watch::Sender<()>>,
 }
 
 impl RaftNode {
@@ -110,6 +115,22 @@ impl RaftNode {
         });
         let calls = Arc::new(Calls::default());
         let batcher = Batcher::start(proposer.clone(), calls.give_up.subscribe());
+        let contact = LeaderContact::default();
+        let joining = Arc::new(AtomicBool::new(joining));
+        let (campaign_stop, campaign_stopped) = watch::channel(());
+        campaign::spawn(
+            raft.clone(),
+            config.id,
+            campaign::Timing {
+                heartbeat: config.heartbeat_interval,
+                lease: config
+                    .longest_vote_lease
+                    .unwrap_or(config.election_timeout_max),
+            },
+            contact.clone(),
+            joining.clone(),
+            campaign_stopped,
+        );
         Ok(RaftNode {
             config: Arc::new(config),
             raft,
@@ -119,9 +140,11 @@ impl RaftNode {
             store_closed,
             calls,
             votes,
-            joining: Arc::new(AtomicBool::new(joining)),
+            joining,
             membership_changes: Arc::new(tokio::sync::Mutex::new(())),
             started_empty,
+            contact,
+            _campaign: Arc::new(campaign_stop),
         })
     }
 
@@ -160,7 +183,8 @@ impl RaftNode {
 
     /// The `starling.v1.Raft` gRPC service to add to this replica's tonic server.
     pub fn grpc_service(&self) -> proto::raft_server::RaftServer<RaftService> {
-        RaftService::with_vote_gate(self.raft.clone(), self.votes.clone()).into_server()
+        RaftService::for_node(self.raft.clone(), self.votes.clone(), self.contact.clone())
+            .into_server()
     }
 
     /// The current leader and its address, when known.

@@ -190,6 +190,68 @@ async fn three_nodes_replicate_survive_a_lost_follower_and_recover_from_disk() {
     }
 }
 
+/// When the leader goes silent, the first of the other voters (lowest id) campaigns as soon as
+/// the leader lease has lapsed, and wins in one round: no split vote, no second candidate. With
+/// elections of 1–2 s openraft's own timer would wait 3–4 s and pick either follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_leader_is_replaced_by_the_first_other_voter_in_one_round() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut nodes = start_group_with(root.path(), |config| {
+        config.election_timeout_min = Duration::from_millis(1000);
+        config.election_timeout_max = Duration::from_millis(2000);
+    })
+    .await;
+    let refs: Vec<&TestNode> = nodes.iter().collect();
+    let leader = wait_for_leader(&refs, ELECTION).await;
+    let (index, _) = nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .expect("leader")
+        .node
+        .propose(command(1))
+        .await
+        .expect("write");
+    for node in &nodes {
+        node.node
+            .reader()
+            .wait_applied(index, CATCH_UP)
+            .await
+            .expect("applied everywhere");
+    }
+    let term = nodes[0].node.metrics().borrow().current_term;
+    let lost = nodes.remove(nodes.iter().position(|n| n.id == leader).expect("leader"));
+    lost.stop().await;
+
+    let mut successor = leader;
+    eventually("a new leader both survivors follow", ELECTION, || {
+        let leaders: BTreeSet<Option<u64>> = nodes
+            .iter()
+            .map(|n| n.node.metrics().borrow().current_leader)
+            .collect();
+        match leaders.into_iter().collect::<Vec<_>>()[..] {
+            [Some(new)] if new != leader => {
+                successor = new;
+                true
+            }
+            _ => false,
+        }
+    })
+    .await;
+    let first = nodes.iter().map(|n| n.id).min().expect("two survivors");
+    assert_eq!(successor, first, "the first other voter leads");
+    for node in &nodes {
+        assert_eq!(
+            node.node.metrics().borrow().current_term,
+            term + 1,
+            "node {} is one term on: one candidate, one round",
+            node.id
+        );
+    }
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_node_catches_up_through_a_snapshot_after_compaction() {
     let root = tempfile::tempdir().expect("tempdir");

@@ -276,6 +276,7 @@ pub(crate) fn timing(
         beat: Duration::from_millis(300),
         raft_heartbeat: raft.heartbeat_interval,
         election_timeout,
+        longest_vote_lease: raft.election_timeout_max + Duration::from_millis(1),
         apply,
         ready,
     }

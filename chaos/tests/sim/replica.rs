@@ -40,6 +40,9 @@ pub struct Timing {
     /// This replica's election timeout (openraft draws from `[min, min + 1 ms)`, so it is
     /// fixed per replica and seeded per run: replays stay exact).
     pub election_timeout: Duration,
+    /// The longest `election_timeout_max` any replica of the seed may draw: the lease after
+    /// which every voter grants votes again.
+    pub longest_vote_lease: Duration,
     /// How long one write to a cluster takes, and how long it then takes to become ready.
     pub apply: Duration,
     pub ready: Duration,
@@ -118,6 +121,7 @@ pub async fn run(host: Rc<Host>) -> turmoil::Result {
     raft_config.heartbeat_interval = timing.raft_heartbeat;
     raft_config.election_timeout_min = timing.election_timeout;
     raft_config.election_timeout_max = timing.election_timeout + Duration::from_millis(1);
+    raft_config.longest_vote_lease = Some(timing.longest_vote_lease);
     raft_config.forward_timeout = Duration::from_secs(2);
     let raft = RaftNode::open(raft_config).await?;
     let started_empty = raft.started_empty();

@@ -19,12 +19,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use fleet::Command;
 use openraft::error::{InstallSnapshotError, RaftError};
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest,
+};
 use proto::{ApiError, ElectReply, ElectRequest, ProposeReply, ProposeRequest, RaftPayload};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::{Request, Response, Status};
 
+use crate::campaign::LeaderContact;
 use crate::codec;
 use crate::types::{NodeId, Raft, TypeConfig};
 use crate::write;
@@ -53,6 +56,8 @@ impl VoteGate {
 pub struct RaftService {
     raft: Raft,
     votes: VoteGate,
+    /// Noted on every append-entries or snapshot chunk openraft accepted from a leader.
+    contact: LeaderContact,
 }
 
 impl RaftService {
@@ -63,7 +68,24 @@ impl RaftService {
 
     /// A service that refuses Vote requests while `votes` is closed.
     pub fn with_vote_gate(raft: Raft, votes: VoteGate) -> RaftService {
-        RaftService { raft, votes }
+        RaftService::for_node(raft, votes, LeaderContact::default())
+    }
+
+    /// The service of a [`crate::RaftNode`], which also tells the node when the leader was
+    /// last heard from.
+    pub(crate) fn for_node(raft: Raft, votes: VoteGate, contact: LeaderContact) -> RaftService {
+        RaftService {
+            raft,
+            votes,
+            contact,
+        }
+    }
+
+    fn heard_from(&self, vote: &openraft::Vote<NodeId>) {
+        let leader = vote.leader_id();
+        if let Some(node) = leader.voted_for() {
+            self.contact.heard(node, leader.get_term());
+        }
     }
 
     /// The tonic server for this service, with Raft's message size limits.
@@ -100,7 +122,12 @@ impl proto::raft_server::Raft for RaftService {
     ) -> Result<Response<RaftPayload>, Status> {
         let rpc: AppendEntriesRequest<TypeConfig> =
             decode_request("append-entries request", request.into_inner())?;
+        let vote = rpc.vote;
         let result = self.raft.append_entries(rpc).await;
+        if matches!(&result, Ok(response) if !matches!(response, AppendEntriesResponse::HigherVote(_)))
+        {
+            self.heard_from(&vote);
+        }
         encode_reply("append-entries result", &result)
     }
 
@@ -110,8 +137,12 @@ impl proto::raft_server::Raft for RaftService {
     ) -> Result<Response<RaftPayload>, Status> {
         let rpc: InstallSnapshotRequest<TypeConfig> =
             decode_request("install-snapshot request", request.into_inner())?;
+        let vote = rpc.vote;
         let result: Result<_, RaftError<NodeId, InstallSnapshotError>> =
             self.raft.install_snapshot(rpc).await;
+        if matches!(&result, Ok(response) if response.vote == vote) {
+            self.heard_from(&vote);
+        }
         encode_reply("install-snapshot result", &result)
     }
 
