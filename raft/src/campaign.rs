@@ -22,6 +22,9 @@
 //! leader that is still alive is deposed only as it would be by openraft's own timer, a little
 //! earlier. Only a follower with a committed vote for a leader it heard from (or has known for
 //! that long) campaigns, once per silence; a replica still joining the group never does.
+//!
+//! The same task keeps the Raft network's channels to the other voters open, so the vote and
+//! the new leader's first append do not start with a new connection.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,7 +34,11 @@ use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::network::NetworkFactory;
 use crate::types::{NodeId, Raft, RaftMetrics};
+
+/// How often the channels to the other voters are checked and, where missing, opened.
+const WARM_EVERY: Duration = Duration::from_secs(1);
 
 /// When this replica last heard from a leader; written by the Raft service, read by the task.
 #[derive(Clone, Debug, Default)]
@@ -87,9 +94,13 @@ impl Timing {
     }
 }
 
-/// Starts the task; it ends when `stop`'s sender is dropped or openraft stops.
+/// Starts the task; it ends when `stop`'s sender is dropped or openraft stops. Every second it
+/// also has `network` keep a channel open to each other voter ([`NetworkFactory::warm`]): the
+/// followers do not talk to each other while a leader lives, and a campaign across regions
+/// would otherwise start with a new connection.
 pub(crate) fn spawn(
     raft: Raft,
+    network: NetworkFactory,
     id: NodeId,
     timing: Timing,
     contact: LeaderContact,
@@ -101,6 +112,7 @@ pub(crate) fn spawn(
         let mut ticks = tokio::time::interval(timing.check_every());
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut watch = Watch::default();
+        let mut warm_due = Instant::now();
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
@@ -109,6 +121,18 @@ pub(crate) fn spawn(
             // openraft stopped: its metrics sender is gone.
             if metrics.has_changed().is_err() {
                 return;
+            }
+            if warm_due <= Instant::now() {
+                warm_due = Instant::now() + WARM_EVERY;
+                let metrics = metrics.borrow();
+                let membership = metrics.membership_config.membership();
+                network.warm(
+                    membership
+                        .voter_ids()
+                        .filter(|voter| *voter != id)
+                        .filter_map(|voter| membership.get_node(&voter))
+                        .map(|peer| peer.addr.as_str()),
+                );
             }
             if joining.load(Ordering::SeqCst) {
                 continue;

@@ -83,7 +83,7 @@ impl RaftNode {
         let raft = openraft::Raft::new(
             config.id,
             Arc::new(openraft_config),
-            network,
+            network.clone(),
             log_store,
             state_machine,
         )
@@ -120,6 +120,7 @@ impl RaftNode {
         let (campaign_stop, campaign_stopped) = watch::channel(());
         campaign::spawn(
             raft.clone(),
+            network,
             config.id,
             campaign::Timing {
                 heartbeat: config.heartbeat_interval,

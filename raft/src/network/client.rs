@@ -1,4 +1,9 @@
-//! The sending side of the Raft network: one lazily connected tonic channel per peer.
+//! The sending side of the Raft network: one tonic channel per peer address, shared by every
+//! client openraft creates for that peer ([`NetworkFactory::new_client`] runs for each
+//! election's vote requests and each new replication stream) and kept connected to every voter
+//! (`NetworkFactory::warm`), so that a vote or a new leader's first append does not wait for
+//! a new TCP, TLS and HTTP/2 connection: across regions those are several round trips, paid on
+//! every failover.
 //!
 //! Failures are classified the way openraft's replication expects, so a dead peer costs only its
 //! own replication stream a back-off and never stalls the others (each peer has its own
@@ -15,6 +20,8 @@
 //! After any transport failure the channel is dropped and rebuilt on the next call, so a peer
 //! that restarted (perhaps on a new address after a membership change) is reconnected.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{
@@ -78,12 +85,7 @@ pub fn lazy_channel(
     addr: &str,
     config: &NetworkConfig,
 ) -> Result<Channel, tonic::transport::Error> {
-    let endpoint = Endpoint::from_shared(format!("http://{}", starling_transport::route(addr)))?
-        .connect_timeout(config.connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(config.keepalive_interval)
-        .keep_alive_timeout(config.keepalive_interval)
-        .keep_alive_while_idle(true);
+    let endpoint = endpoint(addr, config)?;
     Ok(match &config.connector {
         None => endpoint.connect_lazy(),
         Some(connector) => {
@@ -92,17 +94,132 @@ pub fn lazy_channel(
     })
 }
 
-/// Creates a [`PeerClient`] for every replication or vote target.
+/// Connects a [`Channel`] to `addr` now.
+async fn connected_channel(
+    addr: &str,
+    config: &NetworkConfig,
+) -> Result<Channel, tonic::transport::Error> {
+    let endpoint = endpoint(addr, config)?;
+    match &config.connector {
+        None => endpoint.connect().await,
+        Some(connector) => {
+            endpoint
+                .connect_with_connector(starling_transport::dial(connector))
+                .await
+        }
+    }
+}
+
+fn endpoint(addr: &str, config: &NetworkConfig) -> Result<Endpoint, tonic::transport::Error> {
+    Ok(
+        Endpoint::from_shared(format!("http://{}", starling_transport::route(addr)))?
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(config.keepalive_interval)
+            .keep_alive_timeout(config.keepalive_interval)
+            .keep_alive_while_idle(true),
+    )
+}
+
+/// The most peer addresses whose channels are kept; past it the map starts again (a group has
+/// a handful of members, so only address churn gets there).
+const MAX_CHANNELS: usize = 64;
+
+/// Creates a [`PeerClient`] for every replication or vote target. Clones share the channels.
 #[derive(Clone, Debug)]
 pub struct NetworkFactory {
     id: NodeId,
     config: NetworkConfig,
+    channels: Arc<Mutex<Channels>>,
+}
+
+/// The channels kept per peer address, each with the generation it was made in (a client that
+/// saw its channel fail removes it only if no newer one replaced it).
+#[derive(Debug, Default)]
+struct Channels {
+    by_addr: HashMap<String, (u64, Channel)>,
+    /// Addresses a warm-up is connecting to now.
+    warming: HashSet<String>,
+    generation: u64,
+}
+
+impl Channels {
+    fn insert(&mut self, addr: &str, channel: Channel) -> u64 {
+        if self.by_addr.len() >= MAX_CHANNELS && !self.by_addr.contains_key(addr) {
+            self.by_addr.clear();
+        }
+        self.generation += 1;
+        self.by_addr
+            .insert(addr.to_owned(), (self.generation, channel));
+        self.generation
+    }
 }
 
 impl NetworkFactory {
     /// `id` is this replica's id (reported in timeout errors).
     pub fn new(id: NodeId, config: NetworkConfig) -> NetworkFactory {
-        NetworkFactory { id, config }
+        NetworkFactory {
+            id,
+            config,
+            channels: Arc::default(),
+        }
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, Channels> {
+        self.channels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The channel to `addr` and its generation: the one kept, or a new lazy one.
+    fn channel(&self, addr: &str) -> Result<(u64, Channel), tonic::transport::Error> {
+        let mut channels = self.channels();
+        if let Some(kept) = channels.by_addr.get(addr) {
+            return Ok(kept.clone());
+        }
+        let channel = lazy_channel(addr, &self.config)?;
+        let generation = channels.insert(addr, channel.clone());
+        Ok((generation, channel))
+    }
+
+    /// Forgets the channel to `addr` of `generation` after it failed; the next call dials again.
+    fn forget(&self, addr: &str, generation: u64) {
+        let mut channels = self.channels();
+        if channels
+            .by_addr
+            .get(addr)
+            .is_some_and(|(kept, _)| *kept == generation)
+        {
+            channels.by_addr.remove(addr);
+        }
+    }
+
+    /// Connects to each of `addrs` that has no channel yet, in the background (one attempt per
+    /// address at a time). Called for the voters of the membership, so that the channels a
+    /// failover needs are up before it (HTTP/2 keep-alive holds them open while idle).
+    pub(crate) fn warm<'a>(&self, addrs: impl IntoIterator<Item = &'a str>) {
+        let mut channels = self.channels();
+        for addr in addrs {
+            if channels.by_addr.contains_key(addr) || !channels.warming.insert(addr.to_owned()) {
+                continue;
+            }
+            let factory = self.clone();
+            let addr = addr.to_owned();
+            tokio::spawn(async move {
+                let connected = connected_channel(&addr, &factory.config).await;
+                let mut channels = factory.channels();
+                channels.warming.remove(&addr);
+                match connected {
+                    Ok(channel) if !channels.by_addr.contains_key(&addr) => {
+                        channels.insert(&addr, channel);
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(%addr, %error, "raft peer not reachable yet");
+                    }
+                }
+            });
+        }
     }
 }
 
@@ -115,6 +232,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             addr: node.addr.clone(),
             config: self.config.clone(),
+            factory: self.clone(),
             client: None,
         }
     }
@@ -126,7 +244,9 @@ pub struct PeerClient {
     target: NodeId,
     addr: String,
     config: NetworkConfig,
-    client: Option<RaftClient<Channel>>,
+    factory: NetworkFactory,
+    /// The client and the generation of its channel.
+    client: Option<(u64, RaftClient<Channel>)>,
 }
 
 #[derive(Clone, Copy)]
@@ -179,18 +299,20 @@ enum CallError {
 
 impl PeerClient {
     fn client(&mut self) -> Result<RaftClient<Channel>, CallError> {
-        if let Some(client) = &self.client {
+        if let Some((_, client)) = &self.client {
             return Ok(client.clone());
         }
-        let channel =
-            lazy_channel(&self.addr, &self.config).map_err(|source| CallError::Address {
-                addr: self.addr.clone(),
-                source,
-            })?;
+        let (generation, channel) =
+            self.factory
+                .channel(&self.addr)
+                .map_err(|source| CallError::Address {
+                    addr: self.addr.clone(),
+                    source,
+                })?;
         let client = RaftClient::new(channel)
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes);
-        self.client = Some(client.clone());
+        self.client = Some((generation, client.clone()));
         Ok(client)
     }
 
@@ -225,7 +347,9 @@ impl PeerClient {
         let bytes = match outcome {
             Ok(bytes) => bytes,
             Err(error) => {
-                self.client = None;
+                if let Some((generation, _)) = self.client.take() {
+                    self.factory.forget(&self.addr, generation);
+                }
                 return Err(self.classify(rpc, ttl, error));
             }
         };
@@ -335,5 +459,77 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         Backoff::new(std::iter::successors(Some(min), move |previous| {
             Some((*previous * 2).min(max))
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn kept(factory: &NetworkFactory, addr: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if factory.channels().by_addr.contains_key(addr) {
+                return true;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_warmed_peer_is_connected_before_any_call_and_shared_by_every_client() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address").to_string();
+        let accepted = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.expect("accept");
+            stream
+        });
+        let factory = NetworkFactory::new(1, NetworkConfig::default());
+        factory.warm([addr.as_str()]);
+        let _stream = tokio::time::timeout(Duration::from_secs(10), accepted)
+            .await
+            .expect("the warm-up connects without a call")
+            .expect("accept task");
+        assert!(kept(&factory, &addr).await, "the connected channel is kept");
+        let peer = Peer::new(addr.clone());
+        let (mut vote, mut replication) = (factory.clone(), factory.clone());
+        let mut first = vote.new_client(2, &peer).await;
+        let mut second = replication.new_client(2, &peer).await;
+        first.client().expect("client");
+        second.client().expect("client");
+        let generations = |client: &PeerClient| client.client.as_ref().map(|(g, _)| *g);
+        assert_eq!(generations(&first), generations(&second));
+        // A failed channel is forgotten once; a newer one is not.
+        let generation = generations(&first).expect("generation");
+        factory.forget(&addr, generation);
+        assert!(!factory.channels().by_addr.contains_key(&addr));
+        let (newer, _) = factory.channel(&addr).expect("channel");
+        factory.forget(&addr, generation);
+        assert_eq!(
+            factory.channels().by_addr.get(&addr).map(|(g, _)| *g),
+            Some(newer)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_peer_is_tried_again_at_the_next_warm_up() {
+        // A port nothing listens on: bound, then released.
+        let addr = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("address").to_string()
+        };
+        let factory = NetworkFactory::new(1, NetworkConfig::default());
+        factory.warm([addr.as_str()]);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !factory.channels().warming.is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "the attempt ends");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!factory.channels().by_addr.contains_key(&addr));
     }
 }
