@@ -516,12 +516,14 @@ pub struct ObjectRef {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncStatus {
+    // The revisions and times are shared (`Arc`) between the Syncs that hold the same one: a
+    // rollout writes one revision into every Sync of a group (`fleet::state`'s `strings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_applied_revision: Option<String>,
+    pub last_applied_revision: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_attempted_revision: Option<String>,
+    pub last_attempted_revision: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_apply_time: Option<String>,
+    pub last_apply_time: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<SyncResult>,
     /// Why the last attempt failed, if it did.
@@ -550,8 +552,8 @@ pub struct SyncStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedRevision {
-    pub revision: String,
-    pub applied_at: String,
+    pub revision: Arc<str>,
+    pub applied_at: Arc<str>,
 }
 
 /// How a SyncGroup rolls a new revision out to its clusters.

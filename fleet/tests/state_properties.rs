@@ -406,7 +406,7 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                     RecoveredSync {
                         sync: sync.clone(),
                         inventory: status.inventory.to_vec(),
-                        revision: status.last_applied_revision,
+                        revision: status.last_applied_revision.as_deref().map(String::from),
                         digest: state.render_digest(sync),
                         health: ResourceStatus::Current,
                     }
@@ -443,7 +443,7 @@ fn may_degrade(state: &FleetState, command: &Command) -> bool {
                         cluster.metadata.name.as_deref().unwrap_or_default()
                     ))
                     .is_some_and(|c| {
-                        c.object.spec.paused || (c.object.spec.hold && !cluster.spec.hold)
+                        c.object().spec.paused || (c.object().spec.hold && !cluster.spec.hold)
                     }),
                 _ => false,
             }
@@ -500,7 +500,7 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
         let holds: BTreeMap<Key, bool> = state
             .clusters
             .iter()
-            .map(|(k, c)| (k.clone(), c.object.spec.hold))
+            .map(|(k, c)| (k.clone(), c.object().spec.hold))
             .collect();
         let pins: BTreeMap<Key, Option<String>> = state
             .groups
@@ -520,7 +520,7 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
             let key = resource.key();
             let key = format!("{}/{}", key.namespace, key.name);
             if let Some(held) = holds.get(&key) {
-                let now = state.clusters.get(&key).map(|c| c.object.spec.hold);
+                let now = state.clusters.get(&key).map(|c| c.object().spec.hold);
                 prop_assert_eq!(now, Some(*held), "hold of {} lost by {:?}", key, command);
             }
             if let Some(pin) = pins.get(&key)

@@ -72,8 +72,10 @@ pub(crate) fn state_matches(state: &FleetState, resource: &Resource) -> Option<b
         Resource::Source(object) => state.sources.get(&key).map(|e| {
             !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
         }),
+        // A stored Cluster keeps its labels apart: compared whole.
         Resource::Cluster(object) => state.clusters.get(&key).map(|e| {
-            !labels_and_annotations_differ(&e.object.metadata, meta) && e.object.spec == object.spec
+            !labels_and_annotations_differ(&e.cluster().metadata, meta)
+                && e.object().spec == object.spec
         }),
         Resource::Sync(object) => state
             .syncs

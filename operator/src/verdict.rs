@@ -282,8 +282,8 @@ mod tests {
             let status = SyncStatus {
                 result,
                 resources_least_status: health,
-                last_applied_revision: applied.clone(),
-                last_attempted_revision: attempted.clone(),
+                last_applied_revision: applied.as_deref().map(Into::into),
+                last_attempted_revision: attempted.as_deref().map(Into::into),
                 message: Some("boom".into()),
                 ..SyncStatus::default()
             };

@@ -29,6 +29,18 @@ use text::StrParser;
 
 use crate::validate::check_dns1123_subdomain;
 
+/// Labels a selector can be matched against: a label's value by key.
+pub trait Labels {
+    /// The value of the label `key`, `None` when the object has no such label.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 /// The longest name part of a label key, and the longest label value.
 const MAX_LABEL_NAME_LEN: usize = 63;
 
@@ -142,8 +154,8 @@ impl Requirement {
     }
 
     /// Whether a set of labels satisfies this requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    pub fn matches(&self, labels: &impl Labels) -> bool {
+        let value = labels.label(&self.key);
         match self.operator {
             Operator::In => value.is_some_and(|v| self.values.contains(v)),
             Operator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
@@ -239,7 +251,7 @@ impl Selector {
     }
 
     /// Whether the labels satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &impl Labels) -> bool {
         self.requirements
             .iter()
             .all(|requirement| requirement.matches(labels))

@@ -230,7 +230,7 @@ impl FleetState {
                 message: format!("cluster {cluster} not found"),
             };
         };
-        let mut object = entry.object.clone();
+        let mut object = entry.cluster();
         object.spec.hold = hold;
         self.upsert_spec(crate::manifest::Resource::Cluster(object), "")
     }

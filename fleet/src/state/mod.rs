@@ -32,6 +32,7 @@ mod installation;
 mod invariants;
 mod inventories;
 mod key_set;
+mod labels;
 mod members;
 pub mod quota;
 mod recovery;
@@ -42,6 +43,7 @@ mod shared_map;
 mod snapshot;
 mod sources;
 mod specs;
+mod strings;
 mod syncs;
 mod tenancy;
 mod tokens;
@@ -61,6 +63,7 @@ pub use history::{HISTORY_LIMIT, Pin};
 pub use installation::{ADOPTED_CONDITION, FOREIGN_CLASS, OWNED_BY_ANOTHER_INSTALLATION};
 pub use invariants::InvariantViolation;
 pub use key_set::KeySet;
+pub use labels::StoredLabels;
 pub use recovery::RecoveredSync;
 pub use retire::{DELETION_POLICY_ANNOTATION, PRUNE_CONDITION};
 pub use rollout::SyncState;
@@ -200,20 +203,101 @@ pub const DELIVERIES_PER_SOURCE: usize = 512;
 /// signed body older than that is refused by the providers' timestamps or is harmless).
 pub const DELIVERY_MEMORY_SECONDS: i64 = 86_400;
 
+/// A Cluster as the state holds it: the object without its labels, which are kept compactly
+/// beside it ([`labels`]); snapshots carry the object whole ([`ClusterRecord`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(from = "ClusterRecord", into = "ClusterRecord")]
 pub struct ClusterEntry {
-    pub object: Cluster,
+    /// The object with `metadata.labels` taken out: see [`ClusterEntry::cluster`].
+    pub(crate) object: Cluster,
+    labels: StoredLabels,
     pub owner: Option<NodeId>,
     /// Changes (only) when the owner changes; fences stale writers on the target.
     pub owner_generation: u64,
     /// Deleted with prune ([`Command::RetireSpec`]) since this time: its Syncs retire, and it
     /// goes with the last of them. No group selects it meanwhile.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleting: Option<String>,
     /// `starling cluster adopt`: the next write takes the target over from another
     /// installation whose fence it holds; cleared by the first sync that succeeds.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopt: bool,
+}
+
+impl ClusterEntry {
+    /// A newly stored Cluster, owned by no one yet.
+    pub(crate) fn new(object: Cluster) -> ClusterEntry {
+        let mut entry = ClusterEntry {
+            object,
+            labels: StoredLabels::default(),
+            owner: None,
+            owner_generation: 0,
+            deleting: None,
+            adopt: false,
+        };
+        entry.labels = StoredLabels::take(&mut entry.object.metadata.labels);
+        entry
+    }
+
+    /// The object as stored, **without `metadata.labels`**: read them with
+    /// [`ClusterEntry::labels`], or take the whole object with [`ClusterEntry::cluster`].
+    pub fn object(&self) -> &Cluster {
+        &self.object
+    }
+
+    /// The Cluster's labels.
+    pub fn labels(&self) -> &StoredLabels {
+        &self.labels
+    }
+
+    /// The whole object, labels included.
+    pub fn cluster(&self) -> Cluster {
+        let mut object = self.object.clone();
+        object.metadata.labels = self.labels.to_map();
+        object
+    }
+
+    /// Replaces the object (a new spec or metadata), keeping its labels apart.
+    pub(crate) fn set_object(&mut self, mut object: Cluster) {
+        self.labels = StoredLabels::take(&mut object.metadata.labels);
+        self.object = object;
+    }
+}
+
+/// A [`ClusterEntry`] as snapshots and backups carry it: the object whole.
+#[derive(Clone, Serialize, Deserialize)]
+struct ClusterRecord {
+    object: Cluster,
+    owner: Option<NodeId>,
+    owner_generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deleting: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    adopt: bool,
+}
+
+impl From<ClusterRecord> for ClusterEntry {
+    fn from(record: ClusterRecord) -> ClusterEntry {
+        ClusterEntry {
+            owner: record.owner,
+            owner_generation: record.owner_generation,
+            deleting: record.deleting,
+            adopt: record.adopt,
+            ..ClusterEntry::new(record.object)
+        }
+    }
+}
+
+impl From<ClusterEntry> for ClusterRecord {
+    fn from(entry: ClusterEntry) -> ClusterRecord {
+        let mut object = entry.object;
+        object.metadata.labels = entry.labels.to_map();
+        ClusterRecord {
+            object,
+            owner: entry.owner,
+            owner_generation: entry.owner_generation,
+            deleting: entry.deleting,
+            adopt: entry.adopt,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -350,6 +434,10 @@ pub struct FleetState {
     /// Derived: never serialised.
     #[serde(skip)]
     inventories: inventories::Inventories,
+    /// The recent revisions and times written into Sync statuses, so that equal ones are kept
+    /// once ([`strings`]). Derived: never serialised.
+    #[serde(skip)]
+    strings: strings::Strings,
 }
 
 impl FleetState {

@@ -17,9 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{FleetState, Key, Outcome, cluster_key_of};
-use crate::resources::{
-    AppliedRevision, ObjectRef, ResourceStatus, RolloutOutcome, RolloutRecord, SyncResult,
-};
+use crate::resources::{ObjectRef, ResourceStatus, RolloutOutcome, RolloutRecord, SyncResult};
 
 /// What one Sync's target holds, as read by `starling recover`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,7 +49,7 @@ impl FleetState {
             template.substitute,
             entry.object.spec.cluster_ref.name,
             cluster.object.metadata.namespace,
-            cluster.object.metadata.labels,
+            cluster.labels().to_map(),
         ]);
         let bytes = serde_json::to_vec(&input).ok()?;
         Some(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)))
@@ -178,19 +176,7 @@ impl FleetState {
         inventory.dedup();
         status.inventory = inventory.into();
         if let Some(revision) = &recovered.revision {
-            if status.last_applied_revision.as_deref() != Some(revision.as_str()) {
-                status.revision_history.insert(
-                    0,
-                    AppliedRevision {
-                        revision: revision.clone(),
-                        applied_at: at.to_string(),
-                    },
-                );
-                status
-                    .revision_history
-                    .truncate(super::history::REVISIONS_KEPT);
-            }
-            status.last_applied_revision = Some(revision.clone());
+            super::syncs::record_applied(status, &mut self.strings, revision, at);
         }
         if let Some(mark) = current {
             entry.rollout.applied = Some(mark);
@@ -201,7 +187,7 @@ impl FleetState {
             status.observed_generation = Some(mark.1);
             // The target was just read back: its drift check follows at its interval, rather
             // than every recovered Sync being re-applied at once.
-            status.last_apply_time = Some(at.to_string());
+            status.last_apply_time = Some(self.strings.share(at));
             status.result = Some(SyncResult::Succeeded);
             status.message = Some("recovered from the target cluster".into());
         } else {

@@ -381,7 +381,7 @@ impl FleetState {
         };
         entry.rollout.ticket = None;
         let status = entry.object.status.get_or_insert_with(Default::default);
-        status.last_apply_time = Some(at.to_string());
+        status.last_apply_time = Some(self.strings.share(at));
         let keep = |status: &mut crate::resources::SyncStatus,
                     partial: Option<Vec<crate::resources::ObjectRef>>| {
             if let Some(partial) = partial {

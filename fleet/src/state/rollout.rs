@@ -503,15 +503,15 @@ impl FleetState {
         let Some(group) = entry.group.as_ref().and_then(|g| self.groups.get(g)) else {
             return 0;
         };
+        let no_labels = super::StoredLabels::default();
         let labels = self
             .clusters
             .get(&super::cluster_key_of(&entry.object))
-            .and_then(|c| c.object.metadata.labels.clone())
-            .unwrap_or_default();
+            .map_or(&no_labels, |c| c.labels());
         group
             .partitions
             .iter()
-            .position(|selector| selector.matches(&labels))
+            .position(|selector| selector.matches(labels))
             .unwrap_or(group.partitions.len()) as u32
     }
 

@@ -147,6 +147,7 @@ impl FleetState {
         state.actionable_by_owner = state.actionable_by_owner_from_scratch();
         state.share_templates();
         state.share_inventories();
+        state.share_strings();
         Ok(state)
     }
 

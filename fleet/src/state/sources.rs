@@ -149,7 +149,7 @@ impl FleetState {
         if facts.applied == Some(before) {
             facts.applied = Some((seq, generation));
             let status = entry.object.status.get_or_insert_with(Default::default);
-            status.last_applied_revision = Some(revision.to_owned());
+            status.last_applied_revision = Some(self.strings.share(revision));
             status.message = Some(format!(
                 "revision {revision} changes nothing at {}: nothing to apply",
                 if path.is_empty() {

@@ -260,25 +260,21 @@ impl FleetState {
                 ),
             };
         }
-        let stored = existing.map(|e| (&e.object.metadata, &e.object.spec));
+        // Compared with the stored object whole: its labels are kept apart (`StoredLabels`).
+        let stored = existing.map(ClusterEntry::cluster);
+        let stored = stored.as_ref().map(|c| (&c.metadata, &c.spec));
         let result = stamp_against(&mut object.metadata, &object.spec, stored, self.revision);
         match result {
             ApplyResult::Unchanged => return Outcome::Applied(result),
             ApplyResult::Configured => {
                 if let Some(entry) = self.clusters.get_mut(&key) {
                     object.status = entry.object.status.take();
-                    entry.object = object;
+                    entry.set_object(object);
                 }
             }
             ApplyResult::Created => {
                 object.status = None;
-                let mut entry = ClusterEntry {
-                    object,
-                    owner: None,
-                    owner_generation: 0,
-                    deleting: None,
-                    adopt: false,
-                };
+                let mut entry = ClusterEntry::new(object);
                 project_cluster_owner(&mut entry);
                 self.clusters.insert(key.clone(), entry);
                 let moves = self.cluster_placement.add_item(&key, 1);

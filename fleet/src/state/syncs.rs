@@ -128,7 +128,7 @@ impl FleetState {
         });
         if let Some(entry) = self.syncs.get_mut(sync) {
             let status = entry.object.status.get_or_insert_with(Default::default);
-            status.last_attempted_revision = Some(target.revision);
+            status.last_attempted_revision = Some(self.strings.share(&target.revision));
         }
         self.settle(sync);
         Outcome::Granted { ticket }
@@ -192,7 +192,7 @@ impl FleetState {
         entry.rollout.admitted = false;
         let mark = (ticket.seq, generation);
         let status = entry.object.status.get_or_insert_with(Default::default);
-        status.last_apply_time = Some(at.to_string());
+        status.last_apply_time = Some(self.strings.share(at));
         status.observed_generation = Some(generation);
         let mut failure = None;
         match outcome {
@@ -216,7 +216,7 @@ impl FleetState {
                 let newer = entry.rollout.applied.is_none_or(|applied| mark >= applied);
                 if applied && newer {
                     status.resources_least_status = Some(ResourceStatus::InProgress);
-                    record_applied(status, &ticket.revision, at);
+                    record_applied(status, &mut self.strings, &ticket.revision, at);
                     status.result = Some(SyncResult::Succeeded);
                     status.message = Some(format!(
                         "applied {}; stopped before its objects were ready: {reason}",
@@ -237,7 +237,7 @@ impl FleetState {
                     entry.rollout.applied = Some(mark);
                     // The engine pruned whatever the target held beyond this inventory.
                     entry.rollout.unrecorded = false;
-                    record_applied(status, &ticket.revision, at);
+                    record_applied(status, &mut self.strings, &ticket.revision, at);
                     status.inventory = inventory.into();
                     entry.rollout.health = health;
                     status.resources_least_status = Some(health);
@@ -627,17 +627,23 @@ impl FleetState {
 
 /// Records that a Sync's target now holds `revision`: its revision history gains an entry
 /// when the revision changed (newest first, bounded).
-fn record_applied(status: &mut crate::resources::SyncStatus, revision: &str, at: &str) {
-    if status.last_applied_revision.as_deref() != Some(revision) {
+pub(super) fn record_applied(
+    status: &mut crate::resources::SyncStatus,
+    strings: &mut super::strings::Strings,
+    revision: &str,
+    at: &str,
+) {
+    let revision = strings.share(revision);
+    if status.last_applied_revision.as_ref() != Some(&revision) {
         let history = &mut status.revision_history;
         history.insert(
             0,
             AppliedRevision {
-                revision: revision.to_owned(),
-                applied_at: at.to_owned(),
+                revision: revision.clone(),
+                applied_at: strings.share(at),
             },
         );
         history.truncate(super::history::REVISIONS_KEPT);
     }
-    status.last_applied_revision = Some(revision.to_owned());
+    status.last_applied_revision = Some(revision);
 }

@@ -37,8 +37,7 @@ pub(super) fn matches_labels(group: &GroupEntry, cluster: &ClusterEntry) -> bool
     let Some(selector) = &group.selector else {
         return false;
     };
-    let labels = cluster.object.metadata.labels.clone().unwrap_or_default();
-    selector.matches(&labels)
+    selector.matches(cluster.labels())
 }
 
 /// The name of the Sync a group makes for a cluster: `<group>-<cluster>`, or

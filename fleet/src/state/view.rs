@@ -72,7 +72,7 @@ impl FleetState {
     /// A Cluster with its status, and the condition `RecoveryPending` while `starling
     /// recover` has not read it back.
     fn cluster_view(&self, key: &str, entry: &super::ClusterEntry) -> Resource {
-        let mut object = entry.object.clone();
+        let mut object = entry.cluster();
         if self.recovery_pending.contains(key) {
             let status = object.status.get_or_insert_with(Default::default);
             status.conditions.retain(|c| c.type_ != RECOVERY_PENDING);

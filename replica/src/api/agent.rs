@@ -82,13 +82,13 @@ fn check_claim(
         .clusters
         .get(key)
         .ok_or_else(|| Status::not_found(format!("Cluster {key} not found: register it first")))?;
-    if cluster.object.spec.mode != ClusterMode::Pull {
+    if cluster.object().spec.mode != ClusterMode::Pull {
         return Err(Status::failed_precondition(format!(
             "Cluster {namespace}/{name} is a push cluster; an agent serves pull clusters only"
         )));
     }
     let claimed = cluster
-        .object
+        .object()
         .metadata
         .annotations
         .as_ref()
@@ -124,7 +124,7 @@ fn may_register(
     match state.clusters.get(key) {
         Some(cluster) => {
             check_claim(state, caller, key, named)?;
-            Ok(Some(cluster.object.clone()))
+            Ok(Some(cluster.cluster()))
         }
         None if recovering => Err(Status::unavailable(format!(
             "this installation is recovering from a disaster and does not know Cluster {key} \
@@ -205,7 +205,7 @@ impl proto::agent_server::Agent for AgentService {
                         state
                             .clusters
                             .get(key.as_str())
-                            .is_none_or(|c| c.object.spec.mode != ClusterMode::Pull)
+                            .is_none_or(|c| c.object().spec.mode != ClusterMode::Pull)
                     })
                     .cloned()
                     .collect()

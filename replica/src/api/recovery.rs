@@ -161,7 +161,7 @@ pub(crate) fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, u
             .clusters
             .values()
             .filter(|e| e.deleting.is_none())
-            .map(|e| Resource::Cluster(e.object.clone())),
+            .map(|e| Resource::Cluster(e.cluster())),
     );
     let mut pins = Vec::new();
     let mut histories = Vec::new();
@@ -414,7 +414,7 @@ fn surveys(state: &FleetState) -> Vec<Survey> {
         .iter()
         .map(|(key, entry)| {
             let namespace = key.split_once('/').map_or("default", |(ns, _)| ns);
-            let object = &entry.object;
+            let object = entry.object();
             let pull = object.spec.mode == fleet::resources::ClusterMode::Pull;
             let target = if pull {
                 Err(
@@ -427,7 +427,7 @@ fn surveys(state: &FleetState) -> Vec<Survey> {
             let target = target.map(|connection| ClusterTarget {
                 name: object.metadata.name.clone().unwrap_or_default(),
                 namespace: namespace.to_string(),
-                labels: object.metadata.labels.clone().unwrap_or_default(),
+                labels: entry.labels().to_map().unwrap_or_default(),
                 connection,
             });
             Survey {

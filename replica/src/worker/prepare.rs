@@ -72,7 +72,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
         return None;
     }
     let cluster_entry = state.clusters.get(&cluster_key)?;
-    let cluster = &cluster_entry.object;
+    let cluster = cluster_entry.object();
     // Nothing is written before the installation has its identity: a fence without one could
     // be taken by any other installation.
     let installation = state.installation.clone()?;
@@ -88,7 +88,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
     let cluster_target = connection.map(|connection| ClusterTarget {
         name: object.spec.cluster_ref.name.clone(),
         namespace: cluster_namespace.clone(),
-        labels: cluster.metadata.labels.clone().unwrap_or_default(),
+        labels: cluster_entry.labels().to_map().unwrap_or_default(),
         connection,
     });
     if entry.retiring {

@@ -253,20 +253,20 @@ fn unreachable_clusters(replica: &Replica) -> Vec<Watched> {
             .filter_map(|key| {
                 let entry = state.clusters.get(&key)?;
                 let (_, generation) = state.cluster_owner(&key)?;
-                let pull = entry.object.spec.mode == ClusterMode::Pull;
+                let pull = entry.object().spec.mode == ClusterMode::Pull;
                 let namespace = entry
-                    .object
+                    .object()
                     .metadata
                     .namespace
                     .clone()
                     .unwrap_or_else(|| "default".into());
                 let target = (!pull)
-                    .then(|| super::prepare::connection(state, &namespace, &entry.object).ok())
+                    .then(|| super::prepare::connection(state, &namespace, entry.object()).ok())
                     .flatten()
                     .map(|connection| starling_sync::ClusterTarget {
-                        name: entry.object.metadata.name.clone().unwrap_or_default(),
+                        name: entry.object().metadata.name.clone().unwrap_or_default(),
                         namespace,
-                        labels: entry.object.metadata.labels.clone().unwrap_or_default(),
+                        labels: entry.labels().to_map().unwrap_or_default(),
                         connection,
                     });
                 let recovery = state.recovery_pending.contains(&key).then(|| {

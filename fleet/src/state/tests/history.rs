@@ -63,7 +63,7 @@ pub(super) fn revisions_applied(state: &FleetState) -> Vec<String> {
                 .object
                 .status
                 .as_ref()
-                .and_then(|s| s.last_applied_revision.clone())
+                .and_then(|s| s.last_applied_revision.as_deref().map(String::from))
                 .unwrap_or_default()
         })
         .collect()
@@ -229,7 +229,7 @@ fn undo_pins_the_group_to_an_earlier_revision_until_unpinned() {
         .as_ref()
         .unwrap()
         .revision_history;
-    let names: Vec<&str> = revisions.iter().map(|r| r.revision.as_str()).collect();
+    let names: Vec<&str> = revisions.iter().map(|r| &*r.revision).collect();
     assert_eq!(names, ["main@sha1:aaa", "main@sha1:bbb", "main@sha1:aaa"]);
 
     // A new commit waits while pinned: nothing to do, no new rollout.

@@ -687,6 +687,7 @@ fn applied_commands_name_the_objects_they_changed() {
     assert!(joined.is_empty(), "members are not objects: {joined:?}");
 }
 
+mod compact;
 mod edits;
 mod history;
 mod installation;

@@ -75,7 +75,7 @@ fn a_commit_that_leaves_the_path_alone_admits_nothing_and_moves_every_sync_forwa
         .unwrap()
         .revision_history;
     assert_eq!(history.len(), 1);
-    assert_eq!(history[0].revision, "main@sha1:1");
+    assert_eq!(&*history[0].revision, "main@sha1:1");
 
     // The path's input changed: a rollout through the budget.
     resolve_with(&mut state, "main@sha1:3", &[("apps", "sha256:c")]);

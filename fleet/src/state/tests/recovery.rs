@@ -11,7 +11,7 @@ fn held_by_target(old: &FleetState, sync: &str) -> RecoveredSync {
     RecoveredSync {
         sync: sync.into(),
         inventory: status.inventory.to_vec(),
-        revision: status.last_applied_revision,
+        revision: status.last_applied_revision.as_deref().map(String::from),
         digest: old.render_digest(sync),
         health: ResourceStatus::Current,
     }

@@ -181,7 +181,7 @@ fn chart(state: &FleetState, group: &fleet::state::GroupEntry) -> Option<Rollout
             let entry = status
                 .revision_history
                 .iter()
-                .find(|entry| entry.revision == record.revision)?;
+                .find(|entry| *entry.revision == *record.revision)?;
             let at = fleet::duration::unix_seconds(&entry.applied_at)?;
             Some((at - started).clamp(0, ended - started))
         })
