@@ -145,7 +145,7 @@ impl FleetState {
                 if !entry.members.contains(key) {
                     return fail(format!("sync {key} missing from members of {group}"));
                 }
-                let c = counts.entry(group.clone()).or_default();
+                let c = counts.entry(group.to_string()).or_default();
                 match sync.rollout.state {
                     SyncState::Idle => c.idle += 1,
                     SyncState::Pending => c.pending += 1,

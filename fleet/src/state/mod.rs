@@ -216,7 +216,7 @@ pub struct ClusterEntry {
     pub owner_generation: u64,
     /// Deleted with prune ([`Command::RetireSpec`]) since this time: its Syncs retire, and it
     /// goes with the last of them. No group selects it meanwhile.
-    pub deleting: Option<String>,
+    pub deleting: Option<Box<str>>,
     /// `starling cluster adopt`: the next write takes the target over from another
     /// installation whose fence it holds; cleared by the first sync that succeeds.
     pub adopt: bool,
@@ -269,7 +269,7 @@ struct ClusterRecord {
     owner: Option<NodeId>,
     owner_generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    deleting: Option<String>,
+    deleting: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     adopt: bool,
 }
@@ -303,8 +303,8 @@ impl From<ClusterEntry> for ClusterRecord {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SyncEntry {
     pub object: Sync,
-    /// The SyncGroup that generated this Sync, if any.
-    pub group: Option<Key>,
+    /// The SyncGroup that generated this Sync, if any: one copy shared by its Syncs.
+    pub group: Option<std::sync::Arc<str>>,
     pub rollout: rollout::SyncRollout,
     /// Deleted with prune ([`Command::RetireSpec`]), left by its group or on a deleted
     /// Cluster: its owner deletes what it applied from the target, then the Sync goes away.
@@ -313,10 +313,10 @@ pub struct SyncEntry {
     /// The group a retiring Sync left (its selector no longer picks the cluster, or the
     /// cluster was deleted): it retires through that group's budget ([`GroupEntry::retire_queue`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retired_from: Option<Key>,
+    pub retired_from: Option<Box<str>>,
     /// When its owner could start pruning (the deletion timeout counts from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retiring_since: Option<String>,
+    pub retiring_since: Option<Box<str>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

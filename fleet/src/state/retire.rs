@@ -139,7 +139,7 @@ impl FleetState {
         }
         let since = self.clock.clone();
         if let Some(entry) = self.clusters.get_mut(key) {
-            entry.deleting = Some(since);
+            entry.deleting = Some(since.into());
         }
         self.deleting_clusters.insert(key.to_string());
         for sync in syncs {
@@ -180,7 +180,7 @@ impl FleetState {
         }
         if let Some(entry) = self.syncs.get_mut(sync) {
             entry.group = None;
-            entry.retired_from = Some(group.clone());
+            entry.retired_from = Some((*group).into());
             entry.retiring = true;
         }
         self.settle(sync);
@@ -215,7 +215,7 @@ impl FleetState {
         let since = self.clock.clone();
         for key in started {
             if let Some(entry) = self.syncs.get_mut(&key) {
-                entry.retiring_since = Some(since.clone());
+                entry.retiring_since = Some(since.as_str().into());
             }
             self.retiring.insert(key);
         }
@@ -256,9 +256,9 @@ impl FleetState {
             return Vec::new();
         };
         let limit = i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX);
-        let overdue = |since: Option<&String>| {
+        let overdue = |since: Option<&str>| {
             since
-                .and_then(|since| crate::duration::unix_seconds(since))
+                .and_then(crate::duration::unix_seconds)
                 .is_some_and(|since| now.saturating_sub(since) > limit)
         };
         let object_key = |kind: Kind, key: &str| {
@@ -267,7 +267,11 @@ impl FleetState {
         };
         let mut keys = Vec::new();
         for cluster in &self.deleting_clusters {
-            if overdue(self.clusters.get(cluster).and_then(|c| c.deleting.as_ref())) {
+            if overdue(
+                self.clusters
+                    .get(cluster)
+                    .and_then(|c| c.deleting.as_deref()),
+            ) {
                 keys.push(object_key(Kind::Cluster, cluster));
             }
         }
@@ -278,7 +282,7 @@ impl FleetState {
             if self
                 .deleting_clusters
                 .contains(&cluster_key_of(&entry.object))
-                || !overdue(entry.retiring_since.as_ref())
+                || !overdue(entry.retiring_since.as_deref())
             {
                 continue;
             }
@@ -312,7 +316,10 @@ impl FleetState {
             let Some(entry) = self.syncs.get(sync) else {
                 continue;
             };
-            let Some(group) = entry.retired_from.clone().or_else(|| entry.group.clone()) else {
+            let Some(group) = (entry.retired_from.as_deref())
+                .or(entry.group.as_deref())
+                .map(str::to_string)
+            else {
                 continue;
             };
             let left = entry
@@ -359,7 +366,7 @@ impl FleetState {
             return;
         }
         entry.retiring = true;
-        entry.retiring_since = Some(self.clock.clone());
+        entry.retiring_since = Some(self.clock.as_str().into());
         self.retiring.insert(key.to_string());
         self.settle(key);
         debug_assert_eq!(self.sync_state(key), Some(SyncState::Idle));

@@ -389,11 +389,12 @@ impl FleetState {
             }
             None => {
                 object.status = None;
+                let shared_group = group.as_deref().map(|g| self.strings.share(g));
                 self.syncs.insert(
                     key.clone(),
                     SyncEntry {
                         object,
-                        group: group.clone(),
+                        group: shared_group,
                         rollout: SyncRollout::default(),
                         retiring: false,
                         retired_from: None,

@@ -1,4 +1,5 @@
-//! [`Strings`]: the revisions and times a rollout writes into every Sync's status, kept once.
+//! [`Strings`]: the revisions and times a rollout writes into every Sync's status, and the
+//! group key of every Sync a group makes, kept once.
 //!
 //! A rollout records the same revision in the status of every Sync of a group (last attempted,
 //! last applied, the head of the revision history), and the Syncs that finish within one
@@ -37,7 +38,8 @@ impl Strings {
     }
 }
 
-/// Every shared string of a Sync's status, for [`FleetState::share_strings`].
+/// Every shared string of a Sync's status, for [`FleetState::share_strings`] (which adds the
+/// Sync's group).
 fn strings_of(status: &mut SyncStatus) -> impl Iterator<Item = &mut Arc<str>> {
     let history = status
         .revision_history
@@ -54,20 +56,22 @@ fn strings_of(status: &mut SyncStatus) -> impl Iterator<Item = &mut Arc<str>> {
 }
 
 impl FleetState {
-    /// Shares equal revisions and times again after a snapshot was decoded (decoding gives
-    /// every Sync copies of its own).
+    /// Shares equal revisions, times and group keys again after a snapshot was decoded
+    /// (decoding gives every Sync copies of its own).
     pub(super) fn share_strings(&mut self) {
         let mut known: BTreeSet<Arc<str>> = BTreeSet::new();
         let keys: Vec<super::Key> = self.syncs.keys().cloned().collect();
         for key in keys {
-            let Some(status) = self
-                .syncs
-                .get_mut(&key)
-                .and_then(|entry| entry.object.status.as_mut())
-            else {
+            let Some(entry) = self.syncs.get_mut(&key) else {
                 continue;
             };
-            for text in strings_of(status) {
+            let status = entry
+                .object
+                .status
+                .as_mut()
+                .into_iter()
+                .flat_map(strings_of);
+            for text in entry.group.as_mut().into_iter().chain(status) {
                 match known.get(&**text) {
                     Some(copy) => *text = copy.clone(),
                     None => {

@@ -644,6 +644,9 @@ pub(super) fn record_applied(
             },
         );
         history.truncate(super::history::REVISIONS_KEPT);
+        // Exactly the entries kept, not the doubled capacity the insert grew (every Sync
+        // holds one).
+        history.shrink_to_fit();
     }
     status.last_applied_revision = Some(revision);
 }

@@ -99,7 +99,7 @@ impl FleetState {
                     "deleted: {syncs} sync(s) prune what they applied first; it goes with the \
                      last of them (given up after the deletion timeout)"
                 ),
-                last_transition_time: Some(since.clone()),
+                last_transition_time: Some(since.to_string()),
                 observed_generation: object.metadata.generation,
             });
         }
@@ -123,9 +123,7 @@ impl FleetState {
         let mut object = entry.object.clone();
         if let Some(group) = &entry.group {
             // A generated Sync's labels are derived, not stored (see `ensure_generated_sync`).
-            let group_name = group
-                .split_once('/')
-                .map_or(group.as_str(), |(_, name)| name);
+            let group_name = group.split_once('/').map_or(&**group, |(_, name)| name);
             let labels = object.metadata.labels.get_or_insert_with(Default::default);
             labels.insert(super::specs::GROUP_LABEL.into(), group_name.into());
             labels.insert(

@@ -1,5 +1,5 @@
 //! The compact forms the state keeps objects in (a Cluster's labels apart from its object,
-//! shared revisions and times in Sync statuses) are invisible to everything that reads them:
+//! shared revisions, times and group keys in Syncs) are invisible to everything that reads them:
 //! views, selectors, re-applies, holds and snapshots see the objects as written.
 
 use std::sync::Arc;
@@ -143,9 +143,16 @@ fn a_rollout_writes_one_copy_of_its_revision_and_time_into_every_status() {
     );
     assert!(all_shared(&strings), "every Sync holds the same copies");
 
+    let groups = |state: &FleetState| -> Vec<Vec<Arc<str>>> {
+        let group = |entry: &SyncEntry| entry.group.clone().expect("made by the group");
+        state.syncs.values().map(|e| vec![group(e)]).collect()
+    };
+    assert!(all_shared(&groups(&state)), "one copy of the group's key");
+
     // Decoding gives each Sync copies of its own; they are shared again.
     let restored = FleetState::decode_snapshot(&state.encode_snapshot()).unwrap();
     let restored_strings = status_strings(&restored);
     assert_eq!(restored_strings, strings);
     assert!(all_shared(&restored_strings));
+    assert!(all_shared(&groups(&restored)));
 }
