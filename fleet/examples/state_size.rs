@@ -4,7 +4,12 @@
 //!
 //! ```sh
 //! cargo run --release -p fleet --example state_size -- 10000
+//! cargo run --release -p fleet --example state_size -- 10000 --ca
 //! ```
+//!
+//! The benches' kubeconfigs carry a token and no certificate. With `--ca` each also carries a
+//! CA certificate of its own (1,000 random-looking DER bytes, the size of a kubeadm cluster's
+//! RSA CA), as a real cluster's kubeconfig does: the figure for fleets of real clusters.
 //!
 //! Every replica holds this state for every cluster, so it is the part of a replica's memory
 //! that adding replicas does not spread (docs/scaling.md). The counts are exact: a counting
@@ -14,7 +19,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use fleet::resources::{ObjectRef, ResourceStatus};
-use fleet::state::{Command, ExpectedRevision, FleetState, MemberState, Outcome, SyncOutcome};
+use fleet::state::{
+    Command, ExpectedRevision, FleetState, MemberState, Outcome, StoredSecret, SyncOutcome,
+};
 
 /// The system allocator, counting the bytes in use.
 struct Counting;
@@ -54,6 +61,8 @@ static ALLOCATOR: Counting = Counting;
 
 const AT: &str = "2026-01-01T00:00:00Z";
 const NODES: u64 = 3;
+/// How many revisions a Sync's status remembers (`fleet::state`'s `REVISIONS_KEPT`).
+const REVISIONS_KEPT: usize = 5;
 
 fn upsert(state: &mut FleetState, yaml: &str) {
     for resource in fleet::manifest::parse_manifests(yaml).expect("the example's YAML parses") {
@@ -68,12 +77,21 @@ fn upsert(state: &mut FleetState, yaml: &str) {
     }
 }
 
-/// A Cluster and its kubeconfig Secret, as `starling::dev::demo_manifests` writes them.
-fn cluster_documents(index: usize) -> (String, String) {
+/// A Cluster and its kubeconfig Secret, as `starling::dev::demo_manifests` writes them; with
+/// `ca`, the kubeconfig also carries a CA certificate of its own, as a real cluster's does.
+fn cluster_documents(index: usize, ca: bool) -> (String, String) {
     let name = format!("cluster-{index:05}");
     let region = ["eu-west", "us-east", "ap-south"][index % 3];
+    let authority = if ca {
+        format!(
+            "    certificate-authority-data: {}\n",
+            base64(certificate(index).as_bytes())
+        )
+    } else {
+        String::new()
+    };
     let kubeconfig = format!(
-        "apiVersion: v1\nclusters:\n- cluster:\n    server: http://127.0.0.1:40000/clusters/{name}\n  name: {name}\ncontexts:\n- context:\n    cluster: {name}\n    user: {name}\n  name: {name}\ncurrent-context: {name}\nkind: Config\npreferences: {{}}\nusers:\n- name: {name}\n  user:\n    token: fleetsim\n"
+        "apiVersion: v1\nclusters:\n- cluster:\n{authority}    server: http://127.0.0.1:40000/clusters/{name}\n  name: {name}\ncontexts:\n- context:\n    cluster: {name}\n    user: {name}\n  name: {name}\ncurrent-context: {name}\nkind: Config\npreferences: {{}}\nusers:\n- name: {name}\n  user:\n    token: fleetsim\n"
     );
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -84,6 +102,54 @@ fn cluster_documents(index: usize) -> (String, String) {
         "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, labels: {{region: {region}}}}}\nspec: {{}}\n"
     );
     (secret.to_string(), cluster)
+}
+
+/// The size of a kubeadm cluster's CA certificate (RSA 2048, self-signed), in DER bytes.
+const CERTIFICATE_BYTES: usize = 1000;
+
+/// A PEM certificate of [`CERTIFICATE_BYTES`] bytes that look random, as a signed key does,
+/// different for each cluster.
+fn certificate(index: usize) -> String {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ (index as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let der: Vec<u8> = (0..CERTIFICATE_BYTES)
+        .map(|_| {
+            // xorshift64*
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+        })
+        .collect();
+    let body = base64(&der);
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|line| std::str::from_utf8(line).expect("base64 is ASCII"))
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                text.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                text.push('=');
+            }
+        }
+    }
+    text
 }
 
 const GROUP: &str = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata: {name: demo}\nspec:\n  interval: 2s\n  git: {url: \"file:///srv/demo\", ref: {branch: main}}\n---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: demo}\nspec:\n  sourceRef: {name: demo}\n  clusterSelector: {}\n  template:\n    path: app\n    substitute:\n      REGION: \"${cluster.labels.region}\"\n  rollout:\n    maxUnavailable: \"10%\"\n";
@@ -153,10 +219,16 @@ fn roll_out(state: &mut FleetState, revision: &str) {
 }
 
 fn main() {
-    let clusters: usize = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ca = args.iter().any(|arg| arg == "--ca");
+    let clusters: usize = args
+        .iter()
+        .find(|arg| *arg != "--ca")
         .map_or(Ok(10_000), |arg| arg.parse())
         .expect("the argument is a number of clusters");
+    // Fixed costs, not per cluster, are paid before the count starts: the compressor a thread
+    // keeps for Secrets (a third of a megabyte).
+    drop(StoredSecret::new(&Default::default()));
     let base = IN_USE.load(Ordering::Relaxed);
     let report = |step: &str, state: &FleetState| {
         let bytes = IN_USE.load(Ordering::Relaxed) - base;
@@ -182,19 +254,22 @@ fn main() {
         });
     }
     for index in 0..clusters {
-        upsert(&mut state, &cluster_documents(index).0);
+        upsert(&mut state, &cluster_documents(index, ca).0);
     }
     report("kubeconfig Secrets", &state);
     for index in 0..clusters {
-        upsert(&mut state, &cluster_documents(index).1);
+        upsert(&mut state, &cluster_documents(index, ca).1);
     }
     report("+ Clusters", &state);
     upsert(&mut state, GROUP);
     report("+ the SyncGroup's Syncs", &state);
     roll_out(&mut state, &format!("{:040x}", 1));
     report("+ one rollout (status, inventory)", &state);
-    roll_out(&mut state, &format!("{:040x}", 2));
-    report("+ a second rollout", &state);
+    for revision in 2..=REVISIONS_KEPT + 1 {
+        roll_out(&mut state, &format!("{revision:040x}"));
+    }
+    report("+ more (the revision history full)", &state);
+    where_it_goes(&state, clusters);
     let snapshot_copy = state.clone();
     report("+ the copy a snapshot build takes", &state);
     drop(snapshot_copy);
@@ -217,4 +292,91 @@ fn main() {
         peak / clusters as isize,
         written / clusters as u64,
     );
+}
+
+/// Heap taken by what `make` returns (deep: every allocation it makes), per cluster.
+fn per_cluster<T>(clusters: usize, make: impl FnOnce() -> T) -> isize {
+    let before = IN_USE.load(Ordering::Relaxed);
+    let made = make();
+    let bytes = IN_USE.load(Ordering::Relaxed) - before;
+    drop(made);
+    bytes / clusters as isize
+}
+
+/// Where the bytes per cluster go, part by part, measured as deep copies of each part (a value
+/// shared between Syncs, such as an inventory or a revision, is counted once, where the copy
+/// of the map or entry holds its first reference), and how long a snapshot takes to encode
+/// and to decode.
+fn where_it_goes(state: &FleetState, n: usize) {
+    let parts: [(&str, isize); 11] = [
+        (
+            "Cluster entries (object, labels, owner)",
+            per_cluster(n, || entries_of(&state.clusters)),
+        ),
+        (
+            "Sync entries (object, status, rollout)",
+            per_cluster(n, || entries_of(&state.syncs)),
+        ),
+        (
+            "  of which the status",
+            per_cluster(n, || {
+                state
+                    .syncs
+                    .values()
+                    .map(|e| e.object.status.clone())
+                    .collect::<Vec<_>>()
+            }),
+        ),
+        (
+            "Secret entries (deflated JSON)",
+            per_cluster(n, || entries_of(&state.secrets)),
+        ),
+        (
+            "map nodes and keys: clusters",
+            per_cluster(n, || state.clusters.clone()),
+        ),
+        (
+            "map nodes and keys: syncs",
+            per_cluster(n, || state.syncs.clone()),
+        ),
+        (
+            "map nodes and keys: secrets",
+            per_cluster(n, || state.secrets.clone()),
+        ),
+        (
+            "index: cluster -> syncs",
+            per_cluster(n, || state.cluster_syncs.clone()),
+        ),
+        (
+            "index: source -> syncs",
+            per_cluster(n, || state.source_syncs.clone()),
+        ),
+        (
+            "placement of clusters",
+            per_cluster(n, || state.cluster_placement.clone()),
+        ),
+        (
+            "groups (members, ledger)",
+            per_cluster(n, || entries_of(&state.groups)),
+        ),
+    ];
+    for (part, bytes) in parts {
+        println!("  {part:44} {bytes:>5} bytes per cluster");
+    }
+    let started = std::time::Instant::now();
+    let bytes = state.encode_snapshot();
+    let encoded = started.elapsed();
+    let started = std::time::Instant::now();
+    let restored = FleetState::decode_snapshot(&bytes).expect("the snapshot decodes");
+    println!(
+        "  snapshot (JSON) encoded in {:.0} ms, decoded in {:.0} ms",
+        encoded.as_secs_f64() * 1000.0,
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+    drop(restored);
+}
+
+/// Deep copies of a map's values.
+fn entries_of<V: Clone>(map: &fleet::state::SharedMap<V>) -> Vec<V> {
+    map.values().cloned().collect()
 }

@@ -23,6 +23,7 @@
 //! placement and the event.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::placement::{ItemRecord, Placement, effective_weight};
 use crate::{Move, NodeId, PlacementConfig, PlacementEvent, Weight};
@@ -61,24 +62,26 @@ impl Placement {
             input.len()
         });
         let mut records = Vec::with_capacity(input.len());
-        let mut per_node: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
+        let mut per_node: BTreeMap<NodeId, Vec<Arc<str>>> = BTreeMap::new();
         for (item, weight) in input {
             let owner = placement.choose_node(&item, weight, None, bounds);
+            // One copy of the name, shared by the item's record and its node's share.
+            let name: Arc<str> = item.as_str().into();
             match owner.and_then(|node| placement.nodes.get_mut(&node).map(|share| (node, share))) {
                 Some((node, share)) => {
                     share.load += u64::from(weight);
-                    per_node.entry(node).or_default().push(item.clone());
+                    per_node.entry(node).or_default().push(name.clone());
                     moves.push(Move {
-                        item: item.clone(),
+                        item,
                         from: None,
                         to: Some(node),
                     });
                 }
                 None => {
-                    placement.unplaced.insert(item.clone());
+                    placement.unplaced.insert(name.clone());
                 }
             }
-            records.push((item, ItemRecord { weight, owner }));
+            records.push((name, ItemRecord { weight, owner }));
         }
         placement.items = records.into_iter().collect();
         for (node, items) in per_node {
@@ -111,7 +114,8 @@ impl Placement {
         }
         self.insert_item(item, weight);
         if self.nodes.is_empty() {
-            self.unplaced.insert(item.to_string());
+            let name = self.shared_name(item);
+            self.unplaced.insert(name);
             return Vec::new();
         }
         let weight = effective_weight(weight);
@@ -199,7 +203,7 @@ impl Placement {
                 }
             }
             moves.push(Move {
-                item,
+                item: item.to_string(),
                 from: Some(node),
                 to: target,
             });
@@ -231,7 +235,7 @@ impl Placement {
                 Some(node) => {
                     self.attach(&item, node);
                     moves.push(Move {
-                        item,
+                        item: item.to_string(),
                         from: None,
                         to: Some(node),
                     });
@@ -285,7 +289,7 @@ impl Placement {
     /// The rest of the top-up, rarely needed: items ranking the new node third or lower,
     /// ordered by (rank, name).
     fn top_up_from_lower_ranks(&mut self, node: NodeId, target: u64, fill: u64) -> Vec<Move> {
-        let mut candidates: Vec<(usize, String, u64)> = self
+        let mut candidates: Vec<(usize, Arc<str>, u64)> = self
             .items
             .iter()
             .filter(|(_, record)| record.owner != Some(node))

@@ -14,6 +14,7 @@
 //! an assignment live in `events`; the repair of an over-loaded state in `repair`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +34,8 @@ pub(crate) struct ItemRecord {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct NodeShare {
     pub load: u64,
-    pub items: BTreeSet<String>,
+    /// The same copies of the names as [`Placement::items`]' keys.
+    pub items: BTreeSet<Arc<str>>,
 }
 
 /// Sticky consistent hashing with bounded loads: the assignment of items (clusters, sources)
@@ -45,8 +47,10 @@ pub struct Placement {
     pub(crate) config: PlacementConfig,
     pub(crate) ring: Ring,
     pub(crate) nodes: BTreeMap<NodeId, NodeShare>,
-    pub(crate) items: BTreeMap<String, ItemRecord>,
-    pub(crate) unplaced: BTreeSet<String>,
+    /// Each item's name is one shared copy, here and in its node's share or `unplaced`: a
+    /// placement of 100,000 clusters keeps each name once, not twice.
+    pub(crate) items: BTreeMap<Arc<str>, ItemRecord>,
+    pub(crate) unplaced: BTreeSet<Arc<str>>,
     pub(crate) total_weight: u64,
     /// How many items have each weight, to know the heaviest after a removal.
     pub(crate) weight_counts: BTreeMap<Weight, u64>,
@@ -114,7 +118,7 @@ impl Placement {
         }
         placement.rebuild_ring();
         for (item, weight, owner) in items {
-            if placement.items.contains_key(&item) {
+            if placement.items.contains_key(item.as_str()) {
                 return Err(PlacementError::DuplicateItem { item });
             }
             match owner {
@@ -130,7 +134,8 @@ impl Placement {
             match owner {
                 Some(node) => placement.attach(&item, node),
                 None => {
-                    placement.unplaced.insert(item);
+                    let name = placement.shared_name(&item);
+                    placement.unplaced.insert(name);
                 }
             }
         }
@@ -166,7 +171,7 @@ impl Placement {
     pub fn items_of(&self, node: NodeId) -> Vec<String> {
         self.nodes
             .get(&node)
-            .map(|share| share.items.iter().cloned().collect())
+            .map(|share| share.items.iter().map(|item| item.to_string()).collect())
             .unwrap_or_default()
     }
 
@@ -177,7 +182,7 @@ impl Placement {
 
     /// Items waiting for a node (there is none), sorted.
     pub fn unplaced(&self) -> Vec<String> {
-        self.unplaced.iter().cloned().collect()
+        self.unplaced.iter().map(|item| item.to_string()).collect()
     }
 
     /// The total weight `node` carries (0 for an unknown node).
@@ -245,7 +250,7 @@ impl Placement {
     pub(crate) fn insert_item(&mut self, item: &str, weight: Weight) {
         let weight = effective_weight(weight);
         self.items.insert(
-            item.to_string(),
+            item.into(),
             ItemRecord {
                 weight,
                 owner: None,
@@ -294,8 +299,17 @@ impl Placement {
         }
     }
 
+    /// The copy of `item`'s name that [`Placement::items`] holds (a new one for an unknown
+    /// item), to be kept in the other sets.
+    pub(crate) fn shared_name(&self, item: &str) -> Arc<str> {
+        self.items
+            .get_key_value(item)
+            .map_or_else(|| item.into(), |(name, _)| name.clone())
+    }
+
     /// Gives `item` (known, currently without owner) to `node` (live).
     pub(crate) fn attach(&mut self, item: &str, node: NodeId) {
+        let name = self.shared_name(item);
         let Some(record) = self.items.get_mut(item) else {
             debug_assert!(false, "attach of unknown item {item:?}");
             return;
@@ -306,7 +320,7 @@ impl Placement {
         self.unplaced.remove(item);
         let share = self.nodes.entry(node).or_default();
         share.load += weight;
-        share.items.insert(item.to_string());
+        share.items.insert(name);
     }
 
     /// Takes `item` away from its owner, if any; returns that owner.

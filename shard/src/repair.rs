@@ -18,6 +18,7 @@
 //! ```
 
 use std::cmp::Reverse;
+use std::sync::Arc;
 
 use crate::placement::Placement;
 use crate::{Move, NodeId};
@@ -44,7 +45,7 @@ impl Placement {
                     Some(target) => {
                         self.attach(&item, target);
                         moves.push(Move {
-                            item,
+                            item: item.to_string(),
                             from: Some(node),
                             to: Some(target),
                         });
@@ -61,11 +62,11 @@ impl Placement {
     }
 
     /// The fewest items of `node` whose weights sum to at least `excess`.
-    pub(crate) fn items_to_shed(&self, node: NodeId, excess: u64) -> Vec<String> {
+    pub(crate) fn items_to_shed(&self, node: NodeId, excess: u64) -> Vec<Arc<str>> {
         let Some(share) = self.nodes.get(&node) else {
             return Vec::new();
         };
-        let mut ranked: Vec<(Reverse<u64>, Reverse<usize>, &String)> = share
+        let mut ranked: Vec<(Reverse<u64>, Reverse<usize>, &Arc<str>)> = share
             .items
             .iter()
             .map(|item| {

@@ -14,6 +14,7 @@
 //! a placement read back behaves exactly like the one written.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -40,7 +41,7 @@ struct StoredPlacementRef<'a> {
     version: u32,
     config: &'a PlacementConfig,
     nodes: NodeIds<'a>,
-    items: &'a BTreeMap<String, ItemRecord>,
+    items: &'a BTreeMap<Arc<str>, ItemRecord>,
 }
 
 struct NodeIds<'a>(&'a BTreeMap<NodeId, NodeShare>);
