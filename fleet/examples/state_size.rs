@@ -226,8 +226,8 @@ fn main() {
         .find(|arg| *arg != "--ca")
         .map_or(Ok(10_000), |arg| arg.parse())
         .expect("the argument is a number of clusters");
-    // Fixed costs, not per cluster, are paid before the count starts: the compressor a thread
-    // keeps for Secrets (a third of a megabyte).
+    // Fixed costs, not per cluster, are paid before the count starts: the compressor the
+    // process keeps for Secrets (a third of a megabyte).
     drop(StoredSecret::new(&Default::default()));
     let base = IN_USE.load(Ordering::Relaxed);
     let report = |step: &str, state: &FleetState| {

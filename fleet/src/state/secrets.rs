@@ -11,12 +11,13 @@
 //! size (a kubeconfig with its own 1,000-byte CA takes about 1.7 KB).
 //!
 //! Reads inflate and parse it again (a few microseconds for a kubeconfig); a write deflates it
-//! (about 20 µs, most of it resetting the compressor's tables), which a snapshot install pays
-//! for every Secret: 0.2 s at 10,000 clusters. Snapshots and backups see the Secret itself:
+//! (about 20 µs, most of it resetting the compressor's tables: one compressor, kept for the
+//! process, serves every write), which a snapshot install pays for every Secret: 0.3 s at
+//! 10,000 clusters. Snapshots and backups see the Secret itself:
 //! their encoding is unchanged.
 
-use std::cell::RefCell;
 use std::fmt;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use k8s_openapi::api::core::v1::Secret;
@@ -26,50 +27,48 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoredSecret(Box<[u8]>);
 
-thread_local! {
-    // One (de)compressor per thread, reset for each Secret: making one allocates tens of
-    // kilobytes, which cost more than the work on a Secret of a few hundred bytes.
-    static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::default(), false));
-    static INFLATE: RefCell<Decompress> = RefCell::new(Decompress::new(false));
-}
+// One compressor and one decompressor for the process, reset for each Secret: making one
+// allocates tens of kilobytes (the compressor a third of a megabyte), which cost more than the
+// work on a Secret of a few hundred bytes, and one per thread would keep that much per thread.
+static DEFLATE: LazyLock<Mutex<Compress>> =
+    LazyLock::new(|| Mutex::new(Compress::new(Compression::default(), false)));
+static INFLATE: LazyLock<Mutex<Decompress>> = LazyLock::new(|| Mutex::new(Decompress::new(false)));
 
 /// `text`, deflated (raw deflate, no header); `None` only if the compressor fails.
 fn deflate(text: &[u8]) -> Option<Vec<u8>> {
-    DEFLATE.with_borrow_mut(|compress| {
-        compress.reset();
-        let mut out = Vec::with_capacity(text.len() / 2 + 64);
-        loop {
-            let consumed = usize::try_from(compress.total_in()).ok()?;
-            match compress.compress_vec(&text[consumed..], &mut out, FlushCompress::Finish) {
-                Ok(Status::StreamEnd) => return Some(out),
-                // It writes into the spare capacity only: room for more.
-                Ok(_) => out.reserve(out.len().max(64)),
-                Err(_) => return None,
-            }
+    // A panic elsewhere cannot leave it half-used: it is reset first.
+    let mut compress = DEFLATE.lock().unwrap_or_else(PoisonError::into_inner);
+    compress.reset();
+    let mut out = Vec::with_capacity(text.len() / 2 + 64);
+    loop {
+        let consumed = usize::try_from(compress.total_in()).ok()?;
+        match compress.compress_vec(&text[consumed..], &mut out, FlushCompress::Finish) {
+            Ok(Status::StreamEnd) => return Some(out),
+            // It writes into the spare capacity only: room for more.
+            Ok(_) => out.reserve(out.len().max(64)),
+            Err(_) => return None,
         }
-    })
+    }
 }
 
 /// The text `deflated` holds; `None` if it is not a whole raw-deflate stream.
 fn inflate(deflated: &[u8]) -> Option<Vec<u8>> {
-    INFLATE.with_borrow_mut(|decompress| {
-        decompress.reset(false);
-        let mut out = Vec::with_capacity(deflated.len() * 3);
-        loop {
-            let consumed = usize::try_from(decompress.total_in()).ok()?;
-            let before = decompress.total_out();
-            match decompress.decompress_vec(&deflated[consumed..], &mut out, FlushDecompress::None)
-            {
-                Ok(Status::StreamEnd) => return Some(out),
-                Ok(_) if out.len() < out.capacity() && decompress.total_out() == before => {
-                    // Room left and nothing came out: the stream is cut short.
-                    return None;
-                }
-                Ok(_) => out.reserve(out.len().max(64)),
-                Err(_) => return None,
+    let mut decompress = INFLATE.lock().unwrap_or_else(PoisonError::into_inner);
+    decompress.reset(false);
+    let mut out = Vec::with_capacity(deflated.len() * 3);
+    loop {
+        let consumed = usize::try_from(decompress.total_in()).ok()?;
+        let before = decompress.total_out();
+        match decompress.decompress_vec(&deflated[consumed..], &mut out, FlushDecompress::None) {
+            Ok(Status::StreamEnd) => return Some(out),
+            Ok(_) if out.len() < out.capacity() && decompress.total_out() == before => {
+                // Room left and nothing came out: the stream is cut short.
+                return None;
             }
+            Ok(_) => out.reserve(out.len().max(64)),
+            Err(_) => return None,
         }
-    })
+    }
 }
 
 /// Appends `bytes` with its length before it (four bytes, little-endian).
