@@ -243,7 +243,7 @@ async fn reconcile(
             Action::FetchSecret => fetches.push(key),
             Action::Reject(rejection) => {
                 tracing::warn!(object = %key, message = %rejection.message, "invalid object in the management cluster");
-                lock(mirror).rejected.insert(key, rejection);
+                lock(mirror).reject(key, rejection);
             }
             Action::RemoveFinalizer => {
                 if let Some(observed) = lock(mirror).objects.get(&key) {
@@ -348,7 +348,7 @@ async fn commit(
                     match (proposal, outcome) {
                         (Proposal::Upsert(resource), Outcome::Rejected { message }) => {
                             tracing::warn!(object = %key, %message, "the state refused an object of the management cluster");
-                            mirror.rejected.insert(
+                            mirror.reject(
                                 key.clone(),
                                 Rejection {
                                     resource: (**resource).clone(),
@@ -357,7 +357,7 @@ async fn commit(
                             );
                         }
                         (Proposal::Upsert(_), _) => {
-                            mirror.rejected.remove(key);
+                            mirror.accept(key);
                         }
                         (_, Outcome::Rejected { message }) => {
                             tracing::warn!(object = %key, %message, "the state refused a deletion");
@@ -457,7 +457,7 @@ fn action(
         return deletion(state, key, observed, resource, deletion_timeout);
     }
     if state_matches(state, resource) == Some(true) {
-        mirror.rejected.remove(key);
+        mirror.accept(key);
         return None;
     }
     if mirror

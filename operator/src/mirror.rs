@@ -121,9 +121,13 @@ pub(crate) struct Mirror {
     streams: Vec<Stream>,
     /// Secret → the Clusters and Sources that reference it.
     referrers: BTreeMap<ObjectKey, BTreeSet<ObjectKey>>,
+    /// Written through [`Mirror::reject`] and [`Mirror::accept`].
     pub rejected: BTreeMap<ObjectKey, Rejection>,
-    /// Bumped on every change, so the status writer can skip an unchanged mirror.
+    /// Bumped on every change, so the event publisher can skip an unchanged mirror.
     pub version: u64,
+    /// Objects whose status may need writing again: changed or gone here, or rejected or
+    /// accepted since the status writer last took them ([`Mirror::take_status_dirt`]).
+    status_dirt: BTreeSet<ObjectKey>,
 }
 
 impl Mirror {
@@ -142,7 +146,32 @@ impl Mirror {
             referrers: BTreeMap::new(),
             rejected: BTreeMap::new(),
             version: 0,
+            status_dirt: BTreeSet::new(),
         }
+    }
+
+    /// Records why a spec was refused: it is not proposed again until it changes, and its
+    /// status says why.
+    pub(crate) fn reject(&mut self, key: ObjectKey, rejection: Rejection) {
+        if self.rejected.get(&key) != Some(&rejection) {
+            self.status_dirt.insert(key.clone());
+            self.version += 1;
+        }
+        self.rejected.insert(key, rejection);
+    }
+
+    /// The state took the spec in: a refusal recorded for it is over.
+    pub(crate) fn accept(&mut self, key: &ObjectKey) {
+        if self.rejected.remove(key).is_some() {
+            self.status_dirt.insert(key.clone());
+            self.version += 1;
+        }
+    }
+
+    /// The objects whose status may need writing again since the last call (each at most
+    /// once: a set of keys of objects seen while this mirror lives).
+    pub(crate) fn take_status_dirt(&mut self) -> BTreeSet<ObjectKey> {
+        std::mem::take(&mut self.status_dirt)
     }
 
     /// Whether every stream has listed once: only then is an object missing from the mirror
@@ -235,6 +264,7 @@ impl Mirror {
             }
         }
         dirty.keys.insert(key.clone());
+        self.status_dirt.insert(key.clone());
         self.objects.insert(key, observed);
         self.version += 1;
     }
@@ -245,6 +275,7 @@ impl Mirror {
             self.version += 1;
         }
         self.rejected.remove(key);
+        self.status_dirt.insert(key.clone());
         dirty.keys.insert(key.clone());
     }
 
@@ -411,5 +442,57 @@ mod tests {
         mirror.list_started(1);
         mirror.list_done(1, &mut dirty);
         assert!(mirror.synced());
+    }
+
+    #[test]
+    fn the_status_writer_is_told_of_each_object_that_changed_once() {
+        let mut mirror = Mirror::new(vec![scope(Kind::Cluster, false)]);
+        let mut dirty = Dirty::default();
+        let (a, observed_a) = cluster("a");
+        let (b, observed_b) = cluster("b");
+        mirror.upsert(a.clone(), observed_a.clone(), &mut dirty);
+        mirror.upsert(b.clone(), observed_b.clone(), &mut dirty);
+        assert_eq!(
+            mirror.take_status_dirt(),
+            BTreeSet::from([a.clone(), b.clone()])
+        );
+        assert!(mirror.take_status_dirt().is_empty(), "taken once");
+
+        // The same object again is no change; a new status is.
+        mirror.upsert(a.clone(), observed_a.clone(), &mut dirty);
+        assert!(mirror.take_status_dirt().is_empty());
+        let shown = Observed {
+            resource_version: "2".into(),
+            item: match observed_a.item.clone() {
+                Item::Object { resource, .. } => Item::Object {
+                    resource,
+                    status: serde_json::json!({"observedGeneration": 1}),
+                },
+                Item::Secret => unreachable!("a cluster"),
+            },
+            ..observed_a
+        };
+        mirror.upsert(a.clone(), shown, &mut dirty);
+        assert_eq!(mirror.take_status_dirt(), BTreeSet::from([a.clone()]));
+
+        // A refusal coming and going changes what the status says; the same refusal again
+        // does not.
+        let Item::Object { resource, .. } = &observed_b.item else {
+            unreachable!("a cluster")
+        };
+        let rejection = Rejection {
+            resource: (**resource).clone(),
+            message: "invalid".into(),
+        };
+        mirror.reject(b.clone(), rejection.clone());
+        mirror.reject(b.clone(), rejection);
+        assert_eq!(mirror.take_status_dirt(), BTreeSet::from([b.clone()]));
+        mirror.accept(&b);
+        mirror.accept(&b);
+        assert_eq!(mirror.take_status_dirt(), BTreeSet::from([b.clone()]));
+
+        // A deletion too.
+        mirror.remove(&b, false, &mut dirty);
+        assert_eq!(mirror.take_status_dirt(), BTreeSet::from([b]));
     }
 }

@@ -10,10 +10,17 @@
 //!
 //! The same loop publishes rollout milestones as Events ([`super::events`]).
 //!
+//! It looks only at the objects that may need a new status: the objects the state's change
+//! events name ([`fleet::state::Touch`], one set per applied entry), the objects changed in
+//! the mirror or whose refusal came or went ([`Mirror::take_status_dirt`]), and the writes
+//! that failed or did not fit in the rate. Everything is compared on its first turn, after a
+//! snapshot is installed or events were missed, and once every [`RESYNC`]: what no event names
+//! (a Cluster's owner moving with a replica's membership) is written within that.
+//!
 //! kstatus reads the result as: `Stalled=True` → Failed, `Reconciling=True` or `Ready=False`
 //! → InProgress, otherwise Current once `observedGeneration` equals `generation`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -31,17 +38,50 @@ use super::compare::state_matches;
 use super::events::Milestones;
 use super::mirror::{Item, Mirror, Observed, Rejection};
 use super::verdict::{self, Verdict};
+use starling_raft::StateEvent;
 use starling_replica::Replica;
 use starling_replica::lock;
+use tokio::sync::broadcast;
 
 /// How often the writer looks for statuses to write.
 const TICK: Duration = Duration::from_millis(250);
 /// The longest wait between tries while status writes fail.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// How often every object is compared again, whatever the events named.
+const RESYNC: Duration = Duration::from_secs(30);
 /// Status writes in flight at once.
 const WRITE_CONCURRENCY: usize = 8;
 /// Field manager of the writes.
 pub(crate) const FIELD_MANAGER: &str = "starling";
+
+/// The objects the writer looks at on its next turn.
+#[derive(Default)]
+struct Dirt {
+    everything: bool,
+    keys: BTreeSet<ObjectKey>,
+}
+
+impl Dirt {
+    /// Takes in the state's change events waiting (all of them: a burst is one turn).
+    fn take_events(&mut self, events: &mut broadcast::Receiver<StateEvent>) {
+        loop {
+            match events.try_recv() {
+                Ok(StateEvent::Applied(applied)) => {
+                    if !self.everything {
+                        self.keys.extend(applied.changed.iter().cloned());
+                    }
+                }
+                Ok(StateEvent::SnapshotInstalled { .. })
+                | Err(broadcast::error::TryRecvError::Lagged(_)) => self.everything = true,
+                Err(
+                    broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed,
+                ) => {
+                    return;
+                }
+            }
+        }
+    }
+}
 
 /// Writes statuses until the future is dropped (when this replica stops leading).
 pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
@@ -52,7 +92,12 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
     // status. A write's own watch event may not have arrived yet; this keeps it from being
     // written twice. Another writer changing the object changes its resourceVersion.
     let mut written: HashMap<ObjectKey, (String, Value)> = HashMap::new();
-    let mut seen = (u64::MAX, u64::MAX);
+    let mut events = replica.raft.subscribe();
+    let mut dirt = Dirt {
+        everything: true,
+        keys: BTreeSet::new(),
+    };
+    let mut resynced = Instant::now();
     let mut milestones = Milestones::new(operator, replica.id());
     let mut events_seen = (u64::MAX, u64::MAX);
     // After failed writes (the API server down or refusing), the next try waits, doubling.
@@ -62,7 +107,13 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        dirt.take_events(&mut events);
+        dirt.keys.extend(lock(mirror).take_status_dirt());
         let now = Instant::now();
+        if now.duration_since(resynced) >= RESYNC {
+            resynced = now;
+            dirt.everything = true;
+        }
         if now < resume_at {
             continue;
         }
@@ -83,16 +134,27 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
             };
             milestones.publish(due).await;
         }
-        if versions == seen || tokens < 1.0 {
+        if tokens < 1.0 || (!dirt.everything && dirt.keys.is_empty()) {
             continue;
         }
-        let pending = pending(replica, mirror, &written);
-        let budget = tokens.floor() as usize;
-        // Everything due was written (or is being written): skip until something changes.
-        if pending.len() <= budget {
-            seen = versions;
+        let everything = std::mem::take(&mut dirt.everything);
+        if everything {
+            let objects = lock(mirror);
+            written.retain(|key, _| objects.objects.contains_key(key));
         }
-        let writes: Vec<Pending> = pending.into_iter().take(budget).collect();
+        let looked_at = std::mem::take(&mut dirt.keys);
+        let pending = pending(
+            replica,
+            mirror,
+            &written,
+            (!everything).then_some(&looked_at),
+        );
+        let budget = tokens.floor() as usize;
+        let mut writes: Vec<Pending> = pending;
+        // What does not fit in the rate now is looked at again on the next turn.
+        for rest in writes.drain(budget.min(writes.len())..) {
+            dirt.keys.insert(rest.key);
+        }
         tokens -= writes.len() as f64;
         let results: Vec<(Pending, Result<(), kube::Error>)> = stream::iter(writes)
             .map(|write| async move {
@@ -112,7 +174,7 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
                 // Gone meanwhile: the watch brings the deletion.
                 Err(kube::Error::Api(response)) if response.code == 404 => {}
                 Err(error) => {
-                    seen = (u64::MAX, u64::MAX);
+                    dirt.keys.insert(write.key.clone());
                     failures += 1;
                     first_failure.get_or_insert((write.key, error));
                 }
@@ -125,8 +187,6 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
         } else {
             backoff = TICK;
         }
-        let objects = lock(mirror);
-        written.retain(|key, _| objects.objects.contains_key(key));
     }
 }
 
@@ -140,17 +200,24 @@ struct Pending {
     patch: Value,
 }
 
+/// The statuses to write among the objects `only` names (all of them: `None`).
 fn pending(
     replica: &Replica,
     mirror: &Mutex<Mirror>,
     written: &HashMap<ObjectKey, (String, Value)>,
+    only: Option<&BTreeSet<ObjectKey>>,
 ) -> Vec<Pending> {
     let mirror = lock(mirror);
     let now = Replica::now_rfc3339();
+    let objects: Box<dyn Iterator<Item = (&ObjectKey, &Observed)>> = match only {
+        None => Box::new(mirror.objects.iter()),
+        Some(keys) => Box::new(
+            keys.iter()
+                .filter_map(|key| mirror.objects.get_key_value(key)),
+        ),
+    };
     replica.raft.reader().read(|state| {
-        mirror
-            .objects
-            .iter()
+        objects
             .filter_map(|(key, observed)| {
                 let Item::Object { resource, status } = &observed.item else {
                     return None;
@@ -307,4 +374,56 @@ fn desired_status(
     object.insert("conditions".into(), json!(conditions));
     object.insert("observedGeneration".into(), json!(generation));
     Some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fleet::manifest::{Kind, ObjectKey};
+    use starling_raft::StateEvent;
+    use starling_raft::reader::AppliedEntry;
+    use tokio::sync::broadcast;
+
+    use super::Dirt;
+
+    fn applied(index: u64, names: &[&str]) -> StateEvent {
+        StateEvent::Applied(Arc::new(AppliedEntry {
+            index,
+            term: 1,
+            commands: names.len(),
+            changed: names
+                .iter()
+                .map(|name| ObjectKey::new(Kind::Sync, "default", *name))
+                .collect(),
+        }))
+    }
+
+    #[test]
+    fn the_writer_looks_at_what_the_events_name_or_at_everything_when_it_missed_some() {
+        let (sender, mut events) = broadcast::channel(4);
+        let mut dirt = Dirt::default();
+        sender.send(applied(1, &["a", "b"])).expect("a receiver");
+        sender.send(applied(2, &["b", "c"])).expect("a receiver");
+        dirt.take_events(&mut events);
+        assert!(!dirt.everything);
+        let names: Vec<&str> = dirt.keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+
+        // More events than the channel keeps: some were missed, so everything is looked at.
+        let mut dirt = Dirt::default();
+        for index in 3..10 {
+            sender.send(applied(index, &["d"])).expect("a receiver");
+        }
+        dirt.take_events(&mut events);
+        assert!(dirt.everything);
+
+        // A snapshot replaced the state: everything too.
+        let mut dirt = Dirt::default();
+        sender
+            .send(StateEvent::SnapshotInstalled { index: 11 })
+            .expect("a receiver");
+        dirt.take_events(&mut events);
+        assert!(dirt.everything);
+    }
 }

@@ -175,6 +175,14 @@ impl Placement {
             .unwrap_or_default()
     }
 
+    /// The items `node` holds, sorted, without copying them.
+    pub fn items_of_iter(&self, node: NodeId) -> impl Iterator<Item = &str> {
+        self.nodes
+            .get(&node)
+            .into_iter()
+            .flat_map(|share| share.items.iter().map(|item| &**item))
+    }
+
     /// How many items `node` holds (without copying them, unlike [`Placement::items_of`]).
     pub fn count_of(&self, node: NodeId) -> usize {
         self.nodes.get(&node).map_or(0, |share| share.items.len())

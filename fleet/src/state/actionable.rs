@@ -23,10 +23,8 @@ impl FleetState {
         node: NodeId,
         skip: impl Fn(&str) -> bool + 'a,
     ) -> impl Iterator<Item = &'a Key> + 'a {
-        // Every node's planner calls this once per burst of applied entries, over its own
-        // actionable Syncs and the retiring ones: one key buffer serves every lookup.
+        // One key buffer serves every lookup.
         let mut cluster = String::new();
-        let pending = &self.recovery_pending;
         // The owner check stays: the index only narrows the keys looked at.
         self.actionable_by_owner
             .get(&node)
@@ -34,38 +32,54 @@ impl FleetState {
             .into_iter()
             .flatten()
             .chain(self.retiring.iter().filter(|_| !self.recovering))
-            .filter(move |key| {
-                if skip(key) {
-                    return false;
-                }
-                let Some(sync) = self.syncs.get(key) else {
-                    return false;
-                };
-                let own = sync
-                    .object
-                    .metadata
-                    .namespace
-                    .as_deref()
-                    .unwrap_or("default");
-                let reference = &sync.object.spec.cluster_ref;
-                write_key(&mut cluster, reference.namespace_or(own), &reference.name);
-                !pending.contains(&cluster)
-                    && self
-                        .clusters
-                        .get(&cluster)
-                        .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
-            })
+            .filter(move |key| !skip(key) && self.startable_on(node, key, &mut cluster))
+    }
+
+    /// Whether `node` may start Sync `key` now: the test [`FleetState::actionable_for`]
+    /// applies to each key, for one key (a planner that reads the plan journal).
+    /// `buffer` holds the cluster's key meanwhile.
+    pub fn may_start(&self, node: NodeId, key: &str, buffer: &mut String) -> bool {
+        !self.recovering
+            && (self.actionable.contains(key) || self.retiring.contains(key))
+            && self.startable_on(node, key, buffer)
+    }
+
+    /// Whether Sync `key` exists on a cluster `node` owns, that is not held nor waiting for
+    /// recovery. `cluster` is a buffer for the cluster's key.
+    fn startable_on(&self, node: NodeId, key: &str, cluster: &mut String) -> bool {
+        let Some(sync) = self.syncs.get(key) else {
+            return false;
+        };
+        let own = sync
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default");
+        let reference = &sync.object.spec.cluster_ref;
+        write_key(cluster, reference.namespace_or(own), &reference.name);
+        !self.recovery_pending.contains(cluster.as_str())
+            && self
+                .clusters
+                .get(cluster.as_str())
+                .is_some_and(|c| c.owner == Some(node) && !c.object.spec.hold)
     }
 
     /// Files a Sync in [`FleetState::actionable_by_owner`] under the owner of its cluster while
     /// it is actionable, and nowhere otherwise. Called wherever either can change: its state,
     /// its cluster reference, its cluster's owner, its cluster's removal.
+    /// Notes it in the plan journal when a node may start it now.
     pub(super) fn reindex_actionable(&mut self, key: &str) {
-        let owner = if self.actionable.contains(key) {
+        let actionable = self.actionable.contains(key);
+        let owner = if actionable || self.retiring.contains(key) {
             self.owner_of_sync_cluster(key)
         } else {
             None
         };
+        if let Some(owner) = owner {
+            self.plan_journal.note(owner, key);
+        }
+        let owner = owner.filter(|_| actionable);
         if let Some(owner) = owner
             && self
                 .actionable_by_owner
@@ -87,6 +101,18 @@ impl FleetState {
         }
     }
 
+    /// Notes every Sync of `cluster` in the plan journal: something their planner reads
+    /// changed (the cluster's spec, its adoption, its recovery).
+    pub(super) fn note_cluster_syncs(&mut self, cluster: &str) {
+        let Some(owner) = self.clusters.get(cluster).and_then(|c| c.owner) else {
+            // Nobody may start them: a new owner notes them when it gets the cluster.
+            return;
+        };
+        for sync in self.cluster_syncs.get(cluster).into_iter().flatten() {
+            self.plan_journal.note(owner, sync);
+        }
+    }
+
     /// [`FleetState::actionable_by_owner`] computed from the actionable Syncs and the owners.
     pub(super) fn actionable_by_owner_from_scratch(&self) -> BTreeMap<NodeId, BTreeSet<Key>> {
         let mut index: BTreeMap<NodeId, BTreeSet<Key>> = BTreeMap::new();
@@ -99,7 +125,7 @@ impl FleetState {
     }
 
     /// The owner of the cluster Sync `key` targets, if both exist and it has one.
-    fn owner_of_sync_cluster(&self, key: &str) -> Option<NodeId> {
+    pub(super) fn owner_of_sync_cluster(&self, key: &str) -> Option<NodeId> {
         self.syncs
             .get(key)
             .and_then(|entry| self.clusters.get(&cluster_key_of(&entry.object)))

@@ -60,6 +60,7 @@ impl FleetState {
         });
         // Its failed Syncs are tried again at once: the planner's backoff is keyed by the
         // adoption too.
+        self.note_cluster_syncs(cluster);
         Outcome::Ok
     }
 

@@ -18,7 +18,8 @@
 //! [`invariants`] (the checks of design section 5 that the state machine alone can break),
 //! [`inventories`] (one copy of each distinct inventory), [`actionable`] (which Syncs a node
 //! may start, indexed by owner), [`view`] (read-only projections with status), [`changes`]
-//! (which objects a command changed, for watchers).
+//! (which objects a command changed, for watchers), [`planning`] (which Syncs may have become
+//! startable, for the planners).
 //!
 //! The commands and their answers are in [`command`]. This file is long because it holds the
 //! state's types and the one `apply` dispatch; each command's logic lives in the submodules
@@ -34,6 +35,7 @@ mod inventories;
 mod key_set;
 mod labels;
 mod members;
+pub mod planning;
 pub mod quota;
 mod recovery;
 mod retire;
@@ -438,6 +440,11 @@ pub struct FleetState {
     /// once ([`strings`]). Derived: never serialised.
     #[serde(skip)]
     strings: strings::Strings,
+    /// The Syncs that may have become startable, in the order applied, for the planners
+    /// ([`planning`]). Derived and local: never serialised; a decoded state starts a new
+    /// epoch.
+    #[serde(skip)]
+    pub plan_journal: planning::PlanJournal,
 }
 
 impl FleetState {
@@ -630,6 +637,16 @@ impl FleetState {
     /// Keys of the clusters a node owns.
     pub fn clusters_of(&self, node: NodeId) -> Vec<Key> {
         self.cluster_placement.items_of(node)
+    }
+
+    /// [`FleetState::clusters_of`] without copying the keys.
+    pub fn cluster_keys_of(&self, node: NodeId) -> impl Iterator<Item = &str> {
+        self.cluster_placement.items_of_iter(node)
+    }
+
+    /// The owner of the cluster Sync `sync` targets, if both exist and it has one.
+    pub fn sync_owner(&self, sync: &str) -> Option<NodeId> {
+        self.owner_of_sync_cluster(sync)
     }
 
     /// Keys of the sources a node polls.

@@ -62,6 +62,8 @@ impl FleetState {
             return Outcome::Ok;
         }
         self.recovering = active;
+        // Everything was held back while on, and nothing may start now.
+        self.plan_journal.note_everything();
         if !active {
             let groups: Vec<Key> = self.groups.keys().cloned().collect();
             for group in groups {
@@ -122,6 +124,8 @@ impl FleetState {
         for recovered in syncs {
             self.recover_sync(cluster, recovered, at);
         }
+        // Adopting now, and perhaps no longer pending.
+        self.note_cluster_syncs(cluster);
         if recovered_now {
             // Read back after the rest: its Syncs rejoin their rollouts, through admission.
             let syncs: Vec<Key> = self

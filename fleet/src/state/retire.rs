@@ -217,7 +217,8 @@ impl FleetState {
             if let Some(entry) = self.syncs.get_mut(&key) {
                 entry.retiring_since = Some(since.as_str().into());
             }
-            self.retiring.insert(key);
+            self.retiring.insert(key.clone());
+            self.reindex_actionable(&key);
         }
     }
 
@@ -369,6 +370,7 @@ impl FleetState {
         entry.retiring_since = Some(self.clock.as_str().into());
         self.retiring.insert(key.to_string());
         self.settle(key);
+        self.reindex_actionable(key);
         debug_assert_eq!(self.sync_state(key), Some(SyncState::Idle));
     }
 

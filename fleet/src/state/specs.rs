@@ -282,6 +282,8 @@ impl FleetState {
             }
         }
         self.regroup_cluster(&key);
+        // Its hold or its labels may have changed.
+        self.note_cluster_syncs(&key);
         Outcome::Applied(result)
     }
 

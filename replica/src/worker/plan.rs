@@ -9,16 +9,35 @@
 //!                          drift re-applies that are due)
 //!  finished sync ───────► Planner::record(report, now) ─► backoff or next drift check
 //! ```
+//!
+//! A plan looks only at the Syncs that may have become startable since the last one, not at
+//! all of the node's actionable Syncs (most of which are running during a rollout):
+//! - the keys the state's plan journal noted since ([`fleet::state::planning`]): admitted,
+//!   failed, retiring, moved, their cluster changed; everything when the journal says so
+//!   (the first plan, a snapshot installed, recovery, a planner that fell behind its bound);
+//! - the Syncs reported finished ([`Planner::record`]);
+//! - the Syncs whose backoff or start jitter ends now (`wakeups`);
+//! - the Syncs waiting for their dependencies (`blocked`, looked at on every plan: a
+//!   dependency's readiness is not journaled);
+//! - the Syncs planned last time, which a full node may not have started.
+//!
+//! A Sync left out of a plan because it is running, or because the state says its node may not
+//! start it, is dropped: its report, or the journal, brings it back. So a plan starts exactly
+//! what a walk over all of the node's actionable Syncs would start, which the property test
+//! `the_incremental_plan_is_the_full_plan` checks against that walk (kept in the tests).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use fleet::state::planning::{Cursor, Since};
 use fleet::state::{FleetState, Key, SyncState};
 use starling_sync::{ErrorClass, RetryPolicy};
 use tokio::time::Instant;
 
 /// How often owned Syncs are scanned for due drift corrections.
 pub(crate) const DRIFT_SCAN: Duration = Duration::from_secs(1);
+/// How often the drift checks and backoffs of Syncs this node no longer owns are forgotten.
+const PRUNE: Duration = Duration::from_secs(30);
 /// Retry delay of a failure whose class is not retried automatically (invalid manifests,
 /// forbidden…): a new revision retries at once; otherwise an operator's fix (credentials, a
 /// resume) is picked up within this delay.
@@ -60,10 +79,21 @@ pub(crate) struct Planner {
     drift_at: BTreeMap<Key, Instant>,
     first_seen: BTreeMap<(Key, String), Instant>,
     last_drift_scan: Instant,
+    last_prune: Instant,
     /// When this process started (whole seconds, as the status times are written).
     started: std::time::SystemTime,
     /// Successful syncs recorded: varies the jitter of a Sync's successive drift checks.
     succeeded: u64,
+    /// Where this planner is in the state's plan journal (`None`: it looks at everything).
+    journal: Option<Cursor>,
+    /// The Syncs the next plan looks at (see the module documentation).
+    candidates: BTreeSet<Key>,
+    /// Syncs whose backoff or start jitter ends at a time, by that time.
+    wakeups: BTreeSet<(Instant, Key)>,
+    /// Syncs waiting for their dependencies.
+    blocked: BTreeSet<Key>,
+    /// A cluster key's room while the state is asked whether a Sync may start.
+    buffer: String,
 }
 
 impl Planner {
@@ -74,13 +104,22 @@ impl Planner {
             drift_at: BTreeMap::new(),
             first_seen: BTreeMap::new(),
             last_drift_scan: now,
+            last_prune: now,
             started,
             succeeded: 0,
+            journal: None,
+            candidates: BTreeSet::new(),
+            wakeups: BTreeSet::new(),
+            blocked: BTreeSet::new(),
+            buffer: String::new(),
         }
     }
 
     /// Records a finished task at `now`.
     pub(crate) fn record(&mut self, report: Done, now: Instant) {
+        // Whatever happened, the next plan looks at it again.
+        let (Done::Denied { sync, .. } | Done::Finished { sync, .. }) = &report;
+        self.candidates.insert(sync.clone());
         match report {
             Done::Denied {
                 sync,
@@ -130,6 +169,7 @@ impl Planner {
     /// The Syncs of `node` to start at `now`: the actionable ones that are not `busy`, not
     /// backing off for their target revision, whose dependencies are met and whose start
     /// jitter has passed; then, once per [`DRIFT_SCAN`], the drift re-applies that are due.
+    /// Looks only at the Syncs that may have become startable (see the module documentation).
     pub(crate) fn plan(
         &mut self,
         state: &FleetState,
@@ -137,59 +177,44 @@ impl Planner {
         busy: &BTreeSet<Key>,
         now: Instant,
     ) -> Vec<Work> {
+        let (since, cursor) = state.plan_journal.since(node, self.journal);
+        self.journal = Some(cursor);
+        match since {
+            // The running Syncs are left out: their reports bring them back.
+            Since::Everything => self.candidates.extend(
+                state
+                    .actionable_keys_for(node, |key| busy.contains(key))
+                    .cloned(),
+            ),
+            // Noted under this node: looked at below.
+            Since::Keys(keys) => {
+                for key in keys {
+                    if !busy.contains(key) && !self.candidates.contains(key) {
+                        self.candidates.insert(key.clone());
+                    }
+                }
+            }
+        }
+        while let Some(first) = self.wakeups.first()
+            && first.0 <= now
+        {
+            let (_, key) = self.wakeups.pop_first().expect("a first wakeup");
+            self.candidates.insert(key);
+        }
+        self.candidates.append(&mut self.blocked);
         let mut plan = Vec::new();
-        // The running Syncs are left out first: in a rollout they are most of the actionable.
-        for sync in state.actionable_keys_for(node, |key| busy.contains(key)) {
-            let revision = || {
-                let revision = state
-                    .target_of(sync)
-                    .map(|t| t.revision)
-                    .unwrap_or_default();
-                backoff_key(revision, adopting(state, sync))
-            };
-            // A backoff recorded without a revision (nothing could be prepared: not the owner,
-            // or no installation identity yet) holds whatever the revision.
-            let backing_off = self
-                .retry_at
-                .get(sync)
-                .is_some_and(|(at, _, for_revision)| {
-                    *at > now && (for_revision.is_empty() || *for_revision == revision())
-                });
-            if backing_off {
+        for sync in std::mem::take(&mut self.candidates) {
+            if busy.contains(&sync) || !state.may_start(node, &sync, &mut self.buffer) {
                 continue;
             }
-            // Deleting with prune waits for no dependency and no jitter.
-            if state.retiring.contains(sync) {
+            if self.consider(state, &sync, now) {
                 plan.push(Work {
                     sync: sync.clone(),
                     drift: false,
                 });
-                continue;
+                // Looked at again next time: a full node may not start it now.
+                self.candidates.insert(sync);
             }
-            // Unmet dependencies (or a cycle) are read locally: no BeginSync is proposed until
-            // they are met, and every applied entry plans again. The Sync's status names them.
-            if !state.pending_dependencies(sync).is_ok_and(|p| p.is_empty()) {
-                continue;
-            }
-            if let Some(delay) = start_jitter(state, sync) {
-                let revision = revision();
-                let seen = *self
-                    .first_seen
-                    .entry((sync.clone(), revision.clone()))
-                    .or_insert(now);
-                let offset = delay.mul_f64(
-                    (starling_sync::retry::jitter_key(&format!("{sync}@{revision}")) % 10_000)
-                        as f64
-                        / 10_000.0,
-                );
-                if seen + offset > now {
-                    continue;
-                }
-            }
-            plan.push(Work {
-                sync: sync.clone(),
-                drift: false,
-            });
         }
         if self.first_seen.len() > MAX_FIRST_SEEN {
             self.first_seen.clear();
@@ -199,6 +224,54 @@ impl Planner {
             plan.extend(self.due_drift(state, node, busy, now));
         }
         plan
+    }
+
+    /// Whether Sync `sync`, which `node` may start and is not running, starts at `now`: not
+    /// backing off for its target revision, its dependencies met, its start jitter passed.
+    /// When not, files it where the next look comes from (`wakeups`, `blocked`).
+    fn consider(&mut self, state: &FleetState, sync: &Key, now: Instant) -> bool {
+        let revision = || {
+            let revision = state
+                .target_of(sync)
+                .map(|t| t.revision)
+                .unwrap_or_default();
+            backoff_key(revision, adopting(state, sync))
+        };
+        // A backoff recorded without a revision (nothing could be prepared: not the owner,
+        // or no installation identity yet) holds whatever the revision.
+        if let Some((at, _, for_revision)) = self.retry_at.get(sync)
+            && *at > now
+            && (for_revision.is_empty() || *for_revision == revision())
+        {
+            self.wakeups.insert((*at, sync.clone()));
+            return false;
+        }
+        // Deleting with prune waits for no dependency and no jitter.
+        if state.retiring.contains(sync) {
+            return true;
+        }
+        // Unmet dependencies (or a cycle) are read locally: no BeginSync is proposed until
+        // they are met. The Sync's status names them.
+        if !state.pending_dependencies(sync).is_ok_and(|p| p.is_empty()) {
+            self.blocked.insert(sync.clone());
+            return false;
+        }
+        if let Some(delay) = start_jitter(state, sync) {
+            let revision = revision();
+            let seen = *self
+                .first_seen
+                .entry((sync.clone(), revision.clone()))
+                .or_insert(now);
+            let offset = delay.mul_f64(
+                (starling_sync::retry::jitter_key(&format!("{sync}@{revision}")) % 10_000) as f64
+                    / 10_000.0,
+            );
+            if seen + offset > now {
+                self.wakeups.insert((seen + offset, sync.clone()));
+                return false;
+            }
+        }
+        true
     }
 
     /// Updated Syncs on owned clusters whose drift correction is due.
@@ -214,10 +287,8 @@ impl Planner {
             // Nothing writes until `starling recover` is done.
             return due;
         }
-        let mut owned = BTreeSet::new();
-        for cluster in state.clusters_of(node) {
-            for sync in state.cluster_syncs.get(&cluster).into_iter().flatten() {
-                owned.insert(sync.clone());
+        for cluster in state.cluster_keys_of(node) {
+            for sync in state.cluster_syncs.get(cluster).into_iter().flatten() {
                 let Some(entry) = state.syncs.get(sync) else {
                     continue;
                 };
@@ -227,19 +298,26 @@ impl Planner {
                     continue;
                 }
                 let interval = fleet::validate::sync_interval(&entry.object.spec.template);
-                let at = *self.drift_at.entry(sync.clone()).or_insert_with(|| {
-                    let last_apply = entry
-                        .object
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.last_apply_time.as_deref());
-                    now + super::drift::first_drift_check(
-                        last_apply,
-                        self.started,
-                        interval,
-                        starling_sync::retry::jitter_key(sync),
-                    )
-                });
+                // Looked up before it is copied: most Syncs have their time already.
+                let at = match self.drift_at.get(sync) {
+                    Some(at) => *at,
+                    None => {
+                        let last_apply = entry
+                            .object
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.last_apply_time.as_deref());
+                        let at = now
+                            + super::drift::first_drift_check(
+                                last_apply,
+                                self.started,
+                                interval,
+                                starling_sync::retry::jitter_key(sync),
+                            );
+                        self.drift_at.insert(sync.clone(), at);
+                        at
+                    }
+                };
                 if at <= now {
                     due.push(Work {
                         sync: sync.clone(),
@@ -248,9 +326,16 @@ impl Planner {
                 }
             }
         }
-        self.drift_at.retain(|sync, _| owned.contains(sync));
-        self.retry_at
-            .retain(|sync, _| owned.contains(sync) || state.actionable.contains(sync));
+        // The Syncs of clusters this node no longer owns (or gone) are forgotten, now and
+        // then: until then their entries are only memory (nothing above reads them, and a
+        // backoff kept for a cluster that comes back runs out by itself).
+        if now.duration_since(self.last_prune) >= PRUNE {
+            self.last_prune = now;
+            let owned = |sync: &str| state.sync_owner(sync) == Some(node);
+            self.drift_at.retain(|sync, _| owned(sync));
+            self.retry_at
+                .retain(|sync, _| owned(sync) || state.actionable.contains(sync));
+        }
         due
     }
 }
@@ -403,6 +488,194 @@ mod tests {
         assert!(first < 5, "{first} of 40 started at once");
         assert!(first < half && half < all, "{first} {half} {all}");
         assert_eq!(all, 40);
+    }
+
+    /// The plan as it was made before the plan journal: a walk over all of the node's
+    /// actionable Syncs that are not running, each looked at in full. The reference the
+    /// incremental plan must equal.
+    fn plan_by_walk(
+        planner: &mut Planner,
+        state: &FleetState,
+        node: u64,
+        busy: &BTreeSet<Key>,
+        now: Instant,
+    ) -> Vec<Work> {
+        let keys: Vec<Key> = state
+            .actionable_keys_for(node, |key| busy.contains(key))
+            .cloned()
+            .collect();
+        let mut plan: Vec<Work> = keys
+            .into_iter()
+            .filter(|sync| planner.consider(state, sync, now))
+            .map(|sync| Work { sync, drift: false })
+            .collect();
+        if now.duration_since(planner.last_drift_scan) >= DRIFT_SCAN {
+            planner.last_drift_scan = now;
+            plan.extend(planner.due_drift(state, node, busy, now));
+        }
+        plan
+    }
+
+    /// Sync `i` granted and finished in the state, as its owner would (nothing when the state
+    /// does not grant it).
+    fn run_in_state(state: &mut FleetState, i: usize, succeeded: bool) {
+        let key = sync(i);
+        let Some((node, generation)) = state.cluster_owner(&format!("default/c{i}")) else {
+            return;
+        };
+        let revision = state
+            .target_of(&key)
+            .map(|t| t.revision)
+            .unwrap_or_default();
+        let fleet::Outcome::Granted { ticket } = state.apply(fleet::Command::BeginSync {
+            sync: key,
+            node,
+            generation,
+            revision,
+            spec_generation: None,
+        }) else {
+            return;
+        };
+        let outcome = if succeeded {
+            fleet::state::SyncOutcome::Succeeded {
+                inventory: Vec::new(),
+                health: fleet::resources::ResourceStatus::Current,
+                drift: None,
+            }
+        } else {
+            fleet::state::SyncOutcome::Failed {
+                class: "unreachable".into(),
+                message: "connection refused".into(),
+                inventory: None,
+            }
+        };
+        state.apply(fleet::Command::FinishSync {
+            ticket: ticket.id,
+            outcome,
+            at: AT.into(),
+        });
+    }
+
+    fn cluster_manifest(i: usize) -> fleet::manifest::Resource {
+        let text = format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: c{i}}}\nspec: {{}}\n"
+        );
+        fleet::manifest::parse_manifests(&text)
+            .expect("a cluster")
+            .remove(0)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Through any sequence of state changes, reports, starts and the clock moving, the
+        /// plan made from the journal (and the planner's own wakeups) starts exactly what the
+        /// walk over every actionable Sync starts.
+        #[test]
+        fn the_incremental_plan_is_the_full_plan(
+            clusters in 1usize..6,
+            jitter in any::<bool>(),
+            steps in proptest::collection::vec((0u8..13, 0usize..6, 0u8..6), 1..40),
+        ) {
+            let mut state = fleet(clusters, jitter);
+            let start = Instant::now();
+            let mut now = start;
+            let mut incremental = Planner::new(std::time::SystemTime::UNIX_EPOCH, start);
+            let mut reference = Planner::new(std::time::SystemTime::UNIX_EPOCH, start);
+            let mut busy: BTreeSet<Key> = BTreeSet::new();
+            let mut revisions = 0u32;
+            let mut held = BTreeSet::new();
+            let mut second_member = false;
+            let mut deleted = BTreeSet::new();
+            let mut recovering = false;
+            for (step, (op, i, kind)) in steps.into_iter().enumerate() {
+                let i = i % clusters;
+                match op {
+                    // A plan; the worker starts the first `kind` of it.
+                    0..=2 => {
+                        let mut mine = incremental.plan(&state, 1, &busy, now);
+                        let mut walked = plan_by_walk(&mut reference, &state, 1, &busy, now);
+                        let key = |w: &Work| (w.sync.clone(), w.drift);
+                        prop_assert_eq!(
+                            mine.iter().map(key).collect::<BTreeSet<_>>().len(),
+                            mine.len(),
+                            "a Sync planned twice: {:?}", mine
+                        );
+                        mine.sort_by_key(key);
+                        walked.sort_by_key(key);
+                        walked.dedup();
+                        prop_assert_eq!(&mine, &walked, "step {}", step);
+                        for work in mine.iter().take(usize::from(kind)) {
+                            busy.insert(work.sync.clone());
+                        }
+                    }
+                    // A running sync ends: the state hears of it (unless it was denied or
+                    // given back before it began), then the planner.
+                    3..=5 => {
+                        if busy.remove(&sync(i)) {
+                            if kind == 0 || kind >= 3 {
+                                run_in_state(&mut state, i, kind == 0);
+                            }
+                            let revision = state
+                                .target_of(&sync(i))
+                                .map(|t| t.revision)
+                                .unwrap_or_default();
+                            for planner in [&mut incremental, &mut reference] {
+                                planner.record(report(i, kind, &revision), now);
+                            }
+                        }
+                    }
+                    6 => {
+                        revisions += 1;
+                        resolve(&mut state, &format!("main@sha1:{revisions:03}"));
+                    }
+                    7 => {
+                        let hold = held.insert(i) || !held.remove(&i);
+                        state.apply(fleet::Command::HoldCluster {
+                            cluster: format!("default/c{i}"),
+                            hold,
+                            at: AT.into(),
+                        });
+                    }
+                    8 | 9 => {
+                        now += [0, 1, 2, 31, 1200][usize::from(kind) % 5] * Duration::from_secs(1);
+                    }
+                    10 => {
+                        second_member = !second_member;
+                        state.apply(if second_member {
+                            fleet::Command::AddMember {
+                                id: 2,
+                                address: "127.0.0.1:7002".into(),
+                                at: AT.into(),
+                            }
+                        } else {
+                            fleet::Command::RemoveMember { id: 2 }
+                        });
+                    }
+                    11 => {
+                        if deleted.remove(&i) {
+                            state.apply(fleet::Command::UpsertSpec {
+                                resource: Box::new(cluster_manifest(i)),
+                                at: AT.into(),
+                            });
+                        } else if !busy.contains(&sync(i)) {
+                            deleted.insert(i);
+                            state.apply(fleet::Command::DeleteSpec {
+                                key: cluster_manifest(i).key(),
+                            });
+                        }
+                    }
+                    _ if kind % 2 == 0 => {
+                        state = FleetState::decode_snapshot(&state.encode_snapshot())
+                            .expect("a snapshot round trip");
+                    }
+                    _ => {
+                        recovering = !recovering;
+                        state.apply(fleet::Command::SetRecovery { active: recovering });
+                    }
+                }
+            }
+        }
     }
 
     proptest! {

@@ -93,17 +93,18 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
         if !replica.lease.is_valid() || slots.available_permits() == 0 {
             continue;
         }
-        let busy = lock(&replica.running_syncs).clone();
         // The host's clock, not tokio's: a plan is computation, and the simulation's clock
         // does not move while a replica computes.
         let planning = std::time::Instant::now();
-        let plan = replica
-            .raft
-            .reader()
-            .read(|state| planner.plan(state, replica.id(), &busy, Instant::now()));
+        // The running Syncs are read in place, not copied: the state's read lock first, then
+        // the running set (nothing takes them the other way round).
+        let plan = replica.raft.reader().read(|state| {
+            let busy = lock(&replica.running_syncs);
+            let plan = planner.plan(state, replica.id(), &busy, Instant::now());
+            // Tenants take turns at the free slots (see `fair`).
+            super::fair::interleave(plan, |work| work.sync.as_str(), busy.iter())
+        });
         replica.metrics.record_plan(planning.elapsed());
-        // Tenants take turns at the free slots (see `fair`).
-        let plan = super::fair::interleave(plan, |work| work.sync.as_str(), &busy);
         for work in plan {
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 break;
