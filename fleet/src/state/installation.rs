@@ -73,6 +73,11 @@ impl FleetState {
             return;
         }
         entry.adopt = false;
+        // The planners key backoffs by the adoption too: its Syncs' backoffs are read again.
+        self.note_cluster_syncs(cluster);
+        let Some(entry) = self.clusters.get_mut(cluster) else {
+            return;
+        };
         let status = entry.object.status.get_or_insert_with(Default::default);
         // Only an adoption someone asked for is recorded; recovery adopts every cluster it
         // read back, and most of them were this installation's own.

@@ -4,7 +4,8 @@
 //! (`replica/src/worker/plan.rs`).
 //!
 //! A key is noted when it becomes (or stays) actionable or retiring with an owner, when its
-//! cluster's spec, owner or adoption changes, and when its cluster is read back by recovery.
+//! cluster's spec, owner or adoption changes (asked for or done), and when its cluster is read
+//! back by recovery.
 //! Keys that stop being actionable are not noted: a planner drops them when it looks at them.
 //! Changes that touch everything (recovery turned off or finished) start a new epoch, which
 //! tells every reader to look at all of its Syncs again.

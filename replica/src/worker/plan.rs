@@ -613,13 +613,17 @@ mod tests {
                     // given back before it began), then the planner.
                     3..=5 => {
                         if busy.remove(&sync(i)) {
+                            // As the worker prepares it: the target, and the adoption.
+                            let revision = backoff_key(
+                                state
+                                    .target_of(&sync(i))
+                                    .map(|t| t.revision)
+                                    .unwrap_or_default(),
+                                adopting(&state, &sync(i)),
+                            );
                             if kind == 0 || kind >= 3 {
                                 run_in_state(&mut state, i, kind == 0);
                             }
-                            let revision = state
-                                .target_of(&sync(i))
-                                .map(|t| t.revision)
-                                .unwrap_or_default();
                             for planner in [&mut incremental, &mut reference] {
                                 planner.record(report(i, kind, &revision), now);
                             }
@@ -665,9 +669,15 @@ mod tests {
                             });
                         }
                     }
-                    _ if kind % 2 == 0 => {
+                    _ if kind % 3 == 0 => {
                         state = FleetState::decode_snapshot(&state.encode_snapshot())
                             .expect("a snapshot round trip");
+                    }
+                    _ if kind % 3 == 1 => {
+                        state.apply(fleet::Command::AdoptCluster {
+                            cluster: format!("default/c{i}"),
+                            at: AT.into(),
+                        });
                     }
                     _ => {
                         recovering = !recovering;
