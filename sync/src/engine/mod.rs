@@ -65,6 +65,20 @@ struct Progress {
 pub struct SyncEngine {
     config: EngineConfig,
     clients: ClientCache,
+    /// Bounds the renders on the blocking pool (see [`render_threads`]).
+    render_gate: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many renders may run on the blocking pool at once: one per core for the work a
+/// render does itself (reading the artifact, parsing YAML), plus one per engine slot for the
+/// renders that wait on an engine process. Without a bound every sync that reaches its render
+/// takes a blocking thread of its own (64 at once with `--max-concurrent-syncs 64`), and each
+/// such thread keeps its stack and its allocator cache after its render: 58 threads and about
+/// 13 MiB more resident memory per node in the 10,000-cluster rollout, for work two cores do
+/// no faster.
+fn render_threads(engine_slots: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    cores.max(2) + engine_slots
 }
 
 impl SyncEngine {
@@ -73,8 +87,12 @@ impl SyncEngine {
             operation: "configure the sync engine".to_owned(),
             message,
         })?;
+        let render_gate = Arc::new(tokio::sync::Semaphore::new(render_threads(
+            config.render_engines.slots.max(),
+        )));
         Ok(SyncEngine {
             clients: ClientCache::new(config.clients.clone()),
+            render_gate,
             config,
         })
     }
@@ -241,6 +259,7 @@ impl SyncEngine {
         };
         let prepared = {
             let options = options.clone();
+            let _permit = self.render_permit().await?;
             tokio::task::spawn_blocking(move || crate::render::prepare(&source, &options))
                 .await
                 .map_err(blocking_failed)??
@@ -257,10 +276,23 @@ impl SyncEngine {
                 .await?;
             options.kube_version = Some(version);
         }
+        let _permit = self.render_permit().await?;
         let rendered = tokio::task::spawn_blocking(move || prepared.render(&options))
             .await
             .map_err(blocking_failed)??;
         Ok(rendered)
+    }
+
+    /// A place among the renders running on the blocking pool. The wait is bounded by the
+    /// sync's own deadline, as every step of a sync is.
+    async fn render_permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, SyncError> {
+        self.render_gate
+            .acquire()
+            .await
+            .map_err(|_| SyncError::Invalid {
+                operation: "render".to_owned(),
+                message: "the render gate is closed".to_owned(),
+            })
     }
 
     async fn run(
