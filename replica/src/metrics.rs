@@ -34,6 +34,36 @@ pub struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KindLabel {
+    pub kind: String,
+}
+
+/// The process allocator's own figures, in bytes (jemalloc's `stats.*`): what the program
+/// holds (`allocated`), the pages that holds spans (`active`), what is resident of the
+/// allocator's memory (`resident`, including its `metadata`), and what it keeps mapped but
+/// returned to the system (`retained`). Resident against allocated is the allocator's price.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    pub allocated: u64,
+    pub active: u64,
+    pub resident: u64,
+    pub metadata: u64,
+    pub retained: u64,
+}
+
+/// Reads the allocator's figures; the binary that chose the allocator installs it
+/// ([`set_allocator_probe`]).
+pub type AllocatorProbe = fn() -> Option<AllocatorStats>;
+
+static ALLOCATOR_PROBE: std::sync::OnceLock<AllocatorProbe> = std::sync::OnceLock::new();
+
+/// Makes `/metrics` report the process allocator's figures (`starling_allocator_bytes`). The
+/// allocator is the binary's choice, so the binary installs its reader, once.
+pub fn set_allocator_probe(probe: AllocatorProbe) {
+    let _ = ALLOCATOR_PROBE.set(probe);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct GroupLabel {
     pub group: String,
     pub state: String,
@@ -78,6 +108,7 @@ pub struct Metrics {
     /// ended: `moved` (the state named another owner), `answered` (the owner answered this
     /// replica again) or `expired`.
     pub agent_holds: Family<ResultLabel, Counter>,
+    allocator: Family<KindLabel, Gauge>,
     in_flight_count: AtomicI64,
     sync_totals: Totals,
     plan_totals: Totals,
@@ -138,6 +169,7 @@ impl Metrics {
             render_engine_runs: Counter::default(),
             render_cache_bytes: Gauge::default(),
             in_flight: Gauge::default(),
+            allocator: Family::default(),
             agents_connected: Gauge::default(),
             agents_forwarded: Gauge::default(),
             agents_held: Gauge::default(),
@@ -273,6 +305,11 @@ impl Metrics {
             "Syncs running on this node",
             metrics.in_flight.clone(),
         );
+        registry.register(
+            "allocator_bytes",
+            "The process allocator's figures: allocated, active, resident, metadata, retained",
+            metrics.allocator.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -390,6 +427,21 @@ impl Metrics {
                 }
             }
         });
+        if let Some(stats) = ALLOCATOR_PROBE.get().and_then(|probe| probe()) {
+            for (kind, value) in [
+                ("allocated", stats.allocated),
+                ("active", stats.active),
+                ("resident", stats.resident),
+                ("metadata", stats.metadata),
+                ("retained", stats.retained),
+            ] {
+                self.allocator
+                    .get_or_create(&KindLabel {
+                        kind: kind.to_owned(),
+                    })
+                    .set(value as i64);
+            }
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.push_str("# error: metrics could not be encoded\n");

@@ -235,6 +235,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
             let config = args.validate()?;
             starling_transport::set_peer_routes(&args.peer_routes).map_err(anyhow::Error::msg)?;
             starling_replica::keep_files_private();
+            starling_replica::set_allocator_probe(allocator::stats);
             init_tracing(log_format);
             runtime().and_then(|rt| rt.block_on(node(config)))
         }

@@ -4,5 +4,6 @@
 starling::global_allocator!();
 
 fn main() -> std::process::ExitCode {
+    starling::allocator::mark_global();
     starling::main()
 }
