@@ -167,6 +167,16 @@ impl ClassifyError for WriteError {
     }
 }
 
+impl ClassifyError for crate::write::PartialWrite {
+    fn error_kind(&self) -> ErrorKind {
+        self.error.error_kind()
+    }
+
+    fn leader_hint(&self) -> Option<LeaderHint> {
+        self.error.leader_hint()
+    }
+}
+
 /// Why a membership change, initialisation or leadership transfer failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {

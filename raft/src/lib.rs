@@ -44,4 +44,4 @@ pub use node::RaftNode;
 pub use reader::{AppliedEntry, StateEvent, StateReader, WaitError};
 pub use state_machine::StateMachineStore;
 pub use types::{NodeId, Peer, Proposal, Raft, RaftMetrics, Response, TypeConfig};
-pub use write::Committed;
+pub use write::{Committed, PartialWrite};

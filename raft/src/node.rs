@@ -229,6 +229,45 @@ impl RaftNode {
         self.calls.run(self.proposer.propose_many(commands)).await
     }
 
+    /// Commits `commands` from any replica in order, in log entries of at most
+    /// [`crate::write::MAX_PROPOSAL_BYTES`] encoded each: for writes of many objects (an
+    /// apply, a delete). Each entry is committed like [`RaftNode::propose_many`]; when one
+    /// fails, the ones before it stay committed and the error says how many commands they held.
+    pub async fn propose_in_parts(
+        &self,
+        commands: Vec<Command>,
+    ) -> Result<Committed, crate::write::PartialWrite> {
+        let total = commands.len();
+        let mut outcomes = Vec::with_capacity(total);
+        let mut log_index = 0;
+        for part in crate::write::split_by_size(commands, crate::write::MAX_PROPOSAL_BYTES) {
+            match self.propose_many(part).await {
+                Ok(committed) => {
+                    log_index = committed.log_index;
+                    outcomes.extend(committed.outcomes);
+                }
+                Err(error) => {
+                    return Err(crate::write::PartialWrite {
+                        error,
+                        committed: outcomes.len(),
+                        total,
+                    });
+                }
+            }
+        }
+        if outcomes.is_empty() {
+            return Err(crate::write::PartialWrite {
+                error: WriteError::Empty,
+                committed: 0,
+                total,
+            });
+        }
+        Ok(Committed {
+            log_index,
+            outcomes,
+        })
+    }
+
     /// Confirms with a quorum that this replica still leads and waits until everything committed
     /// before the call is applied here: after it returns, reads from [`RaftNode::reader`] are
     /// linearizable. Returns the applied index the read is at least as new as.

@@ -28,6 +28,81 @@ use crate::types::{NodeId, Peer, Proposal, Raft};
 /// Pause between attempts while a forwarded write waits for a leader.
 const FORWARD_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// The most an API write puts into one log entry, encoded ([`split_by_size`]). An entry is
+/// held whole in the log's tail, decoded again to be sent, encoded once per follower and
+/// retry, and cannot be split across append-entries requests; an apply of 500 clusters with
+/// their kubeconfigs was one entry of several megabytes, which made the leader's heap peak
+/// during a bulk load (38 MiB of requests being encoded, heaptrack, 2026-11-29).
+pub const MAX_PROPOSAL_BYTES: usize = 256 * 1024;
+
+/// Counts the bytes serde_json would write, without keeping them.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `command` as a log entry encodes it (serde_json, see [`crate::codec`]).
+pub fn encoded_size(command: &Command) -> usize {
+    let mut count = ByteCount(0);
+    // Encoding into a counter fails only if the command cannot be encoded at all, which the
+    // proposal itself then reports.
+    let _ = serde_json::to_writer(&mut count, command);
+    count.0
+}
+
+/// Splits `commands`, in order, into runs of at most `max_bytes` encoded; a command larger than
+/// that is a run of its own. Never returns an empty run.
+pub fn split_by_size(commands: Vec<Command>, max_bytes: usize) -> Vec<Vec<Command>> {
+    let mut parts: Vec<Vec<Command>> = Vec::new();
+    let mut current: Vec<Command> = Vec::new();
+    let mut bytes = 0;
+    for command in commands {
+        let size = encoded_size(&command);
+        if !current.is_empty() && bytes + size > max_bytes {
+            parts.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        bytes += size;
+        current.push(command);
+    }
+    if !current.is_empty() {
+        parts.push(current);
+    }
+    parts
+}
+
+/// A write in parts that failed part-way: the parts before the failure are committed.
+#[derive(Debug)]
+pub struct PartialWrite {
+    pub error: WriteError,
+    /// The commands committed before the failure (the first ones, in order).
+    pub committed: usize,
+    /// All the commands of the write.
+    pub total: usize,
+}
+
+impl std::fmt::Display for PartialWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.committed == 0 {
+            write!(f, "{}", self.error)
+        } else {
+            write!(
+                f,
+                "{} (the first {} of {} objects were committed before it; applying again is safe)",
+                self.error, self.committed, self.total
+            )
+        }
+    }
+}
+
 /// What a committed proposal produced.
 #[derive(Clone, Debug)]
 pub struct Committed {

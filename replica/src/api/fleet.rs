@@ -98,12 +98,14 @@ impl proto::fleet_server::Fleet for FleetService {
             reader.read(|state| (dry_run(state, commands), state.revision))
         } else {
             self.formed().await?;
+            // In entries of at most 256 KiB: a bulk apply must not become one log entry of
+            // megabytes that every replica holds several times over (see MAX_PROPOSAL_BYTES).
             let committed = self
                 .replica
                 .raft
-                .propose_many(commands)
+                .propose_in_parts(commands)
                 .await
-                .map_err(write_status)?;
+                .map_err(|partial| proto::status_from(&partial))?;
             let revision = reader.read(|state| state.revision);
             (committed.outcomes, revision)
         };
@@ -169,9 +171,9 @@ impl proto::fleet_server::Fleet for FleetService {
         let committed = self
             .replica
             .raft
-            .propose_many(commands)
+            .propose_in_parts(commands)
             .await
-            .map_err(write_status)?;
+            .map_err(|partial| proto::status_from(&partial))?;
         let mut results = Vec::new();
         for (key, outcome) in keys.iter().zip(&committed.outcomes) {
             match outcome {
