@@ -32,12 +32,13 @@ use kube::runtime::watcher::Event;
 use tokio::time::Instant;
 
 use super::Operator;
+use super::compare::spec_digest;
 use super::compare::{in_state, state_keys, state_matches};
 use super::mirror::{
-    DELETION_POLICY_ANNOTATION, Dirty, FINALIZER, Item, Mirror, Observed, Rejection,
-    SECRET_VERSION_ANNOTATION, normalized_meta,
+    Dirty, FINALIZER, Item, Mirror, Observation, Observed, Rejection, SECRET_VERSION_ANNOTATION,
+    Spec, normalized_meta,
 };
-use super::watches::{not_served, scopes, watches};
+use super::watches::{not_served, observe, observe_capi, scopes, watches};
 use starling_replica::Replica;
 use starling_replica::lock;
 
@@ -61,6 +62,8 @@ pub(crate) enum IngestError {
     ReadSecret { key: String, error: kube::Error },
     #[error("cannot write the finalizers of {key}: {error}")]
     Finalizers { key: String, error: kube::Error },
+    #[error("cannot read {key} again: {error}")]
+    Read { key: String, error: kube::Error },
     #[error("cannot commit the specs: {0}")]
     Commit(String),
 }
@@ -71,6 +74,7 @@ impl IngestError {
         match self {
             IngestError::ReadSecret { .. } => "read-secret",
             IngestError::Finalizers { .. } => "finalizers",
+            IngestError::Read { .. } => "read",
             IngestError::Commit(_) => "commit",
         }
     }
@@ -164,28 +168,30 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
     }
 }
 
-fn record(
-    mirror: &mut Mirror,
-    index: usize,
-    event: Event<(ObjectKey, Observed)>,
-    dirty: &mut Dirty,
-) {
+fn record(mirror: &mut Mirror, index: usize, event: Event<Observation>, dirty: &mut Dirty) {
     match event {
-        Event::Apply((key, observed)) => mirror.upsert(key, observed, dirty),
-        Event::Delete((key, observed)) => mirror.remove(&key, observed.capi, dirty),
+        Event::Apply(observation) => mirror.upsert(observation, dirty),
+        Event::Delete(observation) => {
+            mirror.remove(&observation.key, observation.observed.capi, dirty)
+        }
         Event::Init => mirror.list_started(index),
-        Event::InitApply((key, observed)) => mirror.listed(index, key, observed),
+        Event::InitApply(observation) => mirror.listed(index, observation),
         Event::InitDone => mirror.list_done(index, dirty),
     }
 }
 
 /// What one dirty key needs.
 enum Action {
-    Upsert(Resource),
+    Upsert(Box<Resource>),
     Delete,
     /// Deleted in the management cluster, with Starling's finalizer: prune, then delete.
     Retire,
     FetchSecret,
+    /// The state lacks the object as the mirror shows it, and the mirror keeps only its
+    /// digest: read it again from the management cluster.
+    Read {
+        capi: bool,
+    },
     Reject(Rejection),
     /// Gone from the state after its deletion: let Kubernetes delete the object.
     RemoveFinalizer,
@@ -235,12 +241,14 @@ async fn reconcile(
     };
     let mut proposals: Vec<(ObjectKey, Proposal)> = Vec::new();
     let mut fetches = Vec::new();
+    let mut reads = Vec::new();
     for (key, action) in actions {
         match action {
-            Action::Upsert(resource) => proposals.push((key, Proposal::Upsert(Box::new(resource)))),
+            Action::Upsert(resource) => proposals.push((key, Proposal::Upsert(resource))),
             Action::Delete => proposals.push((key, Proposal::Delete)),
             Action::Retire => proposals.push((key, Proposal::Retire)),
             Action::FetchSecret => fetches.push(key),
+            Action::Read { capi } => reads.push((key, capi)),
             Action::Reject(rejection) => {
                 tracing::warn!(object = %key, message = %rejection.message, "invalid object in the management cluster");
                 lock(mirror).reject(key, rejection);
@@ -279,6 +287,29 @@ async fn reconcile(
             Ok(None) => {}
             Err(error) => {
                 first_error.get_or_insert_with(|| IngestError::ReadSecret {
+                    key: key.to_string(),
+                    error,
+                });
+                failed.insert(key);
+            }
+        }
+    }
+    // Objects read again go into the mirror whole and are compared on the next round.
+    let read: Vec<(ObjectKey, Result<Option<Observation>, kube::Error>)> = stream::iter(reads)
+        .map(|(key, capi)| async move {
+            let observation = read_again(operator, &key, capi).await;
+            (key, observation)
+        })
+        .buffer_unordered(FETCH_CONCURRENCY)
+        .collect()
+        .await;
+    for (key, observation) in read {
+        match observation {
+            Ok(Some(observation)) => lock(mirror).read_again(observation, dirty),
+            // Deleted meanwhile: the watch brings the deletion.
+            Ok(None) => {}
+            Err(error) => {
+                first_error.get_or_insert_with(|| IngestError::Read {
                     key: key.to_string(),
                     error,
                 });
@@ -348,13 +379,15 @@ async fn commit(
                     match (proposal, outcome) {
                         (Proposal::Upsert(resource), Outcome::Rejected { message }) => {
                             tracing::warn!(object = %key, %message, "the state refused an object of the management cluster");
-                            mirror.reject(
-                                key.clone(),
-                                Rejection {
-                                    resource: (**resource).clone(),
-                                    message: message.clone(),
-                                },
-                            );
+                            if let Some(digest) = spec_digest(resource) {
+                                mirror.reject(
+                                    key.clone(),
+                                    Rejection {
+                                        digest,
+                                        message: message.clone(),
+                                    },
+                                );
+                            }
                         }
                         (Proposal::Upsert(_), _) => {
                             mirror.accept(key);
@@ -444,7 +477,7 @@ fn action(
     }
     let Some(
         observed @ Observed {
-            item: Item::Object { resource, .. },
+            item: Item::Object { spec, .. },
             ..
         },
     ) = observed
@@ -454,26 +487,73 @@ fn action(
     if observed.deleting.is_some()
         && matches!(key.kind, Kind::Sync | Kind::SyncGroup | Kind::Cluster)
     {
-        return deletion(state, key, observed, resource, deletion_timeout);
+        return deletion(state, key, observed, spec, deletion_timeout);
     }
-    if state_matches(state, resource) == Some(true) {
+    if state_matches(state, key, &spec.digest) == Some(true) {
         mirror.accept(key);
         return None;
     }
     if mirror
         .rejected
         .get(key)
-        .is_some_and(|rejection| rejection.resource == **resource)
+        .is_some_and(|rejection| rejection.digest == spec.digest)
     {
         return None;
     }
+    let capi = observed.capi;
+    let Some(resource) = mirror.pending(key) else {
+        return Some(Action::Read { capi });
+    };
     if let Err(error) = fleet::validate::validate(resource) {
         return Some(Action::Reject(Rejection {
-            resource: (**resource).clone(),
+            digest: spec.digest,
             message: error.to_string(),
         }));
     }
-    Some(Action::Upsert((**resource).clone()))
+    Some(Action::Upsert(Box::new(resource.clone())))
+}
+
+/// Reads one object of the management cluster again, as its watch would bring it.
+async fn read_again(
+    operator: &Operator,
+    key: &ObjectKey,
+    capi: bool,
+) -> Result<Option<Observation>, kube::Error> {
+    async fn typed<K>(
+        operator: &Operator,
+        key: &ObjectKey,
+        wrap: fn(K) -> Resource,
+    ) -> Result<Option<Observation>, kube::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(operator.client.clone(), &key.namespace);
+        Ok(api
+            .get_opt(&key.name)
+            .await?
+            .map(|object| observe(wrap(object))))
+    }
+    if capi {
+        let resource = super::capi::api_resource();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(operator.client.clone(), &key.namespace, &resource);
+        return Ok(api
+            .get_opt(&key.name)
+            .await?
+            .map(|object| observe_capi(&object)));
+    }
+    match key.kind {
+        Kind::Source => typed(operator, key, Resource::Source).await,
+        Kind::Cluster => typed(operator, key, Resource::Cluster).await,
+        Kind::Sync => typed(operator, key, Resource::Sync).await,
+        Kind::SyncGroup => typed(operator, key, Resource::SyncGroup).await,
+        // Secrets are fetched whole by their own action.
+        Kind::Secret => Ok(None),
+    }
 }
 
 /// A Sync, SyncGroup or Cluster deleted in the management cluster: pruned through the state
@@ -485,7 +565,7 @@ fn deletion(
     state: &FleetState,
     key: &ObjectKey,
     observed: &Observed,
-    resource: &Resource,
+    spec: &Spec,
     timeout: Duration,
 ) -> Option<Action> {
     if !observed.finalized() {
@@ -495,12 +575,7 @@ fn deletion(
     if !in_state(state, key) {
         return Some(Action::RemoveFinalizer);
     }
-    let orphan = resource
-        .metadata()
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(DELETION_POLICY_ANNOTATION))
-        .is_some_and(|policy| policy == "orphan");
+    let orphan = spec.orphan;
     let waited = observed
         .deleting
         .as_deref()

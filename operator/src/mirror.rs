@@ -1,7 +1,9 @@
-//! The leader's mirror of the management cluster: every starling.dev object the watches saw
-//! (spec, labels and annotations as the replicated state keeps them, plus the API's own
-//! `generation`, `resourceVersion` and current status), the Secrets by their metadata only,
-//! and which Secrets the objects reference.
+//! The leader's mirror of the management cluster: every starling.dev object the watches saw,
+//! as a digest of what the replicated state keeps of it (labels, annotations and spec) with
+//! the API's own `generation`, `resourceVersion` and current status; the Secrets by their
+//! metadata only; and which Secrets the objects reference. The object itself is kept only
+//! until the state is known to hold it ([`Mirror::pending`]): at 10,000 Clusters the mirror
+//! no longer holds a second copy of every spec on the leader.
 //!
 //! Each watch stream (one kind in one namespace, or in all) owns a part of the mirror. A
 //! stream's (re)list is buffered and replaces that part at once when it ends, as kube-runtime's
@@ -14,6 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use fleet::manifest::{Kind, ObjectKey, Resource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
+
+use super::compare::{SpecDigest, spec_digest};
 
 /// The annotation on the replicated copy of a Secret that records the management cluster's
 /// `resourceVersion` of it: a new leader compares it with the metadata it watches and fetches
@@ -53,14 +57,48 @@ impl Observed {
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Item {
-    /// A starling.dev object, normalized to what the state keeps (no status, no server
-    /// metadata), and its status as written on the API object (`Null` when it has none).
-    Object {
-        resource: Box<Resource>,
-        status: Value,
-    },
+    /// A starling.dev object: what the mirror keeps of its spec, and its status as written on
+    /// the API object (`Null` when it has none).
+    Object { spec: Spec, status: Value },
     /// A Secret, watched by its metadata only: its data is fetched when it is needed.
     Secret,
+}
+
+/// What the mirror keeps of a starling.dev object instead of the object: the digest the state
+/// is compared by, and what the ingest reads without the state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Spec {
+    pub digest: SpecDigest,
+    /// `starling.dev/deletion-policy: orphan`.
+    pub orphan: bool,
+    /// The Secrets it needs ([`referenced_secrets`]).
+    pub secrets: Vec<ObjectKey>,
+}
+
+impl Spec {
+    /// The mirror's view of `resource` (normalized to what the state keeps); `None` for a
+    /// Secret.
+    pub(crate) fn of(resource: &Resource) -> Option<Spec> {
+        Some(Spec {
+            digest: spec_digest(resource)?,
+            orphan: resource
+                .metadata()
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DELETION_POLICY_ANNOTATION))
+                .is_some_and(|policy| policy == "orphan"),
+            secrets: referenced_secrets(resource),
+        })
+    }
+}
+
+/// One object as a watch (or a read) brought it: the mirror's entry and, for a starling.dev
+/// object, the object itself (normalized), for the state if it lacks it.
+#[derive(Clone, Debug)]
+pub(crate) struct Observation {
+    pub key: ObjectKey,
+    pub observed: Observed,
+    pub resource: Option<Box<Resource>>,
 }
 
 /// What a watch stream covers.
@@ -86,7 +124,7 @@ impl Scope {
 struct Stream {
     scope: Scope,
     /// The objects of a (re)list in progress.
-    listing: Option<BTreeMap<ObjectKey, Observed>>,
+    listing: Option<BTreeMap<ObjectKey, Observation>>,
     listed: bool,
 }
 
@@ -94,7 +132,8 @@ struct Stream {
 /// not proposed again until it changes, and so that its status can say why.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Rejection {
-    pub resource: Resource,
+    /// The digest of the refused spec.
+    pub digest: SpecDigest,
     pub message: String,
 }
 
@@ -128,6 +167,11 @@ pub(crate) struct Mirror {
     /// Objects whose status may need writing again: changed or gone here, or rejected or
     /// accepted since the status writer last took them ([`Mirror::take_status_dirt`]).
     status_dirt: BTreeSet<ObjectKey>,
+    /// The objects that came in since the state was last known to hold them as they are: the
+    /// ingest proposes these. Each goes once the state holds it ([`Mirror::accept`]), refuses
+    /// it ([`Mirror::reject`]) or it is gone; an object the state lacks and this has not is
+    /// read again from the management cluster.
+    pending: BTreeMap<ObjectKey, Box<Resource>>,
 }
 
 impl Mirror {
@@ -147,12 +191,36 @@ impl Mirror {
             rejected: BTreeMap::new(),
             version: 0,
             status_dirt: BTreeSet::new(),
+            pending: BTreeMap::new(),
         }
+    }
+
+    /// The object that came in under `key`, if the state may not hold it yet and it is still
+    /// the one the mirror shows.
+    pub(crate) fn pending(&self, key: &ObjectKey) -> Option<&Resource> {
+        let Some(Observed {
+            item: Item::Object { spec, .. },
+            ..
+        }) = self.objects.get(key)
+        else {
+            return None;
+        };
+        self.pending
+            .get(key)
+            .map(|resource| &**resource)
+            .filter(|resource| spec_digest(resource) == Some(spec.digest))
+    }
+
+    /// How many objects the mirror holds whole.
+    #[cfg(test)]
+    pub(crate) fn pending_count(&self) -> usize {
+        self.pending.len()
     }
 
     /// Records why a spec was refused: it is not proposed again until it changes, and its
     /// status says why.
     pub(crate) fn reject(&mut self, key: ObjectKey, rejection: Rejection) {
+        self.pending.remove(&key);
         if self.rejected.get(&key) != Some(&rejection) {
             self.status_dirt.insert(key.clone());
             self.version += 1;
@@ -162,6 +230,7 @@ impl Mirror {
 
     /// The state took the spec in: a refusal recorded for it is over.
     pub(crate) fn accept(&mut self, key: &ObjectKey) {
+        self.pending.remove(key);
         if self.rejected.remove(key).is_some() {
             self.status_dirt.insert(key.clone());
             self.version += 1;
@@ -186,11 +255,11 @@ impl Mirror {
     }
 
     /// An object of a (re)list in progress.
-    pub(crate) fn listed(&mut self, index: usize, key: ObjectKey, observed: Observed) {
+    pub(crate) fn listed(&mut self, index: usize, observation: Observation) {
         self.streams[index]
             .listing
             .get_or_insert_with(BTreeMap::new)
-            .insert(key, observed);
+            .insert(observation.key.clone(), observation);
     }
 
     /// A (re)list ended: its objects replace the stream's part of the mirror.
@@ -212,22 +281,46 @@ impl Mirror {
         for key in gone {
             self.remove(&key, scope.capi, dirty);
         }
-        for (key, observed) in listing {
-            self.upsert(key, observed, dirty);
+        for (_, observation) in listing {
+            self.upsert(observation, dirty);
         }
         dirty.scopes.push(scope);
         self.version += 1;
     }
 
     /// An object was added or changed.
-    pub(crate) fn upsert(&mut self, key: ObjectKey, observed: Observed, dirty: &mut Dirty) {
+    pub(crate) fn upsert(&mut self, observation: Observation, dirty: &mut Dirty) {
+        let Observation {
+            key,
+            observed,
+            resource,
+        } = observation;
         if observed.capi {
             self.capi.insert(key.clone(), observed.clone());
             if self.objects.get(&key).is_some_and(|o| !o.capi) {
                 return;
             }
         }
-        self.set(key, observed, dirty);
+        self.set(key, observed, resource, dirty);
+    }
+
+    /// An object read again from the management cluster because the state lacks it and the
+    /// mirror held only its digest: recorded as any change, and held whole even when the
+    /// mirror already shows it as it is.
+    pub(crate) fn read_again(&mut self, observation: Observation, dirty: &mut Dirty) {
+        let key = observation.key.clone();
+        let capi = observation.observed.capi;
+        let resource = observation.resource.clone();
+        self.upsert(observation, dirty);
+        if let Some(resource) = resource
+            && self
+                .objects
+                .get(&key)
+                .is_some_and(|shown| shown.capi == capi)
+        {
+            self.pending.entry(key.clone()).or_insert(resource);
+        }
+        dirty.keys.insert(key);
     }
 
     /// An object was deleted (`capi`: a Cluster API `Cluster`).
@@ -243,24 +336,39 @@ impl Mirror {
             return;
         }
         self.clear(key, dirty);
-        // A Cluster API Cluster of that name is no longer shadowed.
+        // A Cluster API Cluster of that name is no longer shadowed (the ingest reads it again
+        // if the state lacks it).
         if let Some(shadowed) = self.capi.get(key).cloned() {
-            self.set(key.clone(), shadowed, dirty);
+            self.set(key.clone(), shadowed, None, dirty);
         }
     }
 
-    fn set(&mut self, key: ObjectKey, observed: Observed, dirty: &mut Dirty) {
+    fn set(
+        &mut self,
+        key: ObjectKey,
+        observed: Observed,
+        resource: Option<Box<Resource>>,
+        dirty: &mut Dirty,
+    ) {
         if self.objects.get(&key) == Some(&observed) {
             return;
         }
         self.unreference(&key, dirty);
-        if let Item::Object { resource, .. } = &observed.item {
-            for secret in referenced_secrets(resource) {
+        if let Item::Object { spec, .. } = &observed.item {
+            for secret in &spec.secrets {
                 dirty.keys.insert(secret.clone());
                 self.referrers
-                    .entry(secret)
+                    .entry(secret.clone())
                     .or_default()
                     .insert(key.clone());
+            }
+        }
+        match resource {
+            Some(resource) => {
+                self.pending.insert(key.clone(), resource);
+            }
+            None => {
+                self.pending.remove(&key);
             }
         }
         dirty.keys.insert(key.clone());
@@ -274,6 +382,7 @@ impl Mirror {
         if self.objects.remove(key).is_some() {
             self.version += 1;
         }
+        self.pending.remove(key);
         self.rejected.remove(key);
         self.status_dirt.insert(key.clone());
         dirty.keys.insert(key.clone());
@@ -281,18 +390,18 @@ impl Mirror {
 
     fn unreference(&mut self, key: &ObjectKey, dirty: &mut Dirty) {
         let Some(Observed {
-            item: Item::Object { resource, .. },
+            item: Item::Object { spec, .. },
             ..
         }) = self.objects.get(key)
         else {
             return;
         };
-        for secret in referenced_secrets(resource) {
+        for secret in &spec.secrets {
             dirty.keys.insert(secret.clone());
-            if let Some(referrers) = self.referrers.get_mut(&secret) {
+            if let Some(referrers) = self.referrers.get_mut(secret) {
                 referrers.remove(key);
                 if referrers.is_empty() {
-                    self.referrers.remove(&secret);
+                    self.referrers.remove(secret);
                 }
             }
         }
@@ -366,13 +475,13 @@ mod tests {
         }
     }
 
-    fn cluster(name: &str) -> (ObjectKey, Observed) {
+    fn cluster(name: &str) -> Observation {
         let mut object = Cluster::new(name, ClusterSpec::default());
         object.metadata.namespace = Some("default".into());
         let resource = Resource::Cluster(object);
-        (
-            resource.key(),
-            Observed {
+        Observation {
+            key: resource.key(),
+            observed: Observed {
                 generation: Some(1),
                 resource_version: "1".into(),
                 uid: None,
@@ -380,11 +489,22 @@ mod tests {
                 finalizers: Vec::new(),
                 capi: false,
                 item: Item::Object {
-                    resource: Box::new(resource),
+                    spec: Spec::of(&resource).expect("a cluster"),
                     status: Value::Null,
                 },
             },
-        )
+            resource: Some(Box::new(resource)),
+        }
+    }
+
+    fn capi(observation: &Observation) -> Observation {
+        Observation {
+            observed: Observed {
+                capi: true,
+                ..observation.observed.clone()
+            },
+            ..observation.clone()
+        }
     }
 
     #[test]
@@ -392,18 +512,15 @@ mod tests {
         let scopes = vec![scope(Kind::Cluster, false), scope(Kind::Cluster, true)];
         let mut mirror = Mirror::new(scopes);
         let mut dirty = Dirty::default();
-        let (key, native) = cluster("a");
-        let capi = Observed {
-            capi: true,
-            ..native.clone()
-        };
-        mirror.upsert(key.clone(), capi.clone(), &mut dirty);
+        let native = cluster("a");
+        let key = native.key.clone();
+        mirror.upsert(capi(&native), &mut dirty);
         assert!(mirror.objects[&key].capi);
-        mirror.upsert(key.clone(), native.clone(), &mut dirty);
+        mirror.upsert(native.clone(), &mut dirty);
         assert!(!mirror.objects[&key].capi, "the Starling Cluster wins");
         // A relist of the Cluster API watch keeps the native one in place.
         mirror.list_started(1);
-        mirror.listed(1, key.clone(), capi.clone());
+        mirror.listed(1, capi(&native));
         mirror.list_done(1, &mut dirty);
         assert!(!mirror.objects[&key].capi);
         // The Starling Cluster goes: the Cluster API one is no longer shadowed.
@@ -421,10 +538,10 @@ mod tests {
         let mut mirror = Mirror::new(scopes);
         let mut dirty = Dirty::default();
         mirror.list_started(0);
-        let (a, observed_a) = cluster("a");
-        let (b, observed_b) = cluster("b");
-        mirror.listed(0, a.clone(), observed_a);
-        mirror.listed(0, b.clone(), observed_b.clone());
+        let (observed_a, observed_b) = (cluster("a"), cluster("b"));
+        let (a, b) = (observed_a.key.clone(), observed_b.key.clone());
+        mirror.listed(0, observed_a);
+        mirror.listed(0, observed_b.clone());
         mirror.list_done(0, &mut dirty);
         assert!(!mirror.synced(), "the secrets stream has not listed yet");
         let secret = ObjectKey::new(Kind::Secret, "default", "a-kubeconfig");
@@ -433,9 +550,10 @@ mod tests {
         // A relist after a watch gap: `a` was deleted meanwhile.
         let mut dirty = Dirty::default();
         mirror.list_started(0);
-        mirror.listed(0, b.clone(), observed_b);
+        mirror.listed(0, observed_b);
         mirror.list_done(0, &mut dirty);
         assert!(!mirror.objects.contains_key(&a));
+        assert!(mirror.objects.contains_key(&b));
         assert!(dirty.keys.contains(&a) && dirty.keys.contains(&secret));
         assert!(!mirror.is_referenced(&secret));
         assert_eq!(dirty.scopes.len(), 1);
@@ -445,13 +563,70 @@ mod tests {
     }
 
     #[test]
+    fn an_object_is_held_whole_only_until_the_state_takes_it() {
+        let mut mirror = Mirror::new(vec![scope(Kind::Cluster, false)]);
+        let mut dirty = Dirty::default();
+        let observed = cluster("a");
+        let key = observed.key.clone();
+        mirror.upsert(observed.clone(), &mut dirty);
+        assert_eq!(mirror.pending(&key), observed.resource.as_deref());
+        mirror.accept(&key);
+        assert_eq!(mirror.pending(&key), None);
+        assert_eq!(mirror.pending_count(), 0, "only the digest stays");
+
+        // A changed spec comes in whole again; a refusal of it lets it go too.
+        let mut changed = observed.clone();
+        let Some(Resource::Cluster(object)) = changed.resource.as_deref_mut() else {
+            unreachable!("a cluster")
+        };
+        object.spec.paused = true;
+        let spec = Spec::of(changed.resource.as_deref().expect("the object")).expect("a cluster");
+        assert_ne!(
+            Some(&spec),
+            match &observed.observed.item {
+                Item::Object { spec, .. } => Some(spec),
+                Item::Secret => None,
+            }
+        );
+        changed.observed.item = Item::Object {
+            spec: spec.clone(),
+            status: Value::Null,
+        };
+        changed.observed.resource_version = "2".into();
+        mirror.upsert(changed.clone(), &mut dirty);
+        assert_eq!(mirror.pending(&key), changed.resource.as_deref());
+        mirror.reject(
+            key.clone(),
+            Rejection {
+                digest: spec.digest,
+                message: "invalid".into(),
+            },
+        );
+        assert_eq!(mirror.pending_count(), 0);
+
+        // An object the mirror shows without its whole (a Cluster API Cluster no longer
+        // shadowed, say) is read again by the ingest: nothing pending stands for it.
+        mirror.upsert(
+            Observation {
+                resource: None,
+                ..changed.clone()
+            },
+            &mut dirty,
+        );
+        assert_eq!(mirror.pending(&key), None);
+        // Read again unchanged, it is held whole for the state all the same.
+        mirror.read_again(changed.clone(), &mut dirty);
+        assert_eq!(mirror.pending(&key), changed.resource.as_deref());
+    }
+
+    #[test]
     fn the_status_writer_is_told_of_each_object_that_changed_once() {
         let mut mirror = Mirror::new(vec![scope(Kind::Cluster, false)]);
         let mut dirty = Dirty::default();
-        let (a, observed_a) = cluster("a");
-        let (b, observed_b) = cluster("b");
-        mirror.upsert(a.clone(), observed_a.clone(), &mut dirty);
-        mirror.upsert(b.clone(), observed_b.clone(), &mut dirty);
+        let (observed_a, observed_b) = (cluster("a"), cluster("b"));
+        let (a, b) = (observed_a.key.clone(), observed_b.key.clone());
+        mirror.upsert(observed_a.clone(), &mut dirty);
+        mirror.upsert(observed_b.clone(), &mut dirty);
         assert_eq!(
             mirror.take_status_dirt(),
             BTreeSet::from([a.clone(), b.clone()])
@@ -459,29 +634,27 @@ mod tests {
         assert!(mirror.take_status_dirt().is_empty(), "taken once");
 
         // The same object again is no change; a new status is.
-        mirror.upsert(a.clone(), observed_a.clone(), &mut dirty);
+        mirror.upsert(observed_a.clone(), &mut dirty);
         assert!(mirror.take_status_dirt().is_empty());
-        let shown = Observed {
-            resource_version: "2".into(),
-            item: match observed_a.item.clone() {
-                Item::Object { resource, .. } => Item::Object {
-                    resource,
-                    status: serde_json::json!({"observedGeneration": 1}),
-                },
-                Item::Secret => unreachable!("a cluster"),
+        let mut shown = observed_a.clone();
+        shown.observed.resource_version = "2".into();
+        shown.observed.item = match observed_a.observed.item.clone() {
+            Item::Object { spec, .. } => Item::Object {
+                spec,
+                status: serde_json::json!({"observedGeneration": 1}),
             },
-            ..observed_a
+            Item::Secret => unreachable!("a cluster"),
         };
-        mirror.upsert(a.clone(), shown, &mut dirty);
+        mirror.upsert(shown, &mut dirty);
         assert_eq!(mirror.take_status_dirt(), BTreeSet::from([a.clone()]));
 
         // A refusal coming and going changes what the status says; the same refusal again
         // does not.
-        let Item::Object { resource, .. } = &observed_b.item else {
+        let Item::Object { spec, .. } = &observed_b.observed.item else {
             unreachable!("a cluster")
         };
         let rejection = Rejection {
-            resource: (**resource).clone(),
+            digest: spec.digest,
             message: "invalid".into(),
         };
         mirror.reject(b.clone(), rejection.clone());

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use super::Operator;
 use super::compare::state_matches;
 use super::events::Milestones;
-use super::mirror::{Item, Mirror, Observed, Rejection};
+use super::mirror::{Item, Mirror, Observed, Rejection, Spec};
 use super::verdict::{self, Verdict};
 use starling_raft::StateEvent;
 use starling_replica::Replica;
@@ -219,7 +219,7 @@ fn pending(
     replica.raft.reader().read(|state| {
         objects
             .filter_map(|(key, observed)| {
-                let Item::Object { resource, status } = &observed.item else {
+                let Item::Object { spec, status } = &observed.item else {
                     return None;
                 };
                 // Cluster API objects keep their own status.
@@ -227,7 +227,7 @@ fn pending(
                     return None;
                 }
                 let desired =
-                    desired_status(state, resource, observed, mirror.rejected.get(key), &now)?;
+                    desired_status(state, key, spec, observed, mirror.rejected.get(key), &now)?;
                 if desired == *status
                     || written.get(key).is_some_and(|(version, value)| {
                         *version == observed.resource_version && *value == desired
@@ -305,7 +305,8 @@ fn previous_conditions(status: &Value) -> Vec<Condition> {
 /// The status an object should show, or `None` while the state has not taken its spec in.
 fn desired_status(
     state: &FleetState,
-    resource: &Resource,
+    key: &ObjectKey,
+    spec: &Spec,
     observed: &Observed,
     rejection: Option<&Rejection>,
     now: &str,
@@ -318,7 +319,7 @@ fn desired_status(
     };
     let previous = previous_conditions(current);
     let generation = observed.generation;
-    if let Some(rejection) = rejection.filter(|r| r.resource == *resource) {
+    if let Some(rejection) = rejection.filter(|r| r.digest == spec.digest) {
         let verdict = Verdict::invalid_spec(rejection.message.clone());
         let mut status = current.as_object().cloned().unwrap_or_default();
         status.insert("observedGeneration".into(), json!(generation));
@@ -328,10 +329,10 @@ fn desired_status(
         );
         return Some(Value::Object(status));
     }
-    if state_matches(state, resource) != Some(true) {
+    if state_matches(state, key, &spec.digest) != Some(true) {
         return None;
     }
-    let stored = state.get(&resource.key())?;
+    let stored = state.get(key)?;
     let (mut status, verdict) = match &stored {
         Resource::Source(source) => {
             let status = source.status.clone().unwrap_or_default();

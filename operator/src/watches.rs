@@ -16,9 +16,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::Operator;
-use super::mirror::{Item, Observed, Scope, normalized_meta};
+use super::mirror::{Item, Observation, Observed, Scope, Spec, normalized_meta};
 
-type Events = BoxStream<'static, (usize, Result<Event<(ObjectKey, Observed)>, watcher::Error>)>;
+type Events = BoxStream<'static, (usize, Result<Event<Observation>, watcher::Error>)>;
 
 /// The watch scopes: every kind in each watched namespace, or in all.
 pub(crate) fn scopes(operator: &Operator) -> Vec<Scope> {
@@ -101,22 +101,7 @@ pub(crate) fn watches(operator: &Operator, scopes: &[Scope]) -> Events {
                     .map(move |event| {
                         (
                             index,
-                            event.map(|event| {
-                                lift(event, |object| {
-                                    let (key, mut observed) = observe(Resource::Cluster(
-                                        super::capi::to_cluster(&object),
-                                    ));
-                                    observed.capi = true;
-                                    observed.generation = object.metadata.generation;
-                                    observed.resource_version = object
-                                        .metadata
-                                        .resource_version
-                                        .clone()
-                                        .unwrap_or_default();
-                                    observed.uid = object.metadata.uid.clone();
-                                    (key, observed)
-                                })
-                            }),
+                            event.map(|event| lift(event, |object| observe_capi(&object))),
                         )
                     })
                     .boxed()
@@ -161,8 +146,19 @@ fn status_value<S: serde::Serialize>(status: Option<S>) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// A starling.dev object as the mirror keeps it.
-fn observe(mut resource: Resource) -> (ObjectKey, Observed) {
+/// A Cluster made from a Cluster API `Cluster`, as the mirror keeps it.
+pub(crate) fn observe_capi(object: &DynamicObject) -> Observation {
+    let mut observation = observe(Resource::Cluster(super::capi::to_cluster(object)));
+    let observed = &mut observation.observed;
+    observed.capi = true;
+    observed.generation = object.metadata.generation;
+    observed.resource_version = object.metadata.resource_version.clone().unwrap_or_default();
+    observed.uid = object.metadata.uid.clone();
+    observation
+}
+
+/// A starling.dev object as the mirror keeps it (its digest), and the object normalized.
+pub(crate) fn observe(mut resource: Resource) -> Observation {
     let meta = resource.metadata().clone();
     let status = match &mut resource {
         Resource::Source(object) => status_value(object.status.take()),
@@ -172,31 +168,33 @@ fn observe(mut resource: Resource) -> (ObjectKey, Observed) {
         Resource::Secret(_) => Value::Null,
     };
     *resource.metadata_mut() = normalized_meta(&meta);
-    (
-        resource.key(),
-        Observed {
+    let item = match Spec::of(&resource) {
+        Some(spec) => Item::Object { spec, status },
+        None => Item::Secret,
+    };
+    Observation {
+        key: resource.key(),
+        observed: Observed {
             generation: meta.generation,
             resource_version: meta.resource_version.clone().unwrap_or_default(),
             uid: meta.uid.clone(),
             deleting: meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
             finalizers: meta.finalizers.clone().unwrap_or_default(),
             capi: false,
-            item: Item::Object {
-                resource: Box::new(resource),
-                status,
-            },
+            item,
         },
-    )
+        resource: Some(Box::new(resource)),
+    }
 }
 
-fn observe_secret(meta: &ObjectMeta) -> (ObjectKey, Observed) {
-    (
-        ObjectKey::new(
+fn observe_secret(meta: &ObjectMeta) -> Observation {
+    Observation {
+        key: ObjectKey::new(
             Kind::Secret,
             meta.namespace.clone().unwrap_or_else(|| "default".into()),
             meta.name.clone().unwrap_or_default(),
         ),
-        Observed {
+        observed: Observed {
             generation: None,
             resource_version: meta.resource_version.clone().unwrap_or_default(),
             uid: meta.uid.clone(),
@@ -205,7 +203,8 @@ fn observe_secret(meta: &ObjectMeta) -> (ObjectKey, Observed) {
             capi: false,
             item: Item::Secret,
         },
-    )
+        resource: None,
+    }
 }
 
 /// A watch error that says the resource is not served (404).

@@ -162,6 +162,27 @@ fn cluster_manifests(sim: &fleetsim::FleetSim, name: &str) -> String {
     )
 }
 
+/// A label of a Cluster as the replicated state holds it.
+async fn state_label(group: &Group, name: &str, label: &str) -> Option<String> {
+    let reply = group
+        .fleet(1)
+        .await
+        .get(proto::GetRequest {
+            object: Some(proto::ObjectRef {
+                kind: "Cluster".into(),
+                namespace: "default".into(),
+                name: name.into(),
+            }),
+        })
+        .await
+        .ok()?
+        .into_inner();
+    let object: Value = serde_json::from_slice(&reply.object?.json).ok()?;
+    object["metadata"]["labels"][label]
+        .as_str()
+        .map(str::to_owned)
+}
+
 async fn get(api: &Api<DynamicObject>, name: &str) -> Option<Value> {
     api.get(name)
         .await
@@ -341,6 +362,32 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         capi_object.get("status").is_none_or(Value::is_null),
         "no Starling status on a Cluster API object: {capi_object}"
     );
+
+    // A Starling Cluster of the same name shadows it; once that one is deleted (and pruned),
+    // the Cluster API one is in the state again. The leader's mirror keeps only a digest of
+    // the shadowed object, so it reads it back from the management cluster.
+    create_all(
+        &client,
+        "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata: {name: capi-1, labels: {region: r9}}\nspec: {}\n",
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(60),
+        "the Starling Cluster shadows the Cluster API one",
+        || async { state_label(&group, "capi-1", "region").await.as_deref() == Some("r9") },
+    )
+    .await;
+    clusters
+        .delete("capi-1", &Default::default())
+        .await
+        .expect("delete the shadowing Cluster");
+    wait_until(
+        Duration::from_secs(90),
+        "the Cluster API Cluster is in the state again",
+        || async { state_label(&group, "capi-1", "region").await.as_deref() == Some("r1") },
+    )
+    .await;
+    completed(&group, CLUSTERS as u32 + 1, "").await;
 
     // 2. kill -9 of the leader mid-rollout, and a Cluster added at that very moment.
     demo.commit("v2", "nginx:1.28", "v2").expect("commit v2");
