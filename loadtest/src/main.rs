@@ -38,12 +38,15 @@ mod agents;
 mod failover;
 mod fleet_rollout;
 mod isolation;
+mod memory;
 mod recover;
 mod regions;
 mod report;
 mod restart;
 mod rollout;
 mod webhook;
+
+use memory::{MemorySampler, cpu_seconds, peak_rss_mib, rss_mib};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -74,6 +77,8 @@ struct BenchArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    #[cfg(feature = "jemalloc")]
+    starling::allocator::mark_global();
     // The replicas and agents a bench starts are this binary running `starling node` and
     // `starling agent`; their Helm renders run it as `starling render-worker`.
     if matches!(
@@ -81,6 +86,10 @@ fn main() -> std::process::ExitCode {
         Some("node" | "agent" | "render-worker")
     ) {
         return starling::main();
+    }
+    #[cfg(feature = "jemalloc")]
+    if let Some(code) = driver_allocator::reexec() {
+        return code;
     }
     let args = <BenchArgs as clap::Parser>::parse();
     // The agents `loadtest agents` runs in this process log every reconnection; thousands of
@@ -94,6 +103,52 @@ fn main() -> std::process::ExitCode {
         Err(error) => {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The driver's own allocator settings. The driver hosts fleetsim and, for `agents`, 10,000
+/// agent sessions on every thread at once; the replicas' settings (one arena, small thread
+/// caches: [`starling::allocator::MALLOC_CONF`]) made that process, not the replicas, the
+/// bound of the pull rollout (76.4 s against 49.5–51.9 s, 2026-12-01). So the driver runs again
+/// with jemalloc's own defaults, and the replicas it starts keep the binary's settings.
+#[cfg(feature = "jemalloc")]
+mod driver_allocator {
+    /// jemalloc's defaults on this kind of machine: four arenas per core, 32 KiB caches.
+    const DRIVER_MALLOC_CONF: &str = "narenas:8,tcache_max:32768";
+    /// Set in the driver after it ran itself again, so that its replicas drop the variable.
+    const MARK: &str = "STARLING_BENCH_DRIVER_ALLOCATOR";
+
+    /// Runs this bench again with [`DRIVER_MALLOC_CONF`] unless the environment chose the
+    /// allocator's settings itself; the exit code of that run, or `None` to go on here.
+    pub(super) fn reexec() -> Option<std::process::ExitCode> {
+        if std::env::var_os(starling::allocator::MALLOC_CONF_ENV).is_some() {
+            return None;
+        }
+        let binary = std::env::current_exe().ok()?;
+        let status = std::process::Command::new(binary)
+            .args(std::env::args_os().skip(1))
+            .env(starling::allocator::MALLOC_CONF_ENV, DRIVER_MALLOC_CONF)
+            .env(MARK, "1")
+            .status();
+        match status {
+            Ok(status) => Some(std::process::ExitCode::from(
+                status.code().map_or(1, |code| code.clamp(0, 255) as u8),
+            )),
+            Err(error) => {
+                eprintln!(
+                    "warning: cannot run the bench with the driver's allocator settings ({error}); going on with the replicas' settings"
+                );
+                None
+            }
+        }
+    }
+
+    /// Keeps the driver's settings from a replica it starts.
+    pub(super) fn keep_from(command: &mut std::process::Command) {
+        if std::env::var_os(MARK).is_some() {
+            command.env_remove(starling::allocator::MALLOC_CONF_ENV);
+            command.env_remove(MARK);
         }
     }
 }
@@ -311,100 +366,6 @@ fn cluster_manifests(from: usize, to: usize) -> String {
         .join("---\n")
 }
 
-/// Peak resident set (`VmHWM`) of a process, in MiB.
-fn peak_rss_mib(pid: u32) -> Option<f64> {
-    proc_status_mib(pid, "VmHWM:")
-}
-
-/// Current resident set (`VmRSS`) of a process, in MiB.
-fn rss_mib(pid: u32) -> Option<f64> {
-    proc_status_mib(pid, "VmRSS:")
-}
-
-/// Each node's resident memory over a run, sampled by a task of this process: the "memory per
-/// node over time" chart. Bounded: when [`MemorySampler::MAX_SAMPLES`] are kept, every other
-/// one is dropped and the period doubles, so a run of any length keeps its whole shape.
-struct MemorySampler {
-    samples: std::sync::Arc<std::sync::Mutex<Vec<(f64, u64, f64)>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl MemorySampler {
-    const MAX_SAMPLES: usize = 20_000;
-
-    /// Samples the processes of `procs` as they are now (a node started again later has
-    /// another pid and is not followed).
-    fn start(procs: &BTreeMap<u64, Proc>) -> MemorySampler {
-        let pids: Vec<(u64, u32)> = procs.iter().map(|(id, p)| (*id, p.child.id())).collect();
-        let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = samples.clone();
-        let task = tokio::spawn(async move {
-            let started = Instant::now();
-            let mut period = Duration::from_secs(1);
-            loop {
-                let at = started.elapsed().as_secs_f64();
-                {
-                    let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
-                    for (node, pid) in &pids {
-                        if let Some(mib) = rss_mib(*pid) {
-                            kept.push((at, *node, mib));
-                        }
-                    }
-                    if kept.len() >= Self::MAX_SAMPLES {
-                        let mut index = 0;
-                        // Whole rounds (one sample per node) are kept or dropped together.
-                        let round = pids.len().max(1);
-                        kept.retain(|_| {
-                            index += 1;
-                            ((index - 1) / round).is_multiple_of(2)
-                        });
-                        period *= 2;
-                    }
-                }
-                tokio::time::sleep(period).await;
-            }
-        });
-        MemorySampler { samples, task }
-    }
-
-    /// The samples so far: (seconds since the start, node, MiB).
-    fn samples(&self) -> Vec<(f64, u64, f64)> {
-        self.samples
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
-
-impl Drop for MemorySampler {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// CPU time a process and its reaped children (render engines) used, in seconds: utime,
-/// stime, cutime and cstime of `/proc/PID/stat` at the kernel's 100 ticks per second.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
-    let after = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the name: state is field 3, so utime (14) .. cstime (17) are at 11..=14 here.
-    let ticks: f64 = fields
-        .get(11..=14)?
-        .iter()
-        .map(|field| field.parse::<f64>().unwrap_or(0.0))
-        .sum();
-    Some(ticks / 100.0)
-}
-
-fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
-
 struct Proc {
     child: Child,
     grpc: String,
@@ -427,6 +388,14 @@ pub const NODE_WRAPPER_ENV: &str = "STARLING_BENCH_NODE_WRAPPER";
 const NODE_LOG_ENV: &str = "STARLING_BENCH_NODE_LOG";
 
 fn spawn(args: &[String]) -> anyhow::Result<Child> {
+    let mut child = start(args)?;
+    started(&mut child)?;
+    Ok(child)
+}
+
+/// Starts a node (this binary running `starling node ARGS`) without waiting for it: several
+/// started at once come up as a StatefulSet's pods do (`podManagementPolicy: Parallel`).
+fn start(args: &[String]) -> anyhow::Result<Child> {
     let binary = std::env::current_exe()?;
     let mut command = match std::env::var_os(NODE_WRAPPER_ENV) {
         Some(wrapper) => {
@@ -436,9 +405,11 @@ fn spawn(args: &[String]) -> anyhow::Result<Child> {
         }
         None => Process::new(binary),
     };
+    #[cfg(feature = "jemalloc")]
+    driver_allocator::keep_from(&mut command);
     // `STARLING_BENCH_NODE_LOG=info` lets the nodes log to the bench's standard error.
     let log = std::env::var(NODE_LOG_ENV).ok();
-    let mut child = command
+    let child = command
         .args(args)
         .env("STARLING_LOG", log.as_deref().unwrap_or("error"))
         .stdout(Stdio::piped())
@@ -448,10 +419,15 @@ fn spawn(args: &[String]) -> anyhow::Result<Child> {
             Stdio::null()
         })
         .spawn()?;
+    Ok(child)
+}
+
+/// Waits until a node [`start`]ed has opened its state and serves (its first line of output).
+fn started(child: &mut Child) -> anyhow::Result<()> {
     let stdout = child.stdout.take().context("no stdout")?;
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line)?;
-    Ok(child)
+    Ok(())
 }
 
 /// Starts `count` `starling node` processes on free loopback ports, with data under `dir` and

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::{Proc, peak_rss_mib, rss_mib, shards, spawn, wait_for};
+use super::{Proc, peak_rss_mib, rss_mib, shards, start, started, wait_for};
 use crate::fleet_rollout::{metric_sum, wait_rollout};
 use crate::report;
 use crate::rollout::{RolledOut, RolloutArgs, roll_out_once};
@@ -56,17 +56,22 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
         let _ = proc.child.wait();
     }
     let killed = Instant::now();
+    // All at once, as a StatefulSet with `podManagementPolicy: Parallel` (the chart's) starts
+    // its pods; each opens its own disk while the others do.
     let mut restarted = std::collections::BTreeMap::new();
     for (id, proc) in &bed.procs {
         restarted.insert(
             *id,
             Proc {
-                child: spawn(&proc.args)?,
+                child: start(&proc.args)?,
                 grpc: proc.grpc.clone(),
                 http: proc.http.clone(),
                 args: proc.args.clone(),
             },
         );
+    }
+    for proc in restarted.values_mut() {
+        started(&mut proc.child)?;
     }
     // The old handles are of dead processes; dropping them kills nothing new.
     bed.procs = restarted;

@@ -113,8 +113,8 @@ impl ScaleArgs {
     }
 }
 
-/// The memory target per owned cluster (issue 15).
-const KIB_PER_CLUSTER_LIMIT: f64 = 64.0;
+/// The memory target per owned cluster over TLS (issue 36; 64 KiB before, issue 15).
+const KIB_PER_CLUSTER_LIMIT: f64 = 48.0;
 
 /// Applies `manifests` (documents joined by `---`) through `fleet`.
 pub(crate) async fn apply(
@@ -453,10 +453,13 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         // no peer could give it.
         let for_the_commit = from_git + if git_fetches > 0.0 { 1.0 } else { 0.0 };
         most_fetches = most_fetches.max(for_the_commit);
+        let breakdown = memory.node(*id);
         nodes.push(serde_json::json!({
             "id": id,
             "leader": leader == Some(*id),
             "peak_rss_mib": peak,
+            "memory_at_peak_sample": breakdown.map(|m| m.at_peak),
+            "largest_heap_mib": breakdown.and_then(|m| m.largest_heap),
             "rss_mib_at_end": rss_mib(proc.child.id()),
             "owned_clusters": clusters,
             "peak_rss_kib_per_cluster": kib,
@@ -479,6 +482,9 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             kib.map_or("?".into(), |k| format!("{k:.0}")),
             delta(ARTIFACTS_FROM_PEERS)
         );
+        if let Some(memory) = breakdown {
+            println!("node {id}: {}", memory.describe());
+        }
         println!(
             "node {id}: {} ms of its own CPU per sync; {}",
             cpu_ms_per_sync.map_or("?".into(), |ms| format!("{ms:.2}")),
