@@ -72,16 +72,21 @@ async fn cluster_generations(group: &Group, via: u64) -> BTreeMap<String, (Strin
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn specs_applied_through_a_follower_are_readable_from_every_node() {
-    let group = Group::start(3, Options::default()).await;
-    let status = group.status().await.expect("status");
-    let follower = status
+/// A member of the group that does not lead it.
+fn a_follower(status: &proto::StatusResponse) -> u64 {
+    status
         .members
         .iter()
         .find(|m| m.id != status.leader_id)
         .expect("a follower")
-        .id;
+        .id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn specs_applied_through_a_follower_are_readable_from_every_node() {
+    let group = Group::start(3, Options::default()).await;
+    let status = group.status().await.expect("status");
+    let follower = a_follower(&status);
     let reply = group
         .apply(follower, &fleet_manifests(20))
         .await
@@ -113,12 +118,7 @@ async fn specs_applied_through_a_follower_are_readable_from_every_node() {
 async fn a_bulk_apply_is_committed_in_bounded_entries_and_loses_nothing() {
     let group = Group::start(3, Options::default()).await;
     let status = group.status().await.expect("status");
-    let follower = status
-        .members
-        .iter()
-        .find(|m| m.id != status.leader_id)
-        .expect("a follower")
-        .id;
+    let follower = a_follower(&status);
     let certificate = "A".repeat(2_000);
     let manifests = (0..600)
         .map(|i| {
@@ -196,12 +196,7 @@ async fn a_killed_follower_loses_its_clusters_to_survivors_and_none_is_ever_orph
     let mut group = Group::start(3, options).await;
     group.apply(1, &fleet_manifests(90)).await.expect("apply");
     let status = group.status().await.expect("status");
-    let victim = status
-        .members
-        .iter()
-        .find(|m| m.id != status.leader_id)
-        .expect("a follower")
-        .id;
+    let victim = a_follower(&status);
     let observer = status.leader_id;
     wait_until(Duration::from_secs(10), "victim owns clusters", || async {
         ownership(&group, observer)
@@ -347,12 +342,7 @@ async fn a_node_paused_past_down_after_loses_its_clusters_and_comes_back_with_ne
     let group = Group::start(3, options).await;
     group.apply(1, &fleet_manifests(60)).await.expect("apply");
     let status = group.status().await.expect("status");
-    let paused = status
-        .members
-        .iter()
-        .find(|m| m.id != status.leader_id)
-        .expect("a follower")
-        .id;
+    let paused = a_follower(&status);
     let observer = status.leader_id;
     let before = cluster_generations(&group, observer).await;
 
