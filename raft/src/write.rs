@@ -35,27 +35,10 @@ const FORWARD_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// during a bulk load (38 MiB of requests being encoded, heaptrack, 2026-11-29).
 pub const MAX_PROPOSAL_BYTES: usize = 256 * 1024;
 
-/// Counts the bytes serde_json would write, without keeping them.
-struct ByteCount(usize);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 += bytes.len();
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The size of `command` as a log entry encodes it (serde_json, see [`crate::codec`]).
 pub fn encoded_size(command: &Command) -> usize {
-    let mut count = ByteCount(0);
-    // Encoding into a counter fails only if the command cannot be encoded at all, which the
-    // proposal itself then reports.
-    let _ = serde_json::to_writer(&mut count, command);
-    count.0
+    // A command that cannot be encoded counts as empty; the proposal itself then reports it.
+    fleet::validate::json_size(command)
 }
 
 /// Splits `commands`, in order, into runs of at most `max_bytes` encoded; a command larger than

@@ -37,7 +37,7 @@ pub use render::{MAX_RELEASE_NAME, check_release_name};
 pub use rules::*;
 pub use size::{
     MAX_ANNOTATIONS_BYTES, MAX_OBJECT_BYTES, MAX_SECRET_DATA_BYTES, check_annotations_size,
-    check_object_size, check_secret_data_size,
+    check_object_size, check_secret_data_size, json_size,
 };
 
 use crate::duration::{DurationError, parse_duration};

@@ -82,7 +82,7 @@ pub fn check_object_size(object: &impl Serialize) -> Result<(), ValidationError>
 
 /// The length of `object` as compact JSON, counted without keeping the text. An object that
 /// cannot be serialized counts as empty: it cannot be stored either, and fails elsewhere.
-fn json_size(object: &impl Serialize) -> usize {
+pub fn json_size(object: &impl Serialize) -> usize {
     let mut counter = ByteCounter(0);
     match serde_json::to_writer(&mut counter, object) {
         Ok(()) => counter.0,
