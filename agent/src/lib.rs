@@ -631,7 +631,11 @@ impl Agent {
                     _pinned = Some(pinned);
                     ArtifactSource::Archive(path)
                 }
-                Err(error) => return failed("unreachable", format!("{error:#}")),
+                // The owner could not hand the artifact over: the source side, not this
+                // cluster, so the rollout waits on its source rather than skipping the cluster.
+                Err(error) => {
+                    return failed(fleet::state::SOURCE_UNAVAILABLE_CLASS, format!("{error:#}"));
+                }
             }
         };
         let target = ClusterTarget {

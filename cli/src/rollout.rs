@@ -220,7 +220,8 @@ pub struct RolloutView {
     pub pinned: Option<String>,
     /// While pinned: the source's newest revision, waiting for `starling rollout unpin`.
     pub waiting: Option<String>,
-    /// Conditions that are not `True`, as `type: reason: message`.
+    /// Conditions that say something is wrong (not `True`, or a problem that is `True`, such
+    /// as `WaitingForSource`), as `type: reason: message`.
     pub problems: Vec<String>,
 }
 
@@ -247,7 +248,18 @@ impl RolloutView {
                 conditions
                     .iter()
                     .filter(|condition| {
-                        condition.get("status").and_then(Value::as_str) != Some("True")
+                        let kind = condition.get("type").and_then(Value::as_str);
+                        let status = condition.get("status").and_then(Value::as_str);
+                        // Most conditions say something good when True; a few say a
+                        // problem (`WaitingForSource`, `NoClusters`, ...).
+                        match kind {
+                            Some(kind)
+                                if fleet::state::ABNORMAL_TRUE_CONDITIONS.contains(&kind) =>
+                            {
+                                status == Some("True")
+                            }
+                            _ => status != Some("True"),
+                        }
                     })
                     .map(|condition| {
                         let parts =
@@ -485,6 +497,14 @@ pub enum Verdict {
 pub fn verdict(view: &RolloutView) -> Verdict {
     if view.stale {
         return Verdict::Waiting;
+    }
+    // A group that selects no cluster has nothing to wait for.
+    if let Some(none) = view
+        .problems
+        .iter()
+        .find(|p| p.starts_with(fleet::state::NO_CLUSTERS_CONDITION))
+    {
+        return Verdict::Halted(none.clone());
     }
     match view.phase.as_deref() {
         Some("Complete") => Verdict::Complete,

@@ -185,7 +185,11 @@ pub fn rollouts_table(rollouts: &[proto::Rollout], bars: bool) -> Table {
         let mut row = vec![
             format!("{}/{}", rollout.namespace, rollout.name),
             or_none(&short_revision(&rollout.target_revision)),
-            or_none(&rollout.phase),
+            if rollout.waiting.is_empty() {
+                or_none(&rollout.phase)
+            } else {
+                format!("{} (waits on its source)", or_none(&rollout.phase))
+            },
         ];
         if bars {
             row.push(progress_bar(progress, BAR_WIDTH));
@@ -251,6 +255,7 @@ fn rollout_json(rollout: &proto::Rollout) -> serde_json::Value {
             "pending": summary.pending,
             "failed": summary.failed,
         },
+        "waiting": (!rollout.waiting.is_empty()).then_some(&rollout.waiting),
     })
 }
 

@@ -242,11 +242,13 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                     drift: None,
                 }
             } else {
-                // Unreachable before any write, unreachable after writing, or a timeout.
-                let (class, inventory) = match health % 3 {
+                // Unreachable before any write, unreachable after writing, a timeout, or the
+                // source side (the artifact could not be had: nothing was written).
+                let (class, inventory) = match health {
                     0 => ("unreachable", None),
                     1 => ("unreachable", Some(vec![])),
-                    _ => ("timeout", Some(vec![])),
+                    2 => ("timeout", Some(vec![])),
+                    _ => (fleet::state::SOURCE_UNAVAILABLE_CLASS, None),
                 };
                 SyncOutcome::Failed {
                     class: class.into(),
@@ -507,8 +509,75 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
             .iter()
             .map(|(k, g)| (k.clone(), g.object.spec.rollout.pinned_revision.clone()))
             .collect();
+        let reachability: BTreeMap<Key, Option<bool>> = state
+            .clusters
+            .iter()
+            .map(|(k, c)| {
+                (
+                    k.clone(),
+                    c.object().status.as_ref().and_then(|s| s.reachable),
+                )
+            })
+            .collect();
+        let failures: BTreeMap<Key, u32> = state
+            .groups
+            .iter()
+            .map(|(k, g)| (k.clone(), g.ledger.counts.failed))
+            .collect();
+        let source_side = match &command {
+            Command::FinishSync {
+                ticket,
+                outcome: SyncOutcome::Failed { class, .. },
+                ..
+            } if class == fleet::state::SOURCE_UNAVAILABLE_CLASS => state
+                .tickets
+                .get(ticket)
+                .map(|t| (t.sync.clone(), state.sync_state(&t.sync))),
+            _ => None,
+        };
         let outcome = state.apply(command.clone());
         commands.push(command.clone());
+
+        // A source-side failure is no verdict on the cluster: its reachability stays, no
+        // failure is counted, and the rollout does not skip it.
+        if let Some((sync, before)) = source_side {
+            for (cluster, reachable) in &reachability {
+                let now = state
+                    .clusters
+                    .get(cluster)
+                    .map(|c| c.object().status.as_ref().and_then(|s| s.reachable));
+                prop_assert_eq!(
+                    now.unwrap_or(*reachable),
+                    *reachable,
+                    "reachability of {} changed by {:?}",
+                    cluster,
+                    command
+                );
+            }
+            for (group, failed) in &failures {
+                if let Some(now) = state.groups.get(group) {
+                    prop_assert!(
+                        now.ledger.counts.failed <= *failed,
+                        "{} counted a failure for {:?}",
+                        group,
+                        command
+                    );
+                }
+            }
+            // Skipped only for what was already so: a cluster known unreachable before, or
+            // one recovery has not read back.
+            let after = state.sync_state(&sync);
+            let excused = state.syncs.get(&sync).is_some_and(|entry| {
+                let cluster = fleet::state::cluster_key_of(&entry.object);
+                state.recovery_pending.contains(&cluster) || state.cluster_unreachable(&cluster)
+            });
+            prop_assert!(
+                after != Some(fleet::state::SyncState::Unreachable) || before == after || excused,
+                "{} skipped as unreachable by {:?}",
+                sync,
+                command
+            );
+        }
 
         if let Err(violation) = state.check_invariants() {
             return Err(TestCaseError::fail(format!(

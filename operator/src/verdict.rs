@@ -223,6 +223,20 @@ pub(crate) fn group(status: &SyncGroupStatus) -> Verdict {
         "{}/{} updated, {} in progress, {} pending, {} failed",
         summary.updated, summary.total, summary.in_progress, summary.pending, summary.failed
     );
+    let condition = |kind: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kind && c.status == "True")
+    };
+    if let Some(none) = condition(fleet::state::NO_CLUSTERS_CONDITION) {
+        return Verdict::stalled("NoClusters", none.message.clone());
+    }
+    if status.phase == Some(RolloutPhase::Progressing)
+        && let Some(wait) = condition(fleet::state::SOURCE_WAIT_CONDITION)
+    {
+        return Verdict::waiting("WaitingForSource", wait.message.clone());
+    }
     match status.phase.unwrap_or_default() {
         RolloutPhase::Complete => Verdict::ready("RolloutComplete", counts),
         RolloutPhase::Halted => {

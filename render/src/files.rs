@@ -362,7 +362,8 @@ pub(crate) fn read_tree(
     };
     match source {
         ArtifactSource::Archive(file) => {
-            let reader = std::fs::File::open(file).map_err(|error| RenderError::Read {
+            // The store lost the archive (collected, or the disk was wiped): the source side.
+            let reader = std::fs::File::open(file).map_err(|error| RenderError::ArtifactGone {
                 what: described.clone(),
                 message: error.to_string(),
             })?;

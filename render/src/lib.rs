@@ -143,6 +143,10 @@ pub enum RenderError {
     Refused { message: String },
     #[error("{what}: {message}")]
     Values { what: String, message: String },
+    /// The artifact's archive could not be opened: the store lost it. A failure of the source
+    /// side, not of the input.
+    #[error("cannot open {what}: {message}")]
+    ArtifactGone { what: String, message: String },
 }
 
 impl RenderError {

@@ -15,6 +15,7 @@
 //! | `timeout` | a request, a CRD wait or the whole sync ran out of time |
 //! | `not-ready` | applied objects did not become ready within the sync's timeout |
 //! | `cancelled` | the node's lease lapsed or the caller gave up |
+//! | `source-unavailable` | the source side, not the target: the artifact could not be had (git host, Helm repository or OCI registry down, no peer holding it), or a render engine is missing. Never marks the cluster unreachable, never counts as a failure: the Sync waits and is retried |
 
 use std::error::Error as _;
 use std::fmt;
@@ -39,11 +40,14 @@ pub enum ErrorClass {
     Timeout,
     NotReady,
     Cancelled,
+    /// The source side failed before anything reached the target: the artifact could not be
+    /// had, or a render engine is missing. The cluster is not at fault.
+    SourceUnavailable,
 }
 
 impl ErrorClass {
     /// Every class, for tables and tests.
-    pub const ALL: [ErrorClass; 10] = [
+    pub const ALL: [ErrorClass; 11] = [
         ErrorClass::Unreachable,
         ErrorClass::Throttled,
         ErrorClass::Forbidden,
@@ -54,6 +58,7 @@ impl ErrorClass {
         ErrorClass::Timeout,
         ErrorClass::NotReady,
         ErrorClass::Cancelled,
+        ErrorClass::SourceUnavailable,
     ];
 
     /// The short name recorded in status (`unreachable`, `not-ready`, …).
@@ -69,6 +74,7 @@ impl ErrorClass {
             ErrorClass::Timeout => "timeout",
             ErrorClass::NotReady => "not-ready",
             ErrorClass::Cancelled => "cancelled",
+            ErrorClass::SourceUnavailable => fleet::state::SOURCE_UNAVAILABLE_CLASS,
         }
     }
 
@@ -145,6 +151,9 @@ pub enum SyncError {
     },
     #[error("cancelled before it could {operation}")]
     Cancelled { operation: String },
+    /// The source side: the artifact could not be had, or a render engine is missing.
+    #[error("{message}")]
+    SourceUnavailable { message: String },
     /// Another error whose message quoted a secret value, with the value replaced by `***`
     /// ([`SyncError::redacted`]).
     #[error("{message}")]
@@ -170,6 +179,9 @@ impl SyncError {
     /// The class of this failure.
     pub fn class(&self) -> ErrorClass {
         match self {
+            SyncError::Render(
+                RenderError::EngineMissing { .. } | RenderError::ArtifactGone { .. },
+            ) => ErrorClass::SourceUnavailable,
             SyncError::Render(_) | SyncError::Kubeconfig { .. } | SyncError::Invalid { .. } => {
                 ErrorClass::Invalid
             }
@@ -182,6 +194,7 @@ impl SyncError {
             SyncError::Timeout { .. } => ErrorClass::Timeout,
             SyncError::NotReady { .. } => ErrorClass::NotReady,
             SyncError::Cancelled { .. } => ErrorClass::Cancelled,
+            SyncError::SourceUnavailable { .. } => ErrorClass::SourceUnavailable,
             SyncError::Redacted { class, .. } => *class,
         }
     }
@@ -485,7 +498,8 @@ mod tests {
                 "foreign",
                 "timeout",
                 "not-ready",
-                "cancelled"
+                "cancelled",
+                "source-unavailable"
             ]
         );
         let fenced = SyncError::Fenced {

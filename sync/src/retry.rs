@@ -51,6 +51,9 @@ pub struct RetryPolicy {
     pub timeout: Option<Backoff>,
     pub not_ready: Option<Backoff>,
     pub cancelled: Option<Backoff>,
+    /// The source side (artifact, engines): retried until it can be had, the cap short so
+    /// that a rollout resumes soon after the git host is back.
+    pub source_unavailable: Option<Backoff>,
     /// Spread of each delay, as a fraction (0.2 = ±20%).
     pub jitter: f64,
 }
@@ -71,6 +74,7 @@ impl RetryPolicy {
             timeout: Some(Backoff::new(5_000, 300_000, None)),
             not_ready: Some(Backoff::new(15_000, 600_000, None)),
             cancelled: None,
+            source_unavailable: Some(Backoff::new(2_000, 60_000, None)),
             jitter: 0.2,
         }
     }
@@ -88,6 +92,7 @@ impl RetryPolicy {
             foreign: None,
             not_ready: None,
             cancelled: None,
+            source_unavailable: None,
             jitter: 0.2,
         }
     }
@@ -105,6 +110,7 @@ impl RetryPolicy {
             timeout: None,
             not_ready: None,
             cancelled: None,
+            source_unavailable: None,
             jitter: 0.0,
         }
     }
@@ -122,6 +128,7 @@ impl RetryPolicy {
             ErrorClass::Timeout => self.timeout,
             ErrorClass::NotReady => self.not_ready,
             ErrorClass::Cancelled => self.cancelled,
+            ErrorClass::SourceUnavailable => self.source_unavailable,
         }
     }
 

@@ -316,6 +316,7 @@ pub(crate) fn canned_status() -> proto::StatusResponse {
                 held: 0,
                 unreachable: 0,
             }),
+            waiting: String::new(),
         }],
         recovering: false,
         installation: "inst-0a1b2c3d4e5f".into(),

@@ -45,6 +45,7 @@ impl Touch {
                 Touch::Object { key, before }
             }
             Command::HoldCluster { cluster, .. }
+            | Command::RegisterPullCluster { cluster, .. }
             | Command::ReportReachability { cluster, .. }
             | Command::AdoptCluster { cluster, .. } => {
                 let key = object_key(Kind::Cluster, cluster);
@@ -62,6 +63,20 @@ impl Touch {
                 before: state.generated_from(key),
                 key: key.clone(),
             },
+            // What is overdue now is what the command gives up.
+            Command::AbandonOverduePrunes {
+                at,
+                timeout_seconds,
+            } => Touch::Batch(
+                state
+                    .overdue_prunes(at, std::time::Duration::from_secs(*timeout_seconds))
+                    .into_iter()
+                    .map(|key| Touch::Object {
+                        before: state.generated_from(&key),
+                        key,
+                    })
+                    .collect(),
+            ),
             Command::SourceResolved { source, .. }
             | Command::SourceFailed { source, .. }
             | Command::SourcePolled { source, .. } => Touch::Source(source.clone()),

@@ -61,10 +61,29 @@ pub enum Command {
         key: ObjectKey,
     },
     /// Gives up pruning a retiring Sync, SyncGroup or deleted Cluster whose targets stayed
-    /// unreachable past the deletion timeout (the leader proposes it): removed at once as by
-    /// [`Command::DeleteSpec`], and the groups concerned say so in their status.
+    /// unreachable past the deletion timeout: removed at once as by [`Command::DeleteSpec`],
+    /// and the groups concerned say so in their status. Kept for log entries written before
+    /// [`Command::AbandonOverduePrunes`], which decides the timeout in the state.
     AbandonPrune {
         key: ObjectKey,
+        at: String,
+    },
+    /// Gives up every prune that has waited longer than `timeout_seconds` at `at` (the
+    /// leader proposes it when it sees one): decided here, so a prune that made progress
+    /// since the leader looked is not given up.
+    AbandonOverduePrunes {
+        at: String,
+        timeout_seconds: u64,
+    },
+    /// An agent registers (or re-claims) the pull Cluster `cluster` (`namespace/name`) as
+    /// `agent` (`token <id>`), with the labels it owns ([`super::pull`]).
+    RegisterPullCluster {
+        cluster: Key,
+        agent: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        labels: BTreeMap<String, String>,
+        #[serde(default)]
+        policy: super::pull::RegisterPolicy,
         at: String,
     },
     /// A replica joins (or re-registers with a new address).
@@ -280,6 +299,8 @@ impl Command {
             | Command::RecoverCluster { at, .. }
             | Command::ReportReachability { at, .. }
             | Command::AdoptCluster { at, .. }
+            | Command::AbandonOverduePrunes { at, .. }
+            | Command::RegisterPullCluster { at, .. }
             | Command::CheckProgress { at } => Some(at),
             _ => None,
         }
@@ -404,6 +425,19 @@ pub enum Outcome {
     /// A source revision was recorded; `changed` is false when it was already current.
     SourceRecorded {
         changed: bool,
+    },
+    /// A pull Cluster registered by its agent; `changed` when something was written.
+    Registered {
+        created: bool,
+        changed: bool,
+    },
+    /// A pull Cluster's registration was refused.
+    RegisterRefused {
+        refusal: super::pull::RegisterRefusal,
+    },
+    /// Prunes given up ([`Command::AbandonOverduePrunes`]).
+    PrunesAbandoned {
+        keys: Vec<ObjectKey>,
     },
     Ok,
     Batch(Vec<Outcome>),

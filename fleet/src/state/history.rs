@@ -253,12 +253,17 @@ impl FleetState {
     pub(super) fn keep_operational_fields(&self, resource: &mut crate::manifest::Resource) {
         use crate::manifest::Resource;
         match resource {
-            Resource::Cluster(cluster) if !cluster.spec.hold => {
+            Resource::Cluster(cluster) => {
                 let key = super::key_of(
                     cluster.metadata.namespace.as_deref().unwrap_or("default"),
                     cluster.metadata.name.as_deref().unwrap_or_default(),
                 );
-                cluster.spec.hold = self.cluster_held(&key);
+                if !cluster.spec.hold {
+                    cluster.spec.hold = self.cluster_held(&key);
+                }
+                if let Some(stored) = self.clusters.get(&key) {
+                    super::pull::keep_agent_fields(cluster, &stored.cluster());
+                }
             }
             Resource::SyncGroup(group) if group.spec.rollout.pinned_revision.is_none() => {
                 let key = super::key_of(

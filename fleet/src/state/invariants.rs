@@ -97,6 +97,7 @@ impl FleetState {
 
         // Each Sync's state is what its facts call for; ledgers and indexes agree with states.
         let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
+        let mut waiting_on_source: BTreeMap<String, u32> = BTreeMap::new();
         for (key, sync) in &self.syncs {
             if self.derive_state(key) != Some(sync.rollout.state) {
                 return fail(format!(
@@ -145,6 +146,9 @@ impl FleetState {
                 if !entry.members.contains(key) {
                     return fail(format!("sync {key} missing from members of {group}"));
                 }
+                if sync.rollout.waiting_on_source {
+                    *waiting_on_source.entry(group.to_string()).or_default() += 1;
+                }
                 let c = counts.entry(group.to_string()).or_default();
                 match sync.rollout.state {
                     SyncState::Idle => c.idle += 1,
@@ -176,6 +180,20 @@ impl FleetState {
             }
             if group.ledger.pending.len() as u32 != expected.pending {
                 return fail(format!("group {key} pending queue out of step"));
+            }
+            // The source wait counts its members exactly, and is gone with the last of them.
+            let waiting = waiting_on_source.remove(key).unwrap_or_default();
+            let kept = group.ledger.source_wait.as_ref().map_or(0, |w| w.waiting);
+            if kept != waiting
+                || group
+                    .ledger
+                    .source_wait
+                    .as_ref()
+                    .is_some_and(|w| w.waiting == 0)
+            {
+                return fail(format!(
+                    "group {key} counts {kept} members waiting on the source, {waiting} are"
+                ));
             }
             let unavailable: u32 = group.ledger.unavailable_by_partition.values().sum();
             if unavailable != expected.unavailable() {

@@ -15,6 +15,8 @@
 //! Modules: [`members`] (membership and ownership), [`specs`] (resource specs and SyncGroup
 //! expansion), [`sources`] (resolved revisions, failed fetches, poll requests), [`rollout`]
 //! (the per-Sync rollout state and admission), [`syncs`] (grants and results, dependencies),
+//! [`source_wait`] (Syncs that wait on their source, not their cluster), [`pull`] (pull
+//! Clusters registered by their agents),
 //! [`invariants`] (the checks of design section 5 that the state machine alone can break),
 //! [`inventories`] (one copy of each distinct inventory), [`actionable`] (which Syncs a node
 //! may start, indexed by owner), [`view`] (read-only projections with status), [`changes`]
@@ -36,6 +38,7 @@ mod key_set;
 mod labels;
 mod members;
 pub mod planning;
+mod pull;
 pub mod quota;
 mod recovery;
 mod retire;
@@ -43,6 +46,7 @@ mod rollout;
 mod secrets;
 mod shared_map;
 mod snapshot;
+mod source_wait;
 mod sources;
 mod specs;
 mod strings;
@@ -66,6 +70,7 @@ pub use installation::{ADOPTED_CONDITION, FOREIGN_CLASS, OWNED_BY_ANOTHER_INSTAL
 pub use invariants::InvariantViolation;
 pub use key_set::KeySet;
 pub use labels::StoredLabels;
+pub use pull::{AGENT_ANNOTATION, AGENT_LABELS_ANNOTATION, RegisterPolicy, RegisterRefusal};
 pub use recovery::RecoveredSync;
 pub use retire::{DELETION_POLICY_ANNOTATION, PRUNE_CONDITION};
 pub use rollout::SyncState;
@@ -73,7 +78,11 @@ pub use secrets::StoredSecret;
 pub use shard::NodeId;
 pub use shared_map::SharedMap;
 pub use snapshot::{SNAPSHOT_FORMAT, SnapshotError};
+pub use source_wait::{
+    ABNORMAL_TRUE_CONDITIONS, SOURCE_UNAVAILABLE_CLASS, SOURCE_WAIT_CONDITION, SourceWait,
+};
 pub use tokens::{MAX_TOKENS, Role, TokenEntry};
+pub use view::{NO_CLUSTERS_CONDITION, TENANCY_CONDITION};
 
 /// `namespace/name` of an object; the key of every map in the state.
 pub type Key = String;
@@ -476,6 +485,28 @@ impl FleetState {
             Command::StopMember { id, at } => self.stop_member(id, &at),
             Command::RetireSpec { key } => self.retire_spec(&key),
             Command::AbandonPrune { key, at } => self.abandon_prune(&key, &at),
+            Command::AbandonOverduePrunes {
+                at,
+                timeout_seconds,
+            } => {
+                let keys =
+                    self.overdue_prunes(&at, std::time::Duration::from_secs(timeout_seconds));
+                if keys.is_empty() {
+                    Outcome::Applied(ApplyResult::Unchanged)
+                } else {
+                    for key in &keys {
+                        self.abandon_prune(key, &at);
+                    }
+                    Outcome::PrunesAbandoned { keys }
+                }
+            }
+            Command::RegisterPullCluster {
+                cluster,
+                agent,
+                labels,
+                policy,
+                at,
+            } => self.register_pull_cluster(&cluster, &agent, &labels, policy, &at),
             Command::GroupFormed => {
                 self.formed = true;
                 Outcome::Ok
@@ -610,6 +641,8 @@ impl FleetState {
                 | Outcome::Applied(ApplyResult::Unchanged)
                 | Outcome::Deleted { existed: false }
                 | Outcome::SourceRecorded { changed: false }
+                | Outcome::RegisterRefused { .. }
+                | Outcome::Registered { changed: false, .. }
         ) {
             self.revision += 1;
         }

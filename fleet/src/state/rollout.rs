@@ -93,6 +93,10 @@ pub struct SyncRollout {
     /// hold objects the inventory lacks, so deleting the Sync must prune through its owner.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unrecorded: bool,
+    /// The last result was a source-side failure ([`super::source_wait`]): the Sync waits on
+    /// its source, counted in its group's [`Ledger::source_wait`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_on_source: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +174,10 @@ pub struct Ledger {
     /// Why the rollout halted, when it was not `maxFailures`: no progress within its deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub halt_reason: Option<String>,
+    /// Members waiting on the source ([`super::source_wait`]): while any do, the rollout waits
+    /// on its source and its progress deadline does not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_wait: Option<super::SourceWait>,
 }
 
 impl Ledger {
@@ -351,10 +359,13 @@ impl FleetState {
         ) && let Some(entry) = self.syncs.get_mut(key)
         {
             // An idle, held or skipped Sync gives its admission slot back and forgets its
-            // failure: it queues again, through admission, when it can work (its status keeps
-            // the last error).
+            // failure (and its wait on the source): it queues again, through admission, when
+            // it can work (its status keeps the last error).
             entry.rollout.admitted = false;
             entry.rollout.failed = None;
+            if entry.rollout.waiting_on_source {
+                self.set_waiting_on_source(key, false, None);
+            }
         }
         self.set_state(key, state);
     }
@@ -405,6 +416,7 @@ impl FleetState {
 
     /// Takes a Sync out of its group's ledger (before it is deleted or leaves the group).
     pub(super) fn uncount(&mut self, key: &str) {
+        self.set_waiting_on_source(key, false, None);
         self.actionable.remove(key);
         self.reindex_actionable(key);
         let Some(entry) = self.syncs.get_mut(key) else {
@@ -652,7 +664,9 @@ impl FleetState {
 /// Whether a group's open rollout has gone without progress past its deadline at `now`: not
 /// complete, not paused or halted already.
 fn group_overdue(group: &super::GroupEntry, now: i64) -> bool {
+    // Waiting on the source is not the clusters' lack of progress (`source_wait`).
     if group.ledger.blocked(&group.object)
+        || group.ledger.source_wait.is_some()
         || group.ledger.counts.done() == group.members.len() as u32
         || group.history.front().map(|r| r.outcome)
             != Some(crate::resources::RolloutOutcome::Progressing)

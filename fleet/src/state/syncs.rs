@@ -158,6 +158,18 @@ impl FleetState {
         let Some(ticket) = self.tickets.remove(&ticket_id) else {
             return Outcome::StaleTicket;
         };
+        // The source side failed before anything was written: no verdict on the cluster.
+        if let SyncOutcome::Failed {
+            class,
+            message,
+            inventory: None,
+        } = &outcome
+            && class == super::SOURCE_UNAVAILABLE_CLASS
+            && ticket.kind != SyncKind::Retire
+        {
+            self.finish_waiting_on_source(&ticket, message, at);
+            return Outcome::Finished { sync: ticket.sync };
+        }
         if matches!(outcome, SyncOutcome::Succeeded { .. }) {
             self.note_adopted(&ticket.cluster, at);
         }
@@ -182,6 +194,7 @@ impl FleetState {
         if let Some(key) = &cluster_key {
             self.note_reachability(key, &outcome, at);
         }
+        self.set_waiting_on_source(&ticket.sync, false, None);
         let Some(entry) = self.syncs.get_mut(&ticket.sync) else {
             return Outcome::Finished { sync: ticket.sync };
         };

@@ -166,6 +166,19 @@ impl FleetState {
         }
         let group = entry.group.as_ref().and_then(|g| self.groups.get(g));
         let why = match state {
+            SyncState::Admitted | SyncState::Failed | SyncState::Updated | SyncState::Unready
+                if entry.rollout.waiting_on_source =>
+            {
+                let cause = entry
+                    .object
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.message.as_deref())
+                    .and_then(|m| m.strip_prefix(super::SOURCE_UNAVAILABLE_CLASS))
+                    .map(|m| m.trim_start_matches(": "))
+                    .unwrap_or("its artifact cannot be had");
+                format!("waiting on its source: {cause}; retried until the artifact can be had")
+            }
             SyncState::Pending | SyncState::Admitted | SyncState::Failed if self.recovering => {
                 "disaster recovery in progress (starling recover)".into()
             }
@@ -267,27 +280,37 @@ impl FleetState {
             }
             None => (newest, None),
         };
-        let phase = if group.ledger.halted {
-            RolloutPhase::Halted
+        let selects_none = group.members.is_empty() && !group.retiring;
+        let phase = if selects_none {
+            // Not a rollout that completed: nothing to roll out to (condition NoClusters).
+            None
+        } else if group.ledger.halted {
+            Some(RolloutPhase::Halted)
         } else if group.ledger.blocked(&group.object) {
-            RolloutPhase::Paused
+            Some(RolloutPhase::Paused)
         } else if target.is_some()
             && summary.updated + summary.held + summary.unreachable == summary.total
         {
-            RolloutPhase::Complete
+            Some(RolloutPhase::Complete)
         } else {
-            RolloutPhase::Progressing
+            Some(RolloutPhase::Progressing)
         };
         let mut conditions = group.object.status.clone().unwrap_or_default().conditions;
         if let Some(denial) = self.group_tenancy_denial(group) {
             conditions.retain(|c| c.type_ != TENANCY_CONDITION);
             conditions.push(tenancy_condition(denial));
         }
+        conditions.retain(|c| c.type_ != super::SOURCE_WAIT_CONDITION);
+        conditions.extend(self.source_wait_condition(key));
+        conditions.retain(|c| c.type_ != NO_CLUSTERS_CONDITION);
+        if selects_none {
+            conditions.push(no_clusters_condition(&group.object));
+        }
         Some(SyncGroupStatus {
             target_revision: target,
             waiting_revision: waiting,
             summary,
-            phase: Some(phase),
+            phase,
             observed_generation: group.object.metadata.generation,
             conditions,
             history: group.history_view(),
@@ -345,6 +368,35 @@ impl FleetState {
     /// The rollout state of one Sync.
     pub fn sync_state(&self, key: &str) -> Option<SyncState> {
         self.syncs.get(key).map(|s| s.rollout.state)
+    }
+}
+
+/// The condition of a SyncGroup whose selector matches no cluster.
+pub const NO_CLUSTERS_CONDITION: &str = "NoClusters";
+
+/// `NoClusters`, naming the selector and where it looked.
+fn no_clusters_condition(group: &SyncGroup) -> crate::resources::Condition {
+    let selector = match &group.spec.cluster_selector {
+        None => "no clusterSelector (a group without one selects no cluster; `{}` selects all)"
+            .to_string(),
+        Some(selector) => format!(
+            "clusterSelector {}",
+            serde_json::to_string(selector).unwrap_or_else(|_| "{}".into())
+        ),
+    };
+    let own = group.metadata.namespace.as_deref().unwrap_or("default");
+    let namespaces = if group.spec.cluster_namespaces.is_empty() {
+        format!("namespace {own}")
+    } else {
+        format!("namespaces {}", group.spec.cluster_namespaces.join(", "))
+    };
+    crate::resources::Condition {
+        type_: NO_CLUSTERS_CONDITION.into(),
+        status: "True".into(),
+        reason: "SelectorMatchesNothing".into(),
+        message: format!("{selector} matches no cluster in {namespaces}: nothing rolls out"),
+        last_transition_time: None,
+        observed_generation: group.metadata.generation,
     }
 }
 

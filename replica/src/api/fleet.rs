@@ -291,7 +291,14 @@ impl proto::fleet_server::Fleet for FleetService {
                     .filter_map(|key| {
                         let status = state.group_status(key)?;
                         let (namespace, name) = key.split_once('/')?;
+                        let waiting = status
+                            .conditions
+                            .iter()
+                            .find(|c| c.type_ == fleet::state::SOURCE_WAIT_CONDITION)
+                            .map(|c| c.message.clone())
+                            .unwrap_or_default();
                         Some(proto::Rollout {
+                            waiting,
                             namespace: namespace.to_string(),
                             name: name.to_string(),
                             target_revision: status.target_revision.unwrap_or_default(),

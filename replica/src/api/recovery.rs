@@ -423,6 +423,7 @@ fn surveys(state: &FleetState) -> Vec<Survey> {
                 )
             } else {
                 crate::worker::prepare::connection(state, namespace, object)
+                    .map_err(|error| error.to_string())
             };
             let target = target.map(|connection| ClusterTarget {
                 name: object.metadata.name.clone().unwrap_or_default(),

@@ -1,7 +1,9 @@
 //! Getting a revision's artifact onto this node: already in the local store; else fetched by
 //! digest from a peer that has it (streamed in chunks, checked against the digest); else built
-//! from the git mirror (a chart source: downloaded again from its repository or registry). Peers come first because they keep syncing going while the git host is
-//! down and spare the git host one fetch per node.
+//! from the git mirror (a chart source: downloaded again from its repository or registry).
+//! Peers come first because they keep syncing going while the git host is down and spare the
+//! git host one fetch per node. When neither can provide it, the [`ArtifactError`] names the
+//! artifact, its Source and both causes: a failure of the source side, not of the cluster.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use source::{ArtifactStore, Digest, StoredArtifact};
 
+use super::error::{ArtifactError, OriginError, PeerError};
 use crate::node::Replica;
 
 pub(crate) use proto::limits::MAX_ARTIFACT_BYTES;
@@ -19,6 +22,8 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug)]
 pub(crate) struct ArtifactNeed {
     pub digest: Digest,
+    /// `namespace/name` of the Source, for the messages.
+    pub source: String,
     /// The Source's spec: where the artifact can be made again.
     pub spec: fleet::resources::SourceSpec,
     pub revision: String,
@@ -46,7 +51,7 @@ pub(crate) async fn ensure(
     replica: &Arc<Replica>,
     fetches: &InFlight,
     need: &ArtifactNeed,
-) -> Result<StoredArtifact, String> {
+) -> Result<StoredArtifact, ArtifactError> {
     if let Some(stored) = replica.store.get(&need.digest) {
         return Ok(stored);
     }
@@ -56,34 +61,61 @@ pub(crate) async fn ensure(
     if let Some(stored) = replica.store.get(&need.digest) {
         return Ok(stored);
     }
-    let mut errors = Vec::new();
-    match from_peers(replica, &need.digest).await {
+    let peers = match from_peers(replica, &need.digest).await {
         Ok(stored) => {
             replica.metrics.artifacts_from_peers.inc();
             return Ok(stored);
         }
-        Err(error) => errors.push(error),
-    }
-    match from_git(replica, need).await {
+        Err(error) => error,
+    };
+    match from_origin(replica, need).await {
         Ok(stored) => {
             replica.metrics.artifacts_from_git.inc();
             Ok(stored)
         }
-        Err(error) => {
-            errors.push(error);
-            Err(format!(
-                "artifact {} unavailable: {}",
-                need.digest,
-                errors.join("; ")
-            ))
-        }
+        Err(origin_error) => Err(ArtifactError {
+            digest: need.digest,
+            source_key: need.source.clone(),
+            peers,
+            origin: origin_of(&need.spec),
+            origin_error,
+        }),
+    }
+}
+
+/// The host an artifact is made from, as messages name it: the git host, or the Helm
+/// repository's or OCI registry's.
+fn origin_of(spec: &fleet::resources::SourceSpec) -> String {
+    let url = spec
+        .git
+        .as_ref()
+        .map(|git| git.url.as_str())
+        .or(spec.helm.as_ref().map(|helm| helm.url.as_str()))
+        .or(spec.oci.as_ref().map(|oci| oci.url.as_str()));
+    let Some(url) = url else {
+        return "its origin".into();
+    };
+    match source::RepoUrl::parse(url) {
+        Ok(parsed) if !parsed.host().is_empty() => parsed.host().to_string(),
+        // A chart repository's URL, or a local path: named without credentials.
+        _ => url
+            .split_once("://")
+            .map_or(url, |(_, rest)| rest)
+            .rsplit('@')
+            .next()
+            .unwrap_or(url)
+            .split(['/', ':'])
+            .next()
+            .filter(|host| !host.is_empty())
+            .unwrap_or("its origin")
+            .to_string(),
     }
 }
 
 pub(crate) async fn from_peers(
     replica: &Arc<Replica>,
     digest: &Digest,
-) -> Result<StoredArtifact, String> {
+) -> Result<StoredArtifact, PeerError> {
     let peers: Vec<(u64, String)> = replica.raft.reader().read(|state| {
         state
             .live_members()
@@ -91,6 +123,7 @@ pub(crate) async fn from_peers(
             .map(|m| (m.id, m.address.clone()))
             .collect()
     });
+    let mut failed = None;
     for (peer, address) in peers {
         let Ok(channel) = replica.peer_channel(&address, PEER_TIMEOUT) else {
             continue;
@@ -124,36 +157,39 @@ pub(crate) async fn from_peers(
                 tracing::info!(%digest, peer, "artifact fetched from a peer");
                 return Ok(stored);
             }
-            Err(error) => tracing::warn!(%digest, peer, %error, "peer transfer failed"),
+            Err(error) => {
+                tracing::warn!(%digest, peer, %error, "peer transfer failed");
+                failed = Some(PeerError::Transfer {
+                    peer,
+                    message: error.to_string(),
+                });
+            }
         }
     }
-    Err("no peer has it".into())
+    Err(failed.unwrap_or(PeerError::NoneHoldsIt))
 }
 
-async fn from_git(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredArtifact, String> {
+/// Makes the artifact again from its origin: the git mirror, or a chart downloaded again.
+async fn from_origin(
+    replica: &Arc<Replica>,
+    need: &ArtifactNeed,
+) -> Result<StoredArtifact, OriginError> {
     if let Some(config) = super::sources::chart_config(&need.spec, need.secret.as_ref()) {
         let config = config?;
         let store: Arc<ArtifactStore> = replica.store.clone();
         let (revision, digest) = (need.revision.clone(), need.digest);
         return tokio::task::spawn_blocking(move || {
             source::materialize_chart(&config, &store, &revision, &digest)
-                .map_err(|e| e.to_string())
         })
         .await
-        .map_err(|e| format!("artifact download task failed: {e}"))?;
+        .map_err(|e| OriginError::Task(e.to_string()))?
+        .map_err(OriginError::from);
     }
-    let git = need
-        .spec
-        .git
-        .as_ref()
-        .ok_or("the source names no git repository, Helm repository or OCI artifact")?;
-    let url = source::RepoUrl::parse(&git.url).map_err(|e| e.to_string())?;
-    let revision: source::Revision = need
-        .revision
-        .parse()
-        .map_err(|e: source::SourceError| e.to_string())?;
+    let git = need.spec.git.as_ref().ok_or(OriginError::NoOrigin)?;
+    let url = source::RepoUrl::parse(&git.url)?;
+    let revision: source::Revision = need.revision.parse()?;
     let auth = match &need.secret {
-        Some(data) => source::Auth::from_secret_data(data).map_err(|e| e.to_string())?,
+        Some(data) => source::Auth::from_secret_data(data)?,
         None => source::Auth::anonymous(),
     };
     let mirrors = replica.mirrors.clone();
@@ -169,10 +205,10 @@ async fn from_git(replica: &Arc<Replica>, need: &ArtifactNeed) -> Result<StoredA
             &digest,
             &source::Limits::default(),
         )
-        .map_err(|e| e.to_string())
     })
     .await
-    .map_err(|e| format!("artifact build task failed: {e}"))?
+    .map_err(|e| OriginError::Task(e.to_string()))?
+    .map_err(OriginError::from)
 }
 
 #[cfg(test)]

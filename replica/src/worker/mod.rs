@@ -6,6 +6,7 @@
 
 pub(crate) mod artifacts;
 pub(crate) mod drift;
+pub(crate) mod error;
 pub(crate) mod fair;
 mod plan;
 pub(crate) mod prepare;

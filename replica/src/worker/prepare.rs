@@ -7,6 +7,7 @@ use fleet::resources::Sync;
 use starling_sync::{ClusterTarget, Connection};
 
 use super::artifacts::ArtifactNeed;
+use super::error::WorkerError;
 use super::secret_data;
 
 /// Everything a sync needs from the state, read under one lock.
@@ -15,8 +16,9 @@ pub(super) struct Prepared {
     pub(super) generation: u64,
     pub(super) revision: String,
     pub(super) object: Sync,
-    pub(super) target: Result<ClusterTarget, String>,
-    pub(super) artifact: Result<ArtifactNeed, String>,
+    pub(super) target: Result<ClusterTarget, WorkerError>,
+    /// `None` for a retiring Sync, which needs no artifact.
+    pub(super) artifact: Option<Result<ArtifactNeed, WorkerError>>,
     /// Deleting with prune: nothing to fetch or apply; the inventory is pruned.
     pub(super) retire: bool,
     /// What the render depends on ([`FleetState::render_digest`]), recorded on the target.
@@ -28,7 +30,7 @@ pub(super) struct Prepared {
     /// The cluster is being adopted from another installation (`starling cluster adopt`).
     pub(super) adopt: bool,
     /// Release name, cluster annotations and `valuesFrom` for the render.
-    pub(super) render: Result<crate::render_inputs::ResolvedRender, String>,
+    pub(super) render: Result<crate::render_inputs::ResolvedRender, WorkerError>,
 }
 
 impl Prepared {
@@ -39,9 +41,9 @@ impl Prepared {
             Ok(target) => target.redactor(),
             Err(_) => starling_sync::Redactor::new(),
         };
-        if let Ok(ArtifactNeed {
+        if let Some(Ok(ArtifactNeed {
             secret: Some(data), ..
-        }) = &self.artifact
+        })) = &self.artifact
         {
             for value in data.values() {
                 redactor.add_value(value.expose());
@@ -98,7 +100,7 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
             revision: String::new(),
             object,
             target: cluster_target,
-            artifact: Err("a retiring sync needs no artifact".into()),
+            artifact: None,
             retire: true,
             digest: None,
             pull,
@@ -110,13 +112,16 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
     let target = state.target_of(sync)?;
     let source_key = fleet::state::key_of(&namespace, &object.spec.source_ref.name);
     let artifact = match state.sources.get(&source_key) {
-        None => Err(format!("source {source_key} not found")),
+        None => Err(WorkerError::SourceMissing {
+            source_key: source_key.clone(),
+        }),
         Some(source) => {
             // The group's pinned artifact, or the source's newest.
             let digest = state.artifact_of(sync).map(|a| a.digest);
-            match digest.map(|d| d.parse::<source::Digest>()) {
-                Some(Ok(digest)) => Ok(ArtifactNeed {
+            match digest.as_deref().map(|d| (d, d.parse::<source::Digest>())) {
+                Some((_, Ok(digest))) => Ok(ArtifactNeed {
                     digest,
+                    source: source_key.clone(),
                     spec: source.object.spec.clone(),
                     revision: target.revision.clone(),
                     secret: source
@@ -127,13 +132,14 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
                         .and_then(|r| state.secret(&namespace, &r.name))
                         .map(secret_data),
                 }),
-                Some(Err(_)) => Err(format!(
-                    "source {source_key} has a malformed artifact digest"
-                )),
-                None => Err(format!(
-                    "source {source_key} has no artifact for {}",
-                    target.revision
-                )),
+                Some((text, Err(_))) => Err(WorkerError::MalformedDigest {
+                    source_key: source_key.clone(),
+                    digest: text.to_string(),
+                }),
+                None => Err(WorkerError::NoArtifact {
+                    source_key: source_key.clone(),
+                    revision: target.revision.clone(),
+                }),
             }
         }
     };
@@ -143,13 +149,14 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
         revision: target.revision,
         object,
         target: cluster_target,
-        artifact,
+        artifact: Some(artifact),
         retire: false,
         digest: state.render_digest(sync),
         pull,
         installation,
         adopt,
-        render: crate::render_inputs::render_inputs(state, sync, cluster),
+        render: crate::render_inputs::render_inputs(state, sync, cluster)
+            .map_err(WorkerError::RenderInputs),
     })
 }
 
@@ -159,16 +166,20 @@ pub(crate) fn connection(
     state: &FleetState,
     namespace: &str,
     cluster: &fleet::resources::Cluster,
-) -> Result<Connection, String> {
+) -> Result<Connection, WorkerError> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let reference = cluster.spec.kubeconfig_secret_ref.clone();
     let secret_name = reference
         .as_ref()
         .map_or_else(|| format!("{name}-kubeconfig"), |r| r.name.clone());
     let key = reference.and_then(|r| r.key);
-    let secret = state.secret(namespace, &secret_name).ok_or_else(|| {
-        format!("kubeconfig secret {namespace}/{secret_name} of cluster {name} not found")
-    })?;
+    let secret =
+        state
+            .secret(namespace, &secret_name)
+            .ok_or_else(|| WorkerError::KubeconfigMissing {
+                secret: format!("{namespace}/{secret_name}"),
+                cluster: name.clone(),
+            })?;
     Ok(Connection::Secret {
         name: format!("{namespace}/{secret_name}"),
         data: secret_data(secret),

@@ -116,7 +116,8 @@ pub(crate) async fn run(replica: Arc<Replica>) {
                             },
                         );
                     }
-                    Err(message) => {
+                    Err(error) => {
+                        let message = error.to_string();
                         let already = watched.get(&key).and_then(|w| w.reported_error.clone())
                             == Some(message.clone());
                         if !already {
@@ -398,7 +399,7 @@ impl Watcher {
 pub(crate) fn chart_config(
     spec: &fleet::resources::SourceSpec,
     secret: Option<&BTreeMap<String, starling_sync::SecretBytes>>,
-) -> Option<Result<source::ChartConfig, String>> {
+) -> Option<Result<source::ChartConfig, source::SourceError>> {
     let origin = if let Some(helm) = &spec.helm {
         source::helm_repo::VersionPolicy::parse(helm.version.as_deref().unwrap_or("")).map(
             |policy| source::ChartOrigin::HelmRepository {
@@ -432,19 +433,15 @@ pub(crate) fn chart_config(
         }),
         None => Ok(source::HttpAuth::anonymous()),
     };
-    Some(
-        origin
-            .and_then(|origin| {
-                Ok(source::ChartConfig {
-                    origin,
-                    auth: auth?,
-                    interval: fleet::validate::source_interval(spec),
-                    timeout: fleet::validate::source_timeout(spec),
-                    max_artifact_bytes: source::Limits::default().max_artifact_bytes,
-                })
-            })
-            .map_err(|error| error.to_string()),
-    )
+    Some(origin.and_then(|origin| {
+        Ok(source::ChartConfig {
+            origin,
+            auth: auth?,
+            interval: fleet::validate::source_interval(spec),
+            timeout: fleet::validate::source_timeout(spec),
+            max_artifact_bytes: source::Limits::default().max_artifact_bytes,
+        })
+    }))
 }
 
 /// A watcher for a Source spec, starting from its committed revision so an unchanged
@@ -453,7 +450,7 @@ fn watcher_for(
     replica: &Replica,
     object: &Source,
     secret: Option<&BTreeMap<String, starling_sync::SecretBytes>>,
-) -> Result<Watcher, String> {
+) -> Result<Watcher, source::SourceError> {
     let spec = &object.spec;
     let committed_artifact = object.status.as_ref().and_then(|status| {
         let revision = status.revision.clone()?;
@@ -468,8 +465,7 @@ fn watcher_for(
         ))
     });
     if let Some(config) = chart_config(spec, secret) {
-        let watcher =
-            ChartWatcher::new(config?, replica.store.clone()).map_err(|e| e.to_string())?;
+        let watcher = ChartWatcher::new(config?, replica.store.clone())?;
         return Ok(Watcher::Chart(match committed_artifact {
             Some((revision, artifact)) => {
                 watcher.with_last_good(source::ChartRevision { revision, artifact })
@@ -478,22 +474,23 @@ fn watcher_for(
         }));
     }
     let Some(git) = &spec.git else {
-        return Err("the source names no git repository, Helm repository or OCI artifact".into());
+        return Err(source::SourceError::InvalidPolicy(
+            "the source names no git repository, Helm repository or OCI artifact".into(),
+        ));
     };
     let reference = &git.reference;
     let config = SourceConfig {
-        url: source::RepoUrl::parse(&git.url).map_err(|e| e.to_string())?,
+        url: source::RepoUrl::parse(&git.url)?,
         policy: source::RevisionPolicy::from_ref_fields(
             reference.branch.as_deref(),
             reference.tag.as_deref(),
             reference.semver.as_deref(),
             reference.commit.as_deref(),
-        )
-        .map_err(|e| e.to_string())?,
+        )?,
         auth: match secret {
             Some(data) => source::Auth::from_secret_data(data).map_err(|error| {
                 let name = spec.secret_ref.as_ref().map_or("", |r| r.name.as_str());
-                format!("secret {name} of source: {error}")
+                source::SourceError::InvalidPolicy(format!("secret {name} of source: {error}"))
             })?,
             None => source::Auth::anonymous(),
         },
@@ -503,8 +500,7 @@ fn watcher_for(
             ..source::Limits::default()
         },
     };
-    let watcher = SourceWatcher::new(config, replica.mirrors.clone(), replica.store.clone())
-        .map_err(|e| e.to_string())?;
+    let watcher = SourceWatcher::new(config, replica.mirrors.clone(), replica.store.clone())?;
     let committed = committed_artifact.and_then(|(revision, artifact)| {
         Some(source::ResolvedRevision {
             revision: revision.parse().ok()?,

@@ -28,6 +28,7 @@ use tokio::sync::{Semaphore, broadcast, mpsc};
 use tracing::Instrument;
 
 use super::artifacts;
+use super::error::WorkerError;
 use super::plan::{Done, Planner, Work};
 use super::prepare::{Prepared, prepare};
 use crate::agents::Agents;
@@ -346,29 +347,33 @@ async fn apply(
     ticket: u64,
     applying: Arc<Semaphore>,
 ) -> (SyncOutcome, Option<ErrorClass>) {
-    let fail = |class: ErrorClass, message: String| {
+    let fail = |error: &WorkerError| {
+        let class = error.class();
+        if class == ErrorClass::SourceUnavailable {
+            tracing::warn!(%error, "the sync waits on its source");
+        }
         (
             SyncOutcome::Failed {
                 class: class.as_str().into(),
-                message,
+                message: error.to_string(),
                 inventory: None,
             },
             Some(class),
         )
     };
-    let target = match prepared.target.clone() {
-        Ok(target) => target,
-        Err(message) => return fail(ErrorClass::Invalid, message),
+    let target = match &prepared.target {
+        Ok(target) => target.clone(),
+        Err(error) => return fail(error),
     };
     let render = match &prepared.render {
         Ok(render) => render.inputs.clone(),
-        Err(message) if !prepared.retire => return fail(ErrorClass::Invalid, message.clone()),
+        Err(error) if !prepared.retire => return fail(error),
         Err(_) => Default::default(),
     };
     // The apply slot: held while fetching, rendering and applying; the engine gives it back
     // before it waits for readiness.
     let Ok(slot) = applying.acquire_owned().await else {
-        return fail(ErrorClass::Cancelled, "the replica is stopping".into());
+        return fail(&WorkerError::Stopping);
     };
     let slot = starling_sync::ApplySlot::new(slot);
     let mut request = if prepared.retire {
@@ -387,7 +392,7 @@ async fn apply(
     } else {
         match build_request(replica, shared, sync, target, &prepared).await {
             Ok(request) => request,
-            Err(message) => return fail(ErrorClass::Unreachable, message),
+            Err(error) => return fail(&error),
         }
     };
     request.apply_slot = slot;
@@ -477,11 +482,10 @@ async fn pull_sync(
         installation: request.installation.clone(),
         adopt: request.adopt,
         revision: request.revision.clone(),
-        artifact: prepared
-            .artifact
-            .as_ref()
-            .map(|need| need.digest.to_string())
-            .unwrap_or_default(),
+        artifact: match &prepared.artifact {
+            Some(Ok(need)) => need.digest.to_string(),
+            _ => String::new(),
+        },
         template: request.template.clone(),
         previous_inventory: request.previous_inventory.clone(),
         wait: request.wait,
@@ -514,9 +518,13 @@ async fn build_request(
     sync: &str,
     target: ClusterTarget,
     prepared: &Prepared,
-) -> Result<SyncRequest, String> {
-    let need = prepared.artifact.clone()?;
-    let stored = artifacts::ensure(replica, &shared.fetches, &need).await?;
+) -> Result<SyncRequest, WorkerError> {
+    let need = match &prepared.artifact {
+        Some(Ok(need)) => need,
+        Some(Err(error)) => return Err(error.clone()),
+        None => return Err(WorkerError::Stopping),
+    };
+    let stored = artifacts::ensure(replica, &shared.fetches, need).await?;
     let mut request = SyncRequest::new(
         sync,
         target,

@@ -624,6 +624,7 @@ mod quota;
 mod recovery;
 mod retire;
 mod snapshots;
+mod source_wait;
 mod tenancy;
 mod tickets;
 mod unreachable;
