@@ -25,9 +25,11 @@ fn manifest(yaml: &str) -> Resource {
 }
 
 fn cluster(index: u8, tier: u8, paused: bool) -> Command {
+    // c6 and c7 are pull clusters, which agents register and claim.
+    let mode = if index >= 6 { "pull" } else { "push" };
     Command::UpsertSpec {
         resource: Box::new(manifest(&format!(
-            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c{index}\n  namespace: fleet\n  labels:\n    tier: t{tier}\nspec:\n  paused: {paused}\n"
+            "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c{index}\n  namespace: fleet\n  labels:\n    tier: t{tier}\nspec:\n  paused: {paused}\n  mode: {mode}\n"
         ))),
         at: AT.into(),
     }
@@ -101,6 +103,14 @@ enum Step {
     /// `starling apply` of a Cluster (0) or a SyncGroup (1) manifest that says nothing of the
     /// hold or the pin, interleaved with `Hold` and `Pin`: both are kept.
     Apply(u8, u8, u8),
+    /// Agent `token a|b|c` registers pull cluster c6..c9 with one of a few label sets, in
+    /// standalone mode (it may create) or operator mode (the cluster must name it).
+    Register(u8, u8, u8, bool),
+    /// Agent token a|b|c is created (true) or revoked (false).
+    AgentToken(u8, bool),
+    /// The leader's deletion-timeout check, this many minutes after the start, with a
+    /// timeout of this many minutes.
+    AbandonOverdue(u8, u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -127,7 +137,86 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..2, any::<u8>()).prop_map(|(k, i)| Step::Retire(k, i)),
         1 => (0u8..3, any::<u8>()).prop_map(|(k, i)| Step::Abandon(k, i)),
         2 => (0u8..2, any::<u8>(), 0u8..3).prop_map(|(k, i, t)| Step::Apply(k, i, t)),
+        3 => (0u8..3, 6u8..10, 0u8..3, proptest::bool::weighted(0.8)).prop_map(|(a, c, l, s)| Step::Register(a, c, l, s)),
+        1 => (0u8..3, proptest::bool::weighted(0.7)).prop_map(|(a, c)| Step::AgentToken(a, c)),
+        1 => (0u8..60, 0u8..30).prop_map(|(m, t)| Step::AbandonOverdue(m, t)),
     ]
+}
+
+fn agent_id(agent: u8) -> String {
+    ["a", "b", "c"][usize::from(agent % 3)].to_string()
+}
+
+fn agent_name(agent: u8) -> String {
+    format!("token {}", agent_id(agent))
+}
+
+/// What a registration must keep: the cluster's claim holder (when its token is valid), its
+/// hold, its generation, and the labels its agent does not own.
+#[derive(Debug)]
+struct BeforeRegister {
+    holder: Option<String>,
+    hold: bool,
+    generation: Option<i64>,
+    user_labels: BTreeMap<String, String>,
+}
+
+fn before_register(state: &FleetState, cluster: &str) -> Option<BeforeRegister> {
+    let entry = state.clusters.get(cluster)?;
+    let object = entry.cluster();
+    let owned: Vec<String> = object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(fleet::state::AGENT_LABELS_ANNOTATION))
+        .map(|keys| keys.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    Some(BeforeRegister {
+        holder: state.pull_claim(cluster).map(str::to_string),
+        hold: object.spec.hold,
+        generation: object.metadata.generation,
+        user_labels: object
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(key, _)| !owned.contains(key))
+            .collect(),
+    })
+}
+
+/// When each pruning object began pruning, before a command: deleted Clusters and retiring
+/// Syncs (by key), and retiring SyncGroups by their earliest retiring member.
+fn pruning_since(state: &FleetState) -> BTreeMap<ObjectKey, Option<i64>> {
+    let seconds = |at: Option<&str>| at.and_then(fleet::duration::unix_seconds);
+    let key = |kind, key: &str| {
+        let (namespace, name) = key.split_once('/').unwrap_or(("fleet", key));
+        ObjectKey::new(kind, namespace, name)
+    };
+    let mut since = BTreeMap::new();
+    for cluster in &state.deleting_clusters {
+        let at = state
+            .clusters
+            .get(cluster)
+            .and_then(|c| c.deleting.as_deref());
+        since.insert(key(Kind::Cluster, cluster), seconds(at));
+    }
+    for sync in &state.retiring {
+        let Some(entry) = state.syncs.get(sync) else {
+            continue;
+        };
+        let at = seconds(entry.retiring_since.as_deref());
+        let object = match &entry.group {
+            Some(group) => key(Kind::SyncGroup, group),
+            None => key(Kind::Sync, sync),
+        };
+        let earliest = since.entry(object).or_insert(at);
+        if let (Some(at), Some(current)) = (at, *earliest) {
+            *earliest = Some(at.min(current));
+        }
+    }
+    since
 }
 
 fn pick<T: Clone>(items: &[T], index: u8) -> Option<T> {
@@ -389,6 +478,47 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
                 at: AT.into(),
             }
         }
+        Step::Register(agent, cluster, labels, standalone) => {
+            let labels: BTreeMap<String, String> = match labels {
+                0 => BTreeMap::new(),
+                1 => [("site".to_string(), format!("s{agent}"))].into(),
+                // `tier` is the user's on clusters made from manifests: never taken.
+                _ => [
+                    ("site".to_string(), "edge".to_string()),
+                    ("tier".to_string(), format!("agent{agent}")),
+                ]
+                .into(),
+            };
+            Command::RegisterPullCluster {
+                cluster: format!("fleet/c{cluster}"),
+                agent: agent_name(agent),
+                labels,
+                policy: fleet::state::RegisterPolicy {
+                    may_create: standalone,
+                    must_be_named: !standalone,
+                },
+                at: AT.into(),
+            }
+        }
+        Step::AgentToken(agent, true) => Command::CreateToken {
+            id: agent_id(agent),
+            entry: fleet::state::TokenEntry {
+                digest: String::new(),
+                role: fleet::state::Role::Agent,
+                tenants: vec!["fleet".into()],
+                description: String::new(),
+                created: String::new(),
+                expires: None,
+                last_used: None,
+            },
+        },
+        Step::AgentToken(agent, false) => Command::RevokeToken {
+            id: agent_id(agent),
+        },
+        Step::AbandonOverdue(minutes, timeout) => Command::AbandonOverduePrunes {
+            at: format!("2026-01-01T00:{minutes:02}:00Z"),
+            timeout_seconds: u64::from(timeout) * 60,
+        },
         Step::Progress(minutes) => Command::CheckProgress {
             at: format!("2026-01-01T00:{minutes:02}:00Z"),
         },
@@ -524,6 +654,16 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
             .iter()
             .map(|(k, g)| (k.clone(), g.ledger.counts.failed))
             .collect();
+        let registering = match &command {
+            Command::RegisterPullCluster { cluster, agent, .. } => Some((
+                cluster.clone(),
+                agent.clone(),
+                before_register(&state, cluster),
+            )),
+            _ => None,
+        };
+        let pruning =
+            matches!(command, Command::AbandonOverduePrunes { .. }).then(|| pruning_since(&state));
         let source_side = match &command {
             Command::FinishSync {
                 ticket,
@@ -538,6 +678,72 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
         let outcome = state.apply(command.clone());
         commands.push(command.clone());
 
+        // A registration never gives a cluster a second agent, and keeps what the agent does
+        // not own: the hold, the generation, the user's labels.
+        if let Some((cluster, agent, before)) = registering
+            && let Outcome::Registered { .. } = &outcome
+        {
+            let after = state.clusters.get(&cluster).map(|c| c.cluster());
+            prop_assert!(after.is_some(), "{} registered but absent", cluster);
+            let after = after.unwrap();
+            prop_assert_eq!(
+                after
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(fleet::state::AGENT_ANNOTATION)),
+                Some(&agent)
+            );
+            if let Some(before) = before {
+                prop_assert!(
+                    before.holder.as_ref().is_none_or(|holder| *holder == agent),
+                    "{} taken by {} from {:?}",
+                    cluster,
+                    agent,
+                    before.holder
+                );
+                prop_assert_eq!(after.spec.hold, before.hold, "hold of {} lost", cluster);
+                prop_assert_eq!(
+                    after.metadata.generation,
+                    before.generation,
+                    "generation of {} moved",
+                    cluster
+                );
+                let labels = after.metadata.labels.clone().unwrap_or_default();
+                for (key, value) in &before.user_labels {
+                    prop_assert_eq!(
+                        labels.get(key),
+                        Some(value),
+                        "label {} of {} overwritten",
+                        key,
+                        cluster
+                    );
+                }
+            }
+        }
+        // A prune is never given up before its timeout.
+        if let (
+            Some(since),
+            Command::AbandonOverduePrunes {
+                at,
+                timeout_seconds,
+            },
+        ) = (&pruning, &command)
+            && let Outcome::PrunesAbandoned { keys } = &outcome
+        {
+            let now = fleet::duration::unix_seconds(at).expect("time");
+            for key in keys {
+                let began = since.get(key).copied().flatten();
+                prop_assert!(
+                    began.is_some_and(|began| now - began > *timeout_seconds as i64),
+                    "{} given up at {} after {}s, began {:?}",
+                    key,
+                    at,
+                    timeout_seconds,
+                    began
+                );
+            }
+        }
         // A source-side failure is no verdict on the cluster: its reachability stays, no
         // failure is counted, and the rollout does not skip it.
         if let Some((sync, before)) = source_side {

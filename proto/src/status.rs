@@ -253,6 +253,14 @@ impl ApiError {
         ApiError::new(ErrorKind::ResourceExhausted, message)
     }
 
+    pub fn permission_denied(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::PermissionDenied, message)
+    }
+
+    pub fn unauthenticated(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Unauthenticated, message)
+    }
+
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorKind::Internal, message)
     }

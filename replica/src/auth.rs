@@ -277,12 +277,7 @@ pub(crate) async fn report_uses(replica: Arc<crate::node::Replica>) {
     }
 }
 
-/// The replica's wall clock in seconds since the epoch.
-pub(crate) fn unix_now() -> i64 {
-    crate::node::system_now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
+pub(crate) use crate::clock::unix_now;
 
 /// Authenticates every request of a service (a tonic interceptor) and records the caller.
 #[derive(Clone)]

@@ -29,6 +29,7 @@
 mod agents;
 mod api;
 mod auth;
+mod clock;
 pub mod config;
 pub mod error;
 mod http;
@@ -60,9 +61,9 @@ pub use spec_source::{PatchError, SpecSource};
 pub mod testing {
     pub use crate::agents::Agents;
     pub use crate::api::node::NodeService;
+    pub use crate::clock::{set_clock, system_now};
     pub use crate::node::Applier;
     pub use crate::node::heartbeat::run as heartbeat;
     pub use crate::node::leader::run as leader_duties;
-    pub use crate::node::{set_clock, system_now};
     pub use crate::worker::syncs::run as shard_worker;
 }

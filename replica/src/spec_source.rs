@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use fleet::manifest::Kind;
+use fleet::state::RegisterPolicy;
 use futures::future::BoxFuture;
 
 use crate::node::Replica;
@@ -55,6 +56,36 @@ pub trait SpecSource: Send + Sync + 'static {
         spec: serde_json::Value,
     ) -> BoxFuture<'a, Result<(), PatchError>>;
 
+    /// Whether an agent's `Register` may create or update its pull Cluster through the API.
+    /// Without (operator mode), the Clusters are made in the source of truth and a `Register`
+    /// only checks the agent's claim on them.
+    fn agents_register_clusters(&self) -> bool {
+        false
+    }
+
+    /// Whether a pull Cluster must name the agent that may serve it (its
+    /// `starling.dev/agent` annotation) before an agent may claim it: in operator mode the
+    /// management cluster names it, so that the first agent token of a tenant cannot take an
+    /// unannotated Cluster.
+    fn agents_must_be_named(&self) -> bool {
+        true
+    }
+
     /// The source's own tasks, for the replica's life (aborted when it stops).
     fn run(self: Arc<Self>, replica: Arc<Replica>) -> BoxFuture<'static, ()>;
+}
+
+/// What an agent's `Register` may do on this replica: with no source (standalone mode) it
+/// creates and updates its pull Cluster; otherwise as the source says. `open`: the API takes
+/// no tokens, so no agent is named anywhere.
+pub(crate) fn register_policy(
+    source: Option<&dyn SpecSource>,
+    open: bool,
+) -> (bool, RegisterPolicy) {
+    let writes = source.is_none_or(|s| s.agents_register_clusters());
+    let policy = RegisterPolicy {
+        may_create: writes,
+        must_be_named: !open && source.is_some_and(|s| s.agents_must_be_named()),
+    };
+    (writes, policy)
 }

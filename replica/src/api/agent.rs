@@ -15,9 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::manifest::Resource;
-use fleet::resources::{Cluster, ClusterMode};
-use fleet::state::{Command, Role, key_of};
+use fleet::state::{Command, RegisterRefusal, Role, key_of};
 use futures::{Stream, StreamExt};
 use proto::ApiError;
 use tonic::{Request, Response, Status, Streaming};
@@ -27,8 +25,6 @@ use crate::agents::Agents;
 use crate::auth::{Principal, principal};
 use crate::node::Replica;
 
-/// The annotation naming the token that registered a pull Cluster.
-pub(crate) const AGENT_ANNOTATION: &str = "starling.dev/agent";
 /// How long an agent has to say which cluster its stream is for.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest an `Attach` naming an unreachable owner waits for its cluster to move (well
@@ -64,82 +60,40 @@ impl AgentService {
 
 type DispatchStream = Pin<Box<dyn Stream<Item = Result<proto::Dispatch, Status>> + Send>>;
 
-/// Refuses unless `caller` is an agent serving `namespace`, and the pull Cluster `key` exists
-/// and is claimed by it. With `named` (operator mode, where the Cluster is made in the
-/// management cluster) the Cluster must name the agent that may serve it: an unannotated one
-/// is claimed by nobody, not by the first agent token of its tenant.
+/// Refuses unless `caller` is an agent serving the namespace of `key`, and the pull Cluster
+/// `key` exists and is claimed by it (or by nobody, unless `must_be_named`): the state's own
+/// rule ([`fleet::FleetState::check_pull_claim`]).
 fn check_claim(
     state: &fleet::FleetState,
     caller: &Principal,
     key: &str,
-    named: bool,
+    must_be_named: bool,
 ) -> Result<(), Status> {
-    let (namespace, name) = key.split_once('/').ok_or_else(|| {
-        Status::invalid_argument(format!("{key:?} is not <namespace>/<name> of a Cluster"))
+    let (namespace, _) = key.split_once('/').ok_or_else(|| {
+        status(ApiError::invalid_argument(format!(
+            "{key:?} is not <namespace>/<name> of a Cluster"
+        )))
     })?;
     caller.require(Role::Agent, Some(namespace), "connect as an agent")?;
-    let cluster = state
-        .clusters
-        .get(key)
-        .ok_or_else(|| Status::not_found(format!("Cluster {key} not found: register it first")))?;
-    if cluster.object().spec.mode != ClusterMode::Pull {
-        return Err(Status::failed_precondition(format!(
-            "Cluster {namespace}/{name} is a push cluster; an agent serves pull clusters only"
-        )));
-    }
-    let claimed = cluster
-        .object()
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(AGENT_ANNOTATION));
-    match claimed {
-        Some(holder) if *holder != caller.name && claim_valid(state, holder) => {
-            Err(Status::permission_denied(format!(
-                "{} may not act for Cluster {key}: {holder} holds it",
-                caller.name
-            )))
-        }
-        None if named && !caller.open => Err(Status::permission_denied(format!(
-            "{} may not act for Cluster {key}: it names no agent; annotate it in the \
-             management cluster with {AGENT_ANNOTATION}: \"{}\" (the id `starling token list` \
-             shows) to let this agent serve it",
-            caller.name, caller.name
-        ))),
-        _ => Ok(()),
-    }
+    state
+        .check_pull_claim(key, &caller.name, must_be_named && !caller.open)
+        .map_err(refusal_status)
 }
 
-/// Whether `caller` may register the pull Cluster `key`; the Cluster as the state holds it,
-/// if it does. An installation recovering from a disaster takes no new Cluster until
-/// `starling recover`: its Clusters come from `starling import`, and a surviving agent that
-/// reconnects first would otherwise make the installation look used and refuse the import.
-fn may_register(
-    state: &fleet::FleetState,
-    recovering: bool,
-    caller: &Principal,
-    key: &str,
-    named: bool,
-) -> Result<Option<Cluster>, Status> {
-    match state.clusters.get(key) {
-        Some(cluster) => {
-            check_claim(state, caller, key, named)?;
-            Ok(Some(cluster.cluster()))
+/// The API's answer to a refused registration or claim.
+fn refusal_status(refusal: RegisterRefusal) -> Status {
+    let message = refusal.to_string();
+    status(match refusal {
+        RegisterRefusal::HeldByAnother { .. } | RegisterRefusal::Unnamed { .. } => {
+            ApiError::permission_denied(message)
         }
-        None if recovering => Err(Status::unavailable(format!(
-            "this installation is recovering from a disaster and does not know Cluster {key} \
-             yet: it registers once `starling import` brought it back or `starling recover` \
-             is done; retrying"
-        ))),
-        None => Ok(None),
-    }
-}
-
-/// Whether the claim `token <id>` still names a token that exists.
-fn claim_valid(state: &fleet::FleetState, holder: &str) -> bool {
-    holder
-        .strip_prefix("token ")
-        .is_some_and(|id| state.tokens.contains_key(id))
+        RegisterRefusal::PushCluster { .. } => ApiError::failed_precondition(message),
+        RegisterRefusal::NotFound { .. } => ApiError::not_found(format!(
+            "{message}: register it first (in operator mode, create it with spec.mode: pull in \
+             the management cluster)"
+        )),
+        RegisterRefusal::Recovering { .. } => ApiError::unavailable(format!("{message}; retrying")),
+    })
 }
 
 #[tonic::async_trait]
@@ -164,63 +118,49 @@ impl proto::agent_server::Agent for AgentService {
                 "no namespace to register the cluster in",
             )));
         }
+        let (writes, policy) =
+            crate::spec_source::register_policy(self.spec_source.as_deref(), caller.open);
+        let at = Replica::now_rfc3339();
+        let labels: std::collections::BTreeMap<String, String> =
+            request.labels.clone().into_iter().collect();
         let mut commands = Vec::new();
         let mut registered = Vec::new();
-        let at = Replica::now_rfc3339();
-        let named = self.spec_source.is_some();
         for namespace in &request.namespaces {
             caller.require(Role::Agent, Some(namespace), "register a cluster")?;
             let key = key_of(namespace, &request.cluster);
-            let existing = self.replica.raft.reader().read(|state| {
-                // A new installation in recovery is recovering from its first moment,
-                // before the state says so.
-                let recovering =
-                    state.recovering || (self.replica.config.recovery && !state.formed);
-                may_register(state, recovering, &caller, &key, named)
-            })?;
-            let mut cluster =
-                existing.unwrap_or_else(|| Cluster::new(&request.cluster, Default::default()));
-            cluster.metadata.namespace = Some(namespace.clone());
-            cluster.spec.mode = ClusterMode::Pull;
-            cluster.metadata.labels = Some(request.labels.clone().into_iter().collect());
-            cluster
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(AGENT_ANNOTATION.into(), caller.name.clone());
-            cluster.status = None;
-            registered.push(key);
-            commands.push(Command::UpsertSpec {
-                resource: Box::new(Resource::Cluster(cluster)),
+            // A new installation in recovery is recovering from its first moment, before the
+            // state says so: it takes no new Cluster until `starling import` or `recover`.
+            let refused = self.replica.raft.reader().read(|state| {
+                let starting_recovery = self.replica.config.recovery && !state.formed;
+                if starting_recovery && !state.clusters.contains_key(&key) {
+                    return Some(RegisterRefusal::Recovering {
+                        cluster: key.clone(),
+                    });
+                }
+                // The source of truth holds the Clusters: the claim is only checked.
+                (!writes)
+                    .then(|| state.check_pull_claim(&key, &caller.name, policy.must_be_named))
+                    .and_then(Result::err)
+            });
+            if let Some(refusal) = refused {
+                return Err(refusal_status(refusal));
+            }
+            registered.push(key.clone());
+            commands.push(Command::RegisterPullCluster {
+                cluster: key,
+                agent: caller.name.clone(),
+                labels: labels.clone(),
+                policy,
                 at: at.clone(),
             });
         }
-        if self.spec_source.is_some() {
-            // The specs come from the management cluster: the agent re-claims the pull
-            // Clusters made there, and cannot create them.
-            let missing: Vec<String> = self.replica.raft.reader().read(|state| {
-                registered
-                    .iter()
-                    .filter(|key| {
-                        state
-                            .clusters
-                            .get(key.as_str())
-                            .is_none_or(|c| c.object().spec.mode != ClusterMode::Pull)
-                    })
-                    .cloned()
-                    .collect()
-            });
-            if !missing.is_empty() {
-                return Err(status(ApiError::failed_precondition(format!(
-                    "in operator mode, create these pull Clusters (spec.mode: pull) in the \
-                     management cluster: {}",
-                    missing.join(", ")
-                ))));
-            }
+        if !writes {
             return Ok(Response::new(proto::RegisterResponse {
                 clusters: registered,
             }));
         }
+        // The state decides each claim: at most one agent wins a cluster, and nothing it
+        // does not own (a hold, the user's labels) is overwritten.
         let committed = self
             .replica
             .raft
@@ -228,10 +168,21 @@ impl proto::agent_server::Agent for AgentService {
             .await
             .map_err(write_status)?;
         for (key, outcome) in registered.iter().zip(&committed.outcomes) {
-            if let fleet::state::Outcome::Rejected { message } = outcome {
-                return Err(status(ApiError::failed_precondition(format!(
-                    "Cluster {key}: {message}"
-                ))));
+            match outcome {
+                fleet::state::Outcome::Registered { .. } => {}
+                fleet::state::Outcome::RegisterRefused { refusal } => {
+                    return Err(refusal_status(refusal.clone()));
+                }
+                fleet::state::Outcome::Rejected { message } => {
+                    return Err(status(ApiError::failed_precondition(format!(
+                        "Cluster {key}: {message}"
+                    ))));
+                }
+                other => {
+                    return Err(status(ApiError::internal(format!(
+                        "Cluster {key}: unexpected answer to the registration: {other:?}"
+                    ))));
+                }
             }
         }
         tracing::info!(clusters = ?registered, agent = %caller.name, "pull clusters registered");
@@ -318,7 +269,7 @@ impl proto::agent_server::Agent for AgentService {
         if !caller.open {
             // Only what a Sync on a cluster this agent holds rolls out.
             let cluster = &request.get_ref().cluster;
-            let named = self.spec_source.is_some();
+            let named = self.must_be_named();
             self.replica.raft.reader().read(|state| {
                 check_claim(state, &caller, cluster, named)?;
                 let wanted = state
@@ -355,6 +306,13 @@ impl proto::agent_server::Agent for AgentService {
 }
 
 impl AgentService {
+    /// Whether a pull Cluster must name its agent before one may act for it.
+    fn must_be_named(&self) -> bool {
+        self.spec_source
+            .as_deref()
+            .is_some_and(|source| source.agents_must_be_named())
+    }
+
     /// The owner of `cluster` and its advertised address, for an agent `caller`.
     ///
     /// With `unreached` (an owner's address the agent could not reach: it died, or its
@@ -376,7 +334,7 @@ impl AgentService {
         let mut probe: Option<tokio::sync::watch::Receiver<Option<tokio::time::Instant>>> = None;
         loop {
             let owner = reader.read(|state| {
-                check_claim(state, caller, cluster, self.spec_source.is_some())?;
+                check_claim(state, caller, cluster, self.must_be_named())?;
                 Ok::<_, Status>(state.cluster_owner(cluster).map(|(owner, _)| {
                     let address = state.members.get(&owner).map(|m| m.address.clone());
                     (owner, address)
@@ -550,6 +508,7 @@ impl Drop for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleet::state::AGENT_ANNOTATION;
 
     fn state_with_pull_cluster(annotation: Option<&str>) -> fleet::FleetState {
         let mut state = fleet::FleetState::default();
@@ -617,22 +576,38 @@ mod tests {
     /// Clusters, and the import refused a installation that was no longer empty.
     #[test]
     fn a_recovering_installation_takes_no_new_cluster_but_knows_imported_ones() {
-        let state = state_with_pull_cluster(None);
-        let caller = agent("token abc");
-        let refused = may_register(&state, true, &caller, "team-a/edge-2", false)
-            .expect_err("no new Cluster while recovering");
+        let mut state = state_with_pull_cluster(None);
+        state.apply(Command::SetRecovery { active: true });
+        let register = |state: &mut fleet::FleetState, key: &str| {
+            state.apply(Command::RegisterPullCluster {
+                cluster: key.into(),
+                agent: "token abc".into(),
+                labels: Default::default(),
+                policy: fleet::state::RegisterPolicy {
+                    may_create: true,
+                    must_be_named: false,
+                },
+                at: "2026-01-01T00:00:00Z".into(),
+            })
+        };
+        let refused = match register(&mut state, "team-a/edge-2") {
+            fleet::state::Outcome::RegisterRefused { refusal } => refusal_status(refusal),
+            other => panic!("a new Cluster while recovering: {other:?}"),
+        };
         assert_eq!(refused.code(), tonic::Code::Unavailable);
         assert!(
             refused.message().contains("recovering"),
             "{}",
             refused.message()
         );
-        let known = may_register(&state, true, &caller, "team-a/edge-1", false).expect("imported");
-        assert!(known.is_some());
-        assert!(
-            may_register(&state, false, &caller, "team-a/edge-2", false)
-                .expect("registers once recovered")
-                .is_none()
-        );
+        assert!(matches!(
+            register(&mut state, "team-a/edge-1"),
+            fleet::state::Outcome::Registered { .. }
+        ));
+        state.apply(Command::SetRecovery { active: false });
+        assert!(matches!(
+            register(&mut state, "team-a/edge-2"),
+            fleet::state::Outcome::Registered { created: true, .. }
+        ));
     }
 }

@@ -48,7 +48,7 @@ pub(crate) async fn create(
         ))));
     }
     let (id, token, digest) = crate::auth::new_token();
-    let now = crate::node::system_now();
+    let now = crate::clock::system_now();
     let expires = (request.ttl_seconds > 0).then(|| {
         humantime::format_rfc3339_seconds(now + std::time::Duration::from_secs(request.ttl_seconds))
             .to_string()

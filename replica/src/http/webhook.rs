@@ -281,9 +281,7 @@ async fn handle(
             "the webhook secret is missing",
         )));
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = u64::try_from(crate::clock::unix_now()).unwrap_or(0);
     let (delivery, verdict) =
         verify(spec.provider, secret.expose(), headers, body, now).map_err(unverified)?;
     if let Some(delivery) = &delivery

@@ -7,7 +7,8 @@
 //! watch ([`super::tickets`]): releasing revoked tickets and taking back unheld ones; and the
 //! rollouts' clock: every [`PROGRESS_CHECK`] it looks for a rollout that made no progress
 //! within its `progressDeadline` and proposes [`Command::CheckProgress`], which halts it, and
-//! for prunes past `--deletion-timeout`, which it gives up ([`Command::AbandonPrune`]).
+//! for prunes past `--deletion-timeout`, which the state gives up
+//! ([`Command::AbandonOverduePrunes`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,9 +59,7 @@ pub async fn run(replica: Arc<Replica>) {
         }));
         if last_progress_check.elapsed() >= PROGRESS_CHECK {
             last_progress_check = Instant::now();
-            let now = super::system_now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
+            let now = crate::clock::unix_now();
             if replica
                 .raft
                 .reader()
@@ -71,17 +70,17 @@ pub async fn run(replica: Arc<Replica>) {
                 });
             }
             // Prunes whose targets stayed away past `--deletion-timeout` are given up, and
-            // said so (a warning here, a condition on the groups concerned).
+            // said so (a warning when committed, a condition on the groups concerned). The
+            // state decides which: a prune that finished since this look is not given up.
             let at = Replica::now_rfc3339();
-            let overdue = replica
-                .raft
-                .reader()
-                .read(|state| state.overdue_prunes(&at, replica.config.deletion_timeout));
-            for key in overdue {
-                tracing::warn!(object = %key, timeout = ?replica.config.deletion_timeout, "pruning did not finish within --deletion-timeout: giving up; what it applied stays on the clusters it could not reach");
-                commands.push(Command::AbandonPrune {
-                    key,
-                    at: at.clone(),
+            if replica.raft.reader().read(|state| {
+                !state
+                    .overdue_prunes(&at, replica.config.deletion_timeout)
+                    .is_empty()
+            }) {
+                commands.push(Command::AbandonOverduePrunes {
+                    at,
+                    timeout_seconds: replica.config.deletion_timeout.as_secs(),
                 });
             }
         }
@@ -93,8 +92,19 @@ pub async fn run(replica: Arc<Replica>) {
                 tracing::warn!(node = id, ?state, "failure detector verdict");
             }
         }
-        if let Err(error) = replica.raft.propose_many(commands).await {
-            tracing::warn!(%error, "cannot commit the leader's membership and ticket changes");
+        match replica.raft.propose_many(commands).await {
+            Ok(committed) => {
+                for outcome in &committed.outcomes {
+                    if let fleet::state::Outcome::PrunesAbandoned { keys } = outcome {
+                        for key in keys {
+                            tracing::warn!(object = %key, timeout = ?replica.config.deletion_timeout, "pruning did not finish within --deletion-timeout: given up; what it applied stays on the clusters it could not reach");
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot commit the leader's membership and ticket changes");
+            }
         }
     }
 }

@@ -382,25 +382,8 @@ impl Replica {
 
     /// The current time as RFC 3339, stamped into commands by their proposer.
     pub fn now_rfc3339() -> String {
-        humantime::format_rfc3339_seconds(system_now()).to_string()
+        crate::clock::now_rfc3339()
     }
-}
-
-/// The wall clock replicas stamp their commands with: the system's, unless [`set_clock`] chose
-/// another for this process.
-static CLOCK: std::sync::OnceLock<fn() -> std::time::SystemTime> = std::sync::OnceLock::new();
-
-/// The current wall-clock time ([`set_clock`]).
-pub fn system_now() -> std::time::SystemTime {
-    CLOCK
-        .get()
-        .map_or_else(std::time::SystemTime::now, |clock| clock())
-}
-
-/// Makes every replica of this process read the wall clock from `clock`: the deterministic
-/// simulation's, so that a seed replays the same commands. Only the first call counts.
-pub fn set_clock(clock: fn() -> std::time::SystemTime) {
-    let _ = CLOCK.set(clock);
 }
 
 /// How long a replica insists on the full voter set before a first client write

@@ -62,7 +62,7 @@ pub async fn run(replica: Arc<Replica>, agents: Arc<Agents>) {
     let (done_sender, mut done) = mpsc::channel::<Done>(1024);
     let mut events = replica.raft.subscribe();
     let mut planner = Planner::new(
-        super::drift::whole_seconds(crate::node::system_now()),
+        super::drift::whole_seconds(crate::clock::system_now()),
         Instant::now(),
     );
     let mut last_orphan_scan = Instant::now();

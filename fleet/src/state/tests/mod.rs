@@ -620,6 +620,7 @@ mod installation;
 mod inventories;
 mod members;
 mod monorepo;
+mod pull;
 mod quota;
 mod recovery;
 mod retire;
