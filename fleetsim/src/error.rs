@@ -215,12 +215,14 @@ impl ApiError {
         Self::new(406, "NotAcceptable", message)
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// 415 for a body in a media type the verb does not read, naming the ones it does.
+    pub fn unsupported_media_type(content_type: &str, accepted: &[&str]) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/apply-patch+yaml, application/merge-patch+json, application/strategic-merge-patch+json, application/json-patch+json (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {} (got {content_type:?})",
+                accepted.join(", ")
             ),
         )
     }

@@ -80,19 +80,101 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 fn format_time(nanos: u128, fraction_digits: u32) -> String {
-    let secs = (nanos / 1_000_000_000) as i64;
+    let secs = i64::try_from(nanos / 1_000_000_000).unwrap_or(i64::MAX);
+    format_unix(secs, (nanos % 1_000_000_000) as u32, fraction_digits)
+}
+
+/// RFC 3339 in UTC of a Unix time, with `fraction_digits` (0 to 9) digits of the second.
+pub(crate) fn format_unix(secs: i64, nanos: u32, fraction_digits: u32) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, mo, d) = civil_from_days(days);
     let (h, mi, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    let fraction_digits = fraction_digits.min(9);
     if fraction_digits == 0 {
         return format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z");
     }
-    let frac = (nanos % 1_000_000_000) / 10u128.pow(9 - fraction_digits);
+    let frac = nanos.min(999_999_999) / 10u32.pow(9 - fraction_digits);
     format!(
         "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{frac:0width$}Z",
         width = fraction_digits as usize
     )
+}
+
+/// Days since 1970-01-01 of a civil date (the inverse of `civil_from_days`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses an RFC 3339 timestamp (`2024-02-29T12:34:56Z`, an optional fraction, `Z` or a
+/// `+hh:mm` offset) into Unix seconds and nanoseconds.
+pub(crate) fn parse_rfc3339(text: &str) -> Option<(i64, u32)> {
+    let bytes = text.as_bytes();
+    let number = |range: std::ops::Range<usize>| -> Option<u32> {
+        let part = text.get(range)?;
+        if !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        part.parse().ok()
+    };
+    if bytes.len() < 20
+        || bytes[4] != b'-'
+        || bytes[7] != b'-'
+        || !matches!(bytes[10], b'T' | b't')
+        || bytes[13] != b':'
+        || bytes[16] != b':'
+    {
+        return None;
+    }
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut rest = &text[19..];
+    let mut nanos = 0u32;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        for (index, digit) in fraction[..digits].bytes().enumerate() {
+            if index < 9 {
+                nanos += u32::from(digit - b'0') * 10u32.pow(8 - index as u32);
+            }
+        }
+        rest = &fraction[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            if rest.len() != 6 || rest.as_bytes()[3] != b':' {
+                return None;
+            }
+            let hours: i64 = rest[1..3].parse().ok()?;
+            let minutes: i64 = rest[4..6].parse().ok()?;
+            sign * (hours * 3600 + minutes * 60)
+        }
+    };
+    let days = days_from_civil(i64::from(year), month, day);
+    let secs = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second);
+    Some((secs - offset, nanos))
 }
 
 /// `metav1.Time`: RFC 3339 with second precision.
@@ -135,6 +217,30 @@ mod tests {
         let nanos = 1_709_210_096_789_000_000u128;
         assert_eq!(format_time(nanos, 0), "2024-02-29T12:34:56Z");
         assert_eq!(format_time(nanos, 6), "2024-02-29T12:34:56.789000Z");
+        assert_eq!(format_unix(-1, 0, 0), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn parses_what_it_formats_and_offsets() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some((0, 0)));
+        assert_eq!(
+            parse_rfc3339("2024-02-29T12:34:56.789Z"),
+            Some((1_709_210_096, 789_000_000))
+        );
+        assert_eq!(
+            parse_rfc3339("2024-02-29T14:34:56+02:00"),
+            Some((1_709_210_096, 0))
+        );
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), Some((-1, 0)));
+        for bad in [
+            "",
+            "2024-02-29",
+            "2024-13-01T00:00:00Z",
+            "2024-02-29T12:34:56",
+            "2024-02-29T12:34:56.Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! against it: discovery, generic storage with resourceVersions, generations and managed
 //! fields, every verb including server-side apply and watch, a simulated controller that
 //! makes workloads ready, fault injection per cluster, and an audit log of every write.
+//! kubectl works against it too: protobuf bodies of the built-in types (`protobuf`, read by
+//! reflection over Kubernetes' `.proto` files and mapped to JSON by their Go struct tags,
+//! `schema`), strategic merge patch (`patch::strategic`) and a schema-less `/openapi/v3`
+//! (`openapi`).
 //!
 //! ```text
 //! FleetSim::start(Config) ─► server (hyper) ─► /clusters/NAME ─► faults ─► api ─► store
@@ -38,9 +42,12 @@ pub mod faults;
 pub(crate) mod ids;
 pub(crate) mod kubeconfig;
 pub(crate) mod managed;
+pub(crate) mod openapi;
 pub(crate) mod ops;
 pub(crate) mod patch;
+pub(crate) mod protobuf;
 pub(crate) mod resources;
+pub(crate) mod schema;
 pub(crate) mod selector;
 pub(crate) mod server;
 pub mod sim;

@@ -14,14 +14,16 @@ use hyper::Response;
 use serde_json::Value;
 
 use super::http::{self as h, Body, Query};
-use super::metadata::{self, Output, Render};
+use super::metadata::{self, Format, Output, Render};
 use super::routing::{ClusterPath, ResourcePath};
 use super::watch::{self, WatchParams};
 use crate::audit::Origin;
 use crate::cluster::Cluster;
 use crate::discovery;
 use crate::error::ApiError;
+use crate::openapi;
 use crate::ops::{self, Actor, Write, WriteRequest};
+use crate::protobuf;
 use crate::resources::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::sim::Shared;
@@ -35,6 +37,14 @@ use crate::store::write::PatchKind;
 pub const WRITER_HEADER: &str = "x-starling-writer";
 /// Header carrying the owner generation of the writer.
 pub const GENERATION_HEADER: &str = "x-starling-generation";
+
+/// The patch formats, as 415 answers name them.
+const PATCH_TYPES: [&str; 4] = [
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
 
 /// Watches never run longer than this, whatever `timeoutSeconds` asks.
 const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
@@ -77,12 +87,28 @@ pub(crate) async fn handle(
     let result = match (&request.method, &request.path) {
         (_, ClusterPath::Resource(path)) => {
             let path = path.clone();
-            return match resource(&shared, &cluster, &request, &path).await {
+            let response = match resource(&shared, &cluster, &request, &path).await {
                 Ok(response) => response,
                 Err(error) => h::error(&error),
             };
+            let protobuf_only = matches!(
+                metadata::negotiate(request.accept.as_deref()),
+                Ok((_, Format::Protobuf))
+            );
+            return if protobuf_only {
+                h::to_protobuf(response).await
+            } else {
+                response
+            };
         }
         (&Method::GET, ClusterPath::Version) => Ok(h::json(200, &discovery::version())),
+        (&Method::GET, ClusterPath::OpenApiRoot) => Ok(h::json(
+            200,
+            &openapi::root(&format!("/clusters/{}", cluster.name), &crds()),
+        )),
+        (&Method::GET, ClusterPath::OpenApi(path)) => openapi::group_version(path, &crds())
+            .map(|d| h::json(200, &d))
+            .ok_or_else(ApiError::no_route),
         (&Method::GET, ClusterPath::Health) => Ok(h::text(200, "ok")),
         (&Method::GET, ClusterPath::CoreGroup) if aggregated => {
             Ok(aggregated_response(&discovery::aggregated(&crds(), true)))
@@ -188,12 +214,9 @@ fn parse_resource_version(raw: Option<&str>) -> Result<Option<u64>, ApiError> {
     }
 }
 
-fn decode_body(
-    request: &ApiRequest,
-    yaml_types: &[&str],
-    json_types: &[&str],
-) -> Result<Value, ApiError> {
-    let content_type = request
+/// The media type of the request body, without parameters, lowercase; JSON when absent.
+fn body_media_type(request: &ApiRequest) -> String {
+    request
         .content_type
         .as_deref()
         .unwrap_or("application/json")
@@ -201,7 +224,54 @@ fn decode_body(
         .next()
         .unwrap_or_default()
         .trim()
-        .to_ascii_lowercase();
+        .to_ascii_lowercase()
+}
+
+/// The body of a create or update: JSON, YAML, or protobuf for the built-in types.
+fn decode_object_body(request: &ApiRequest, info: &ResourceInfo) -> Result<Value, ApiError> {
+    let builtin = crate::schema::message_for(&info.api_version(), &info.kind)
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .is_some();
+    if body_media_type(request) == protobuf::CONTENT_TYPE {
+        if !builtin {
+            return Err(ApiError::unsupported_media_type(
+                protobuf::CONTENT_TYPE,
+                &["application/json", "application/yaml"],
+            ));
+        }
+        if request.body.is_empty() {
+            return Err(ApiError::bad_request("the request body is empty"));
+        }
+        let default_type = (info.api_version(), info.kind.clone());
+        return Ok(protobuf::decode_object(
+            &request.body,
+            Some((default_type.0.as_str(), default_type.1.as_str())),
+        )?);
+    }
+    let accepted: &[&str] = if builtin {
+        &[
+            "application/json",
+            "application/yaml",
+            protobuf::CONTENT_TYPE,
+        ]
+    } else {
+        &["application/json", "application/yaml"]
+    };
+    decode_body(
+        request,
+        &["application/yaml"],
+        &["application/json"],
+        accepted,
+    )
+}
+
+fn decode_body(
+    request: &ApiRequest,
+    yaml_types: &[&str],
+    json_types: &[&str],
+    accepted: &[&str],
+) -> Result<Value, ApiError> {
+    let content_type = body_media_type(request);
     if request.body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
@@ -215,7 +285,7 @@ fn decode_body(
             ApiError::bad_request(format!("the request body is not valid yaml: {e}"))
         });
     }
-    Err(ApiError::unsupported_media_type(&content_type))
+    Err(ApiError::unsupported_media_type(&content_type, accepted))
 }
 
 /// The default field manager: the User-Agent up to its first '/', as the apiserver does.
@@ -273,13 +343,31 @@ async fn resource(
     // Each verb checks the asked shape (one object or a list) before it reads or writes;
     // the apiserver finds a mismatch only when it encodes the answer, after a write has
     // been committed.
-    let output = metadata::negotiate(request.accept.as_deref())?;
+    let (output, format) = metadata::negotiate(request.accept.as_deref())?;
+    if format == Format::Protobuf {
+        let builtin = crate::schema::message_for(&info.api_version(), &info.kind)
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .is_some();
+        if !builtin {
+            return Err(ApiError::not_acceptable(format!(
+                "{} has no protobuf form: only the built-in types are served as {}",
+                info.group_resource(),
+                protobuf::CONTENT_TYPE
+            )));
+        }
+    }
     let namespace = path.namespace.clone().unwrap_or_default();
     let status_scope = path.subresource.is_some();
     let scope = scope_of(&info, status_scope);
     let name = path.name.clone();
     let watching = path.watch_prefix || request.query.flag("watch");
     match (&request.method, name) {
+        (&Method::GET, _) if watching && format == Format::Protobuf => {
+            Err(ApiError::not_acceptable(format!(
+                "watch streams are served as json only (got {:?})",
+                request.accept.as_deref().unwrap_or_default()
+            )))
+        }
         (&Method::GET, name) if watching => {
             shared.watches_total.fetch_add(1, Ordering::Relaxed);
             let mut query = list_query(&request.query, path.namespace.as_deref())?;
@@ -332,7 +420,7 @@ async fn resource(
             ApiError::method_not_allowed("create needs a namespace in the path"),
         ),
         (&Method::POST, None) => {
-            let body = decode_body(request, &["application/yaml"], &["application/json"])?;
+            let body = decode_object_body(request, &info)?;
             write(
                 shared,
                 cluster,
@@ -344,7 +432,7 @@ async fn resource(
             )
         }
         (&Method::PUT, Some(name)) => {
-            let body = decode_body(request, &["application/yaml"], &["application/json"])?;
+            let body = decode_object_body(request, &info)?;
             write(
                 shared,
                 cluster,
@@ -360,7 +448,12 @@ async fn resource(
             let base = content_type.split(';').next().unwrap_or_default().trim();
             let operation = match base {
                 "application/apply-patch+yaml" => {
-                    let body = decode_body(request, &["application/apply-patch+yaml"], &[])?;
+                    let body = decode_body(
+                        request,
+                        &["application/apply-patch+yaml"],
+                        &[],
+                        &PATCH_TYPES,
+                    )?;
                     if request.query.get("fieldManager").is_none_or(str::is_empty) {
                         return Err(ApiError::bad_request(
                             "fieldManager is required for apply requests",
@@ -382,7 +475,7 @@ async fn resource(
                         "application/strategic-merge-patch+json" => PatchKind::Strategic,
                         _ => PatchKind::Json,
                     };
-                    let body = decode_body(request, &[], &[base])?;
+                    let body = decode_body(request, &[], &[base], &PATCH_TYPES)?;
                     Write::Patch {
                         name,
                         kind,
@@ -390,7 +483,7 @@ async fn resource(
                         scope,
                     }
                 }
-                other => return Err(ApiError::unsupported_media_type(other)),
+                other => return Err(ApiError::unsupported_media_type(other, &PATCH_TYPES)),
             };
             write(shared, cluster, request, info, namespace, operation, output)
         }
@@ -426,9 +519,14 @@ async fn resource(
 fn delete_options(request: &ApiRequest) -> Result<DeleteOptions, ApiError> {
     let mut options = DeleteOptions::default();
     if !request.body.is_empty() {
-        let body: Value = serde_json::from_slice(&request.body).map_err(|e| {
-            ApiError::bad_request(format!("the DeleteOptions body is not valid json: {e}"))
-        })?;
+        // typed clients send DeleteOptions in their content type, protobuf included
+        let body: Value = if request.body.starts_with(protobuf::MAGIC) {
+            protobuf::decode_object(&request.body, Some(("meta.k8s.io/v1", "DeleteOptions")))?
+        } else {
+            serde_json::from_slice(&request.body).map_err(|e| {
+                ApiError::bad_request(format!("the DeleteOptions body is not valid json: {e}"))
+            })?
+        };
         if let Some(policy) = body.get("propagationPolicy").and_then(Value::as_str) {
             options.propagation = Some(Propagation::parse(policy)?);
         }

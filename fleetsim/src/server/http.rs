@@ -1,5 +1,6 @@
-//! HTTP plumbing: the response body type, JSON and Status responses, query strings, and
-//! reading request bodies under the size limit (413 beyond it).
+//! HTTP plumbing: the response body type, JSON and Status responses (and their protobuf
+//! form for clients that accept only that), query strings, and reading request bodies under
+//! the size limit (413 beyond it).
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -55,6 +56,45 @@ pub(crate) fn error(error: &ApiError) -> Response<Body> {
         response.headers_mut().insert(header::RETRY_AFTER, value);
     }
     response
+}
+
+/// The protobuf form of a JSON response (object, list or Status), for a client whose
+/// `Accept` allows nothing else. An object protobuf cannot carry is answered with a 500
+/// Status (itself in protobuf).
+pub(crate) async fn to_protobuf(response: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    let is_json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !is_json {
+        return Response::from_parts(parts, body);
+    }
+    let encoded = match body.collect().await {
+        Ok(collected) => serde_json::from_slice::<Value>(&collected.to_bytes())
+            .map_err(|e| ApiError::internal(format!("the answer is not json: {e}")))
+            .and_then(|value| crate::protobuf::encode_object(&value).map_err(ApiError::from)),
+        Err(error) => Err(ApiError::internal(format!(
+            "the answer could not be read: {error}"
+        ))),
+    };
+    let bytes = match encoded {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            parts.status =
+                StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            match crate::protobuf::encode_object(&error.to_status()) {
+                Ok(bytes) => bytes,
+                Err(_) => return self::error(&error),
+            }
+        }
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::protobuf::CONTENT_TYPE),
+    );
+    Response::from_parts(parts, full(bytes))
 }
 
 pub(crate) fn streaming(code: u16, content_type: &'static str, body: Body) -> Response<Body> {

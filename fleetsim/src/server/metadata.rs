@@ -17,8 +17,11 @@
 //! order breaks ties; wildcards after specific types), and the first one fleetsim can serve
 //! wins: `application/json` (or `application/*`, `*/*`) without a conversion, or with one of
 //! the two metadata conversions in `meta.k8s.io` v1 or v1beta1. Everything else (`as=Table`,
-//! protobuf, YAML, CBOR) is skipped, so a header that falls back to plain JSON gets full
-//! objects and one that does not gets 406. A `PartialObjectMetadata` carries the object's
+//! YAML, CBOR) is skipped, so a header that falls back to plain JSON gets full objects.
+//! Protobuf (`application/vnd.kubernetes.protobuf`, with the same conversions) is answered
+//! only when no JSON range is acceptable at all ([`Format::Protobuf`]); kubectl's
+//! `application/vnd.kubernetes.protobuf,application/json` gets JSON. A header with nothing
+//! servable gets 406. A `PartialObjectMetadata` carries the object's
 //! whole `metadata` (managedFields included) and nothing else; Status objects (errors,
 //! watch ERROR events) are never converted.
 
@@ -33,6 +36,14 @@ const META_V1: &str = "meta.k8s.io/v1";
 const META_V1BETA1: &str = "meta.k8s.io/v1beta1";
 const PARTIAL_KIND: &str = "PartialObjectMetadata";
 const PARTIAL_LIST_KIND: &str = "PartialObjectMetadataList";
+
+/// How a response body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    Json,
+    /// Kubernetes protobuf: the JSON answer is transcoded at the end (`crate::protobuf`).
+    Protobuf,
+}
 
 /// What the `Accept` header asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,22 +121,25 @@ impl Render {
     }
 }
 
-/// What the response to a request with this `Accept` header holds; no header (or an
-/// empty one) means the resource's own representation.
-pub(crate) fn negotiate(accept: Option<&str>) -> Result<Output, ApiError> {
+/// What the response to a request with this `Accept` header holds and how it is encoded;
+/// no header (or an empty one) means the resource's own representation in JSON.
+pub(crate) fn negotiate(accept: Option<&str>) -> Result<(Output, Format), ApiError> {
     let Some(header) = accept.map(str::trim).filter(|h| !h.is_empty()) else {
-        return Ok(Output::Object);
+        return Ok((Output::Object, Format::Json));
     };
-    media_ranges(header)
-        .iter()
-        .find_map(MediaRange::output)
-        .ok_or_else(|| {
-            ApiError::not_acceptable(format!(
-                "only the following media types are accepted: application/json, \
-                 application/json;as={PARTIAL_KIND};g=meta.k8s.io;v=v1, \
-                 application/json;as={PARTIAL_LIST_KIND};g=meta.k8s.io;v=v1 (got {header:?})"
-            ))
-        })
+    let ranges = media_ranges(header);
+    if let Some(output) = ranges.iter().find_map(|r| r.output(Format::Json)) {
+        return Ok((output, Format::Json));
+    }
+    if let Some(output) = ranges.iter().find_map(|r| r.output(Format::Protobuf)) {
+        return Ok((output, Format::Protobuf));
+    }
+    Err(ApiError::not_acceptable(format!(
+        "only the following media types are accepted: application/json, \
+         application/json;as={PARTIAL_KIND};g=meta.k8s.io;v=v1, \
+         application/json;as={PARTIAL_LIST_KIND};g=meta.k8s.io;v=v1, \
+         application/vnd.kubernetes.protobuf (got {header:?})"
+    )))
 }
 
 /// One media range of an `Accept` header.
@@ -145,15 +159,18 @@ impl<'a> MediaRange<'a> {
             .map(|(_, value)| *value)
     }
 
-    /// What fleetsim answers for this range, if it can answer at all.
-    fn output(&self) -> Option<Output> {
+    /// What fleetsim answers for this range in `format`, if it can answer at all.
+    fn output(&self, format: Format) -> Option<Output> {
         let main_type = self.main_type.to_ascii_lowercase();
         let sub_type = self.sub_type.to_ascii_lowercase();
-        let json = matches!(
-            (main_type.as_str(), sub_type.as_str()),
-            ("application", "json" | "*") | ("*", "*")
-        );
-        if !json {
+        let matches = match format {
+            Format::Json => matches!(
+                (main_type.as_str(), sub_type.as_str()),
+                ("application", "json" | "*") | ("*", "*")
+            ),
+            Format::Protobuf => main_type == "application" && sub_type == "vnd.kubernetes.protobuf",
+        };
+        if !matches {
             return None;
         }
         // any of as/g/v asks for a conversion; the apiserver needs all three to match one
@@ -256,12 +273,15 @@ mod tests {
         "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 
     fn negotiated(accept: &str) -> Option<Output> {
-        negotiate(Some(accept)).ok()
+        negotiate(Some(accept))
+            .ok()
+            .filter(|(_, format)| *format == Format::Json)
+            .map(|(output, _)| output)
     }
 
     #[test]
     fn negotiates_what_kube_asks_for() {
-        assert_eq!(negotiate(None).ok(), Some(Output::Object));
+        assert_eq!(negotiate(None).ok(), Some((Output::Object, Format::Json)));
         assert_eq!(negotiated(""), Some(Output::Object));
         assert_eq!(negotiated("application/json"), Some(Output::Object));
         assert_eq!(negotiated("*/*"), Some(Output::Object));
@@ -307,9 +327,32 @@ mod tests {
     }
 
     #[test]
+    fn answers_protobuf_only_when_json_is_not_acceptable() {
+        let protobuf = |accept: &str| negotiate(Some(accept)).ok();
+        assert_eq!(
+            protobuf("application/vnd.kubernetes.protobuf"),
+            Some((Output::Object, Format::Protobuf))
+        );
+        assert_eq!(
+            protobuf(
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+            ),
+            Some((Output::MetadataList(META_V1), Format::Protobuf))
+        );
+        // kubectl's typed clients: JSON is acceptable too, and wins
+        assert_eq!(
+            protobuf("application/vnd.kubernetes.protobuf,application/json"),
+            Some((Output::Object, Format::Json))
+        );
+        assert_eq!(
+            protobuf("application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1"),
+            None
+        );
+    }
+
+    #[test]
     fn refuses_what_it_cannot_serve() {
         for accept in [
-            "application/vnd.kubernetes.protobuf",
             "application/yaml",
             "application/json;as=Table;v=v1;g=meta.k8s.io",
             // a conversion needs its group and version

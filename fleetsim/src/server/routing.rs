@@ -5,6 +5,7 @@
 //! /version /healthz /readyz /livez
 //! /api                      /apis               /apis/GROUP          (discovery)
 //! /api/v1                   /apis/GROUP/VERSION                      (resource lists)
+//! /openapi/v3              /openapi/v3/api/v1  /openapi/v3/apis/GROUP/VERSION
 //! /api/v1[/watch][/namespaces/NS]/RESOURCE[/NAME[/SUBRESOURCE]]
 //! /apis/GROUP/VERSION[/watch][/namespaces/NS]/RESOURCE[/NAME[/SUBRESOURCE]]
 //! ```
@@ -32,6 +33,10 @@ pub(crate) enum ClusterPath {
     Groups,
     Group(String),
     GroupVersion(String, String),
+    /// `/openapi/v3`.
+    OpenApiRoot,
+    /// `/openapi/v3/PATH`, PATH being `api/v1` or `apis/GROUP/VERSION`.
+    OpenApi(String),
     Resource(ResourcePath),
     Unknown,
 }
@@ -72,6 +77,8 @@ pub(crate) fn route(path: &str) -> ClusterPath {
         ["api"] => ClusterPath::CoreGroup,
         ["api", version] => ClusterPath::CoreVersion(version.to_string()),
         ["api", version, rest @ ..] => resource_path("", version, rest),
+        ["openapi", "v3"] => ClusterPath::OpenApiRoot,
+        ["openapi", "v3", rest @ ..] => ClusterPath::OpenApi(rest.join("/")),
         ["apis"] => ClusterPath::Groups,
         ["apis", group] => ClusterPath::Group(group.to_string()),
         ["apis", group, version] => {
@@ -114,6 +121,11 @@ mod tests {
             ClusterPath::GroupVersion("apps".into(), "v1".into())
         );
         assert_eq!(route("/version"), ClusterPath::Version);
+        assert_eq!(route("/openapi/v3"), ClusterPath::OpenApiRoot);
+        assert_eq!(
+            route("/openapi/v3/apis/apps/v1"),
+            ClusterPath::OpenApi("apis/apps/v1".into())
+        );
         assert_eq!(route("/nope"), ClusterPath::Unknown);
         assert_eq!(route("/api/v1/a/b/c/d"), ClusterPath::Unknown);
     }

@@ -223,11 +223,38 @@ impl ClusterState {
         let old_value = old.value();
         let mut patched = old_value.clone();
         match kind {
-            PatchKind::Merge | PatchKind::Strategic => {
+            PatchKind::Merge => {
                 if !patch_body.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a json object"));
                 }
                 patch::merge_patch(&mut patched, patch_body);
+            }
+            PatchKind::Strategic => {
+                if !patch_body.is_object() {
+                    return Err(ApiError::bad_request(
+                        "a strategic merge patch must be a json object",
+                    ));
+                }
+                // custom resources have no merge strategies: the apiserver refuses them too
+                let message = crate::schema::message_for(&info.api_version(), &info.kind)
+                    .map_err(|e| ApiError::internal(e.to_string()))?
+                    .ok_or_else(|| {
+                        ApiError::unsupported_media_type(
+                            "application/strategic-merge-patch+json",
+                            &[
+                                "application/json-patch+json",
+                                "application/merge-patch+json",
+                                "application/apply-patch+yaml",
+                            ],
+                        )
+                    })?;
+                patch::strategic::apply(&mut patched, patch_body, &message).map_err(|e| {
+                    ApiError::new(
+                        422,
+                        "Invalid",
+                        format!("the strategic merge patch could not be applied: {e}"),
+                    )
+                })?;
             }
             PatchKind::Json => patch::json_patch(&mut patched, patch_body).map_err(|e| {
                 ApiError::new(

@@ -560,12 +560,7 @@ async fn accept_negotiation_falls_back_or_refuses_with_406() {
     for (method, path, accept, body) in [
         ("GET", one.as_str(), METADATA_LIST, None),
         ("GET", SECRETS, METADATA, None),
-        (
-            "GET",
-            one.as_str(),
-            "application/vnd.kubernetes.protobuf",
-            None,
-        ),
+        ("GET", one.as_str(), "text/html", None),
         ("PATCH", one.as_str(), METADATA_LIST, Some(relabel.clone())),
     ] {
         let (status, answer) = json_accepting(&client, method, path, accept, body).await;

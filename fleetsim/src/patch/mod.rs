@@ -1,6 +1,7 @@
-//! Patch formats other than apply: JSON merge patch (RFC 7386), which strategic merge
-//! patch is also treated as (lists are replaced, `$patch` directives are not interpreted),
-//! and JSON patch (RFC 6902).
+//! Patch formats other than apply: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and
+//! strategic merge patch for the built-in types ([`strategic`]).
+
+pub(crate) mod strategic;
 
 use serde_json::Value;
 
@@ -15,10 +16,6 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     }
     if let Value::Object(target_map) = target {
         for (key, value) in patch_map {
-            if key.starts_with("$") {
-                // strategic merge patch directives ($patch, $retainKeys, ...) are ignored
-                continue;
-            }
             if value.is_null() {
                 target_map.remove(key);
             } else {
