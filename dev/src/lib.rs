@@ -40,7 +40,8 @@ use progress::Progress;
 pub use renderers::Demo;
 use report::{Check, RolloutTiming, Summary};
 use starling_cli::output::{OutputFormat, ReportFormat};
-use starling_replica::config::{Mode, NodeConfig, OperatorConfig};
+use starling_operator::{Mode, OperatorConfig};
+use starling_replica::config::NodeConfig;
 use starling_replica::serve::{self, RunningNode};
 use starling_replica::{Replica, SpecSource};
 
@@ -314,13 +315,6 @@ impl Dev {
                 max_waiting_syncs: starling_replica::config::DEFAULT_MAX_WAITING_SYNCS
                     .max(self.args.max_concurrent_syncs),
                 drain_timeout: Duration::ZERO,
-                operator: self.management.as_ref().map(|m| OperatorConfig {
-                    kubeconfig: Some(m.kubeconfig.clone()),
-                    namespaces: Vec::new(),
-                    status_writes_per_second: STATUS_WRITES_PER_SECOND,
-                    deletion_timeout: Duration::from_secs(300),
-                    capi: false,
-                }),
                 recovery: false,
                 admin_token_file: None,
                 tls: None,
@@ -330,7 +324,14 @@ impl Dev {
                 token_use_interval: std::time::Duration::from_secs(60),
                 quota: Default::default(),
             };
-            let spec_source = match &config.operator {
+            let operator = self.management.as_ref().map(|m| OperatorConfig {
+                kubeconfig: Some(m.kubeconfig.clone()),
+                namespaces: Vec::new(),
+                status_writes_per_second: STATUS_WRITES_PER_SECOND,
+                deletion_timeout: config.deletion_timeout,
+                capi: false,
+            });
+            let spec_source = match &operator {
                 Some(operator) => Some(Arc::new(
                     starling_operator::Operator::connect(operator).await?,
                 ) as Arc<dyn SpecSource>),

@@ -562,7 +562,6 @@ async fn admission(
             max_concurrent_syncs: 1,
             max_waiting_syncs: 1,
             drain_timeout: Duration::ZERO,
-            operator: None,
             recovery: false,
             admin_token_file: None,
             tls: None,

@@ -39,7 +39,7 @@ use super::mirror::{
     Spec, normalized_meta,
 };
 use super::watches::{not_served, observe, observe_capi, scopes, watches};
-use starling_replica::Replica;
+use starling_replica::SpecHandle;
 use starling_replica::lock;
 
 /// Events gathered into one reconcile at most, and how long the ingest waits for more.
@@ -82,7 +82,7 @@ impl IngestError {
 
 /// Watches the management cluster and proposes its changes until the future is dropped (when
 /// this replica stops leading).
-pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
+pub(crate) async fn run(replica: &SpecHandle, operator: &Operator, mirror: &Mutex<Mirror>) {
     let scopes = scopes(operator);
     let mut events = watches(operator, &scopes);
     let mut dirty = Dirty::default();
@@ -150,7 +150,7 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
         }
         // Nothing is committed from the management cluster before the group has formed
         // (see `Replica::write_quorum`): it would live on this replica's disk only.
-        if !replica.write_quorum_formed() {
+        if !replica.quorum_formed() {
             retry_at = Some(Instant::now() + RETRY.0);
             continue;
         }
@@ -210,13 +210,13 @@ type FinalizerPatch = (ObjectKey, String, Vec<String>);
 /// Compares the dirty keys with the state and commits the differences. Keys whose commands
 /// were not committed go back into `dirty`.
 async fn reconcile(
-    replica: &Replica,
+    replica: &SpecHandle,
     operator: &Operator,
     mirror: &Mutex<Mirror>,
     dirty: &mut Dirty,
 ) -> Result<(), IngestError> {
     let taken = std::mem::take(dirty);
-    let reader = replica.raft.reader();
+    let reader = replica.reader();
     let (actions, mut finalizers): (Vec<(ObjectKey, Action)>, Vec<FinalizerPatch>) = {
         let mut mirror = lock(mirror);
         reader.read(|state| {
@@ -353,14 +353,14 @@ async fn reconcile(
 /// Commits proposals in chunks through this replica's own Raft instance. Keys of chunks that
 /// did not commit go into `failed`.
 async fn commit(
-    replica: &Replica,
+    replica: &SpecHandle,
     mirror: &Mutex<Mirror>,
     proposals: &[(ObjectKey, Proposal)],
     failed: &mut BTreeSet<ObjectKey>,
 ) -> Result<(), IngestError> {
     let mut chunks = proposals.chunks(PROPOSAL_CHUNK);
     while let Some(chunk) = chunks.next() {
-        let at = Replica::now_rfc3339();
+        let at = SpecHandle::now_rfc3339();
         let commands: Vec<Command> = chunk
             .iter()
             .map(|(key, proposal)| match proposal {
@@ -372,7 +372,7 @@ async fn commit(
                 Proposal::Retire => Command::RetireSpec { key: key.clone() },
             })
             .collect();
-        match replica.raft.client_write_many(commands).await {
+        match replica.write(commands).await {
             Ok(committed) => {
                 let mut mirror = lock(mirror);
                 for ((key, proposal), outcome) in chunk.iter().zip(&committed.outcomes) {

@@ -27,6 +27,7 @@
 
 mod capi;
 mod compare;
+pub mod config;
 mod events;
 mod ingest;
 mod mirror;
@@ -41,9 +42,9 @@ use futures::future::BoxFuture;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use starling_replica::config::OperatorConfig;
-use starling_replica::{PatchError, Replica, SpecSource};
+use starling_replica::{PatchError, SpecHandle, SpecSource};
 
+pub use config::{Mode, OperatorArgs, OperatorConfig, OperatorConfigError};
 use mirror::Mirror;
 
 /// Why operator mode could not start.
@@ -161,6 +162,11 @@ impl SpecSource for Operator {
         READ_ONLY_MESSAGE
     }
 
+    fn import_refusal(&self) -> &'static str {
+        "in operator mode the management cluster holds the specs: start the new installation \
+         with --recovery and run `starling recover`"
+    }
+
     fn patch_spec<'a>(
         &'a self,
         kind: Kind,
@@ -221,16 +227,26 @@ impl SpecSource for Operator {
         })
     }
 
-    fn run(self: Arc<Self>, replica: Arc<Replica>) -> BoxFuture<'static, ()> {
+    /// Agents only re-claim the pull Clusters made in the management cluster, which names
+    /// the agent that may serve each.
+    fn agents_register_clusters(&self) -> bool {
+        false
+    }
+
+    fn agents_must_be_named(&self) -> bool {
+        true
+    }
+
+    fn run(self: Arc<Self>, replica: SpecHandle) -> BoxFuture<'static, ()> {
         Box::pin(run(self, replica))
     }
 }
 
 /// Runs the ingest and the status writer while this replica leads, from a fresh mirror each
 /// time it becomes leader.
-async fn run(operator: Arc<Operator>, replica: Arc<Replica>) {
+async fn run(operator: Arc<Operator>, replica: SpecHandle) {
     let id = replica.id();
-    let mut metrics = replica.raft.metrics();
+    let mut metrics = replica.metrics();
     loop {
         if metrics
             .wait_for(|m| m.current_leader == Some(id))
@@ -255,6 +271,6 @@ async fn run(operator: Arc<Operator>, replica: Arc<Replica>) {
                 tracing::info!(node = id, "no longer leading: stopped watching the management cluster");
             }
         }
-        metrics = replica.raft.metrics();
+        metrics = replica.metrics();
     }
 }

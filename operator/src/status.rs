@@ -39,7 +39,7 @@ use super::events::Milestones;
 use super::mirror::{Item, Mirror, Observed, Rejection, Spec};
 use super::verdict::{self, Verdict};
 use starling_raft::StateEvent;
-use starling_replica::Replica;
+use starling_replica::SpecHandle;
 use starling_replica::lock;
 use tokio::sync::broadcast;
 
@@ -84,7 +84,7 @@ impl Dirt {
 }
 
 /// Writes statuses until the future is dropped (when this replica stops leading).
-pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<Mirror>) {
+pub(crate) async fn run(replica: &SpecHandle, operator: &Operator, mirror: &Mutex<Mirror>) {
     let rate = f64::from(operator.status_writes_per_second.max(1));
     let mut tokens = rate;
     let mut refilled = Instant::now();
@@ -92,7 +92,7 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
     // status. A write's own watch event may not have arrived yet; this keeps it from being
     // written twice. Another writer changing the object changes its resourceVersion.
     let mut written: HashMap<ObjectKey, (String, Value)> = HashMap::new();
-    let mut events = replica.raft.subscribe();
+    let mut events = replica.subscribe();
     let mut dirt = Dirt {
         everything: true,
         keys: BTreeSet::new(),
@@ -121,14 +121,13 @@ pub(crate) async fn run(replica: &Replica, operator: &Operator, mirror: &Mutex<M
         refilled = now;
         let versions = (
             lock(mirror).version,
-            replica.raft.reader().read(|state| state.revision),
+            replica.reader().read(|state| state.revision),
         );
         if versions != events_seen {
             events_seen = versions;
             let due = {
                 let mirror = lock(mirror);
                 replica
-                    .raft
                     .reader()
                     .read(|state| milestones.due(state, &mirror))
             };
@@ -202,13 +201,13 @@ struct Pending {
 
 /// The statuses to write among the objects `only` names (all of them: `None`).
 fn pending(
-    replica: &Replica,
+    replica: &SpecHandle,
     mirror: &Mutex<Mirror>,
     written: &HashMap<ObjectKey, (String, Value)>,
     only: Option<&BTreeSet<ObjectKey>>,
 ) -> Vec<Pending> {
     let mirror = lock(mirror);
-    let now = Replica::now_rfc3339();
+    let now = SpecHandle::now_rfc3339();
     let objects: Box<dyn Iterator<Item = (&ObjectKey, &Observed)>> = match only {
         None => Box::new(mirror.objects.iter()),
         Some(keys) => Box::new(
@@ -216,7 +215,7 @@ fn pending(
                 .filter_map(|key| mirror.objects.get_key_value(key)),
         ),
     };
-    replica.raft.reader().read(|state| {
+    replica.reader().read(|state| {
         objects
             .filter_map(|(key, observed)| {
                 let Item::Object { spec, status } = &observed.item else {

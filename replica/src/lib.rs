@@ -53,7 +53,7 @@ pub fn keep_files_private() {
 pub use error::ReplicaError;
 pub use metrics::{AllocatorProbe, AllocatorStats, set_allocator_probe};
 pub use node::{Replica, lock};
-pub use spec_source::{PatchError, SpecSource};
+pub use spec_source::{PatchError, SpecHandle, SpecSource};
 
 /// The seams the deterministic simulation (`chaos/tests/sim`) drives a replica through: it
 /// builds a [`Replica`] of a simulated network, disk and target ([`Replica::assemble`]) and

@@ -151,7 +151,9 @@ pub async fn start(
         tokio::spawn(node::stopping::rejoin(replica.clone())),
     ];
     if let Some(source) = spec_source {
-        tasks.push(tokio::spawn(source.run(replica.clone())));
+        tasks.push(tokio::spawn(
+            source.run(crate::spec_source::SpecHandle::new(replica.clone())),
+        ));
     }
     if let Some(tls) = &replica.tls {
         tasks.push(tokio::spawn(tls.clone().watch()));

@@ -45,6 +45,10 @@ pub trait SpecSource: Send + Sync + 'static {
     /// Why the API refuses spec writes (`apply`, `delete`, `import`): the source holds them.
     fn read_only_message(&self) -> &'static str;
 
+    /// Why `starling import` is refused: the source holds the specs, and says how to
+    /// recover instead.
+    fn import_refusal(&self) -> &'static str;
+
     /// Sets `field` of an object's spec (a hold, a rollout pause, a pin) in the source of
     /// truth, which then brings the change into the state like any other.
     fn patch_spec<'a>(
@@ -71,8 +75,9 @@ pub trait SpecSource: Send + Sync + 'static {
         true
     }
 
-    /// The source's own tasks, for the replica's life (aborted when it stops).
-    fn run(self: Arc<Self>, replica: Arc<Replica>) -> BoxFuture<'static, ()>;
+    /// The source's own tasks, for the replica's life (aborted when it stops), with the
+    /// narrow handle they need of the replica.
+    fn run(self: Arc<Self>, replica: SpecHandle) -> BoxFuture<'static, ()>;
 }
 
 /// What an agent's `Register` may do on this replica: with no source (standalone mode) it
@@ -88,4 +93,58 @@ pub(crate) fn register_policy(
         must_be_named: !open && source.is_some_and(|s| s.agents_must_be_named()),
     };
     (writes, policy)
+}
+
+/// What a [`SpecSource`]'s tasks may use of their replica, and nothing more: its id, the
+/// state's reader and change events, the Raft metrics (who leads), local writes (the leader's
+/// own instance: a deposed leader cannot commit an older view after its successor's), and
+/// whether the group has formed.
+#[derive(Clone)]
+pub struct SpecHandle {
+    replica: Arc<Replica>,
+}
+
+impl SpecHandle {
+    pub(crate) fn new(replica: Arc<Replica>) -> SpecHandle {
+        SpecHandle { replica }
+    }
+
+    /// This replica's node id.
+    pub fn id(&self) -> fleet::state::NodeId {
+        self.replica.id()
+    }
+
+    /// The applied fleet state.
+    pub fn reader(&self) -> starling_raft::StateReader {
+        self.replica.raft.reader()
+    }
+
+    /// The keys each applied entry changed.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<starling_raft::StateEvent> {
+        self.replica.raft.subscribe()
+    }
+
+    /// The Raft metrics: who leads, what is applied.
+    pub fn metrics(&self) -> tokio::sync::watch::Receiver<starling_raft::RaftMetrics> {
+        self.replica.raft.metrics()
+    }
+
+    /// Commits `commands` as one entry through this replica's own Raft instance (refused
+    /// unless it leads).
+    pub async fn write(
+        &self,
+        commands: Vec<fleet::Command>,
+    ) -> Result<starling_raft::Committed, starling_raft::WriteError> {
+        self.replica.raft.client_write_many(commands).await
+    }
+
+    /// The replica's wall clock as RFC 3339, for the times commands carry.
+    pub fn now_rfc3339() -> String {
+        crate::clock::now_rfc3339()
+    }
+
+    /// Whether client spec writes are taken yet ([`Replica::write_quorum_formed`]).
+    pub fn quorum_formed(&self) -> bool {
+        self.replica.write_quorum_formed()
+    }
 }

@@ -53,10 +53,19 @@ struct GlobalArgs {
     output: Option<OutputFormat>,
 }
 
+/// `starling node`: the replica's flags, and operator mode's (which only that crate reads).
+#[derive(clap::Args, Debug)]
+struct NodeCommand {
+    #[command(flatten)]
+    node: starling_replica::config::NodeArgs,
+    #[command(flatten)]
+    operator: starling_operator::OperatorArgs,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a replica.
-    Node(starling_replica::config::NodeArgs),
+    Node(NodeCommand),
     /// Run the agent of a pull cluster, inside it: connects out to the replicas and applies
     /// the syncs granted to its cluster.
     Agent(starling_agent::AgentArgs),
@@ -156,8 +165,11 @@ pub async fn shutdown_signal() {
 
 /// `starling node`: the replica, with operator mode's management cluster as its spec source
 /// when the configuration asks for it.
-async fn node(config: starling_replica::config::NodeConfig) -> anyhow::Result<()> {
-    let spec_source = match &config.operator {
+async fn node(
+    config: starling_replica::config::NodeConfig,
+    operator: Option<starling_operator::OperatorConfig>,
+) -> anyhow::Result<()> {
+    let spec_source = match &operator {
         Some(operator) => Some(
             Arc::new(starling_operator::Operator::connect(operator).await?)
                 as Arc<dyn starling_replica::SpecSource>,
@@ -225,19 +237,31 @@ pub fn main() -> std::process::ExitCode {
 
 fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
     match command {
-        Command::Node(args) if args.validate_config => {
+        Command::Node(NodeCommand {
+            node: args,
+            operator,
+        }) if args.validate_config => {
             let config = args.validate()?;
+            let operator = operator.validate(config.deletion_timeout)?;
             config.check_files()?;
-            println!("{}", config.summary());
+            println!(
+                "{} {}",
+                config.summary(),
+                starling_operator::config::mode_summary(operator.as_ref())
+            );
             Ok(())
         }
-        Command::Node(args) => {
+        Command::Node(NodeCommand {
+            node: args,
+            operator,
+        }) => {
             let config = args.validate()?;
+            let operator = operator.validate(config.deletion_timeout)?;
             starling_transport::set_peer_routes(&args.peer_routes).map_err(anyhow::Error::msg)?;
             starling_replica::keep_files_private();
             starling_replica::set_allocator_probe(allocator::stats);
             init_tracing(log_format);
-            runtime().and_then(|rt| rt.block_on(node(config)))
+            runtime().and_then(|rt| rt.block_on(node(config, operator)))
         }
         Command::Agent(args) => {
             init_tracing(log_format);

@@ -189,7 +189,6 @@ fn node_config(host: &Host) -> NodeConfig {
         max_concurrent_syncs: host.apply_slots,
         max_waiting_syncs: host.sync_slots,
         drain_timeout: Duration::from_secs(10),
-        operator: None,
         recovery: false,
         admin_token_file: None,
         tls: None,

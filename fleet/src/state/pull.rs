@@ -56,7 +56,11 @@ pub enum RegisterRefusal {
          serve it"
     )]
     Unnamed { cluster: String, agent: String },
-    #[error("Cluster {cluster} does not exist and this installation does not let agents create it")]
+    #[error(
+        "Cluster {cluster} does not exist and this installation does not let agents create it: \
+         create it with spec.mode: pull where its specs come from (in operator mode, the \
+         management cluster)"
+    )]
     NotFound { cluster: String },
     #[error(
         "this installation is recovering from a disaster and does not know Cluster {cluster} \

@@ -445,9 +445,9 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<tonic::Streaming<proto::ImportChunk>>,
     ) -> Result<Response<proto::ImportResponse>, Status> {
         principal(&request)?.require(Role::Admin, None, "import a backup")?;
-        if self.spec_source.is_some() {
+        if let Some(source) = &self.spec_source {
             return Err(status(ApiError::failed_precondition(
-                "in operator mode the management cluster holds the specs: start the new installation with --recovery and run `starling recover`",
+                source.import_refusal(),
             )));
         }
         let bytes = recovery::collect_import(request.into_inner()).await?;

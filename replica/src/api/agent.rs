@@ -37,7 +37,7 @@ pub(crate) struct AgentService {
     replica: Arc<Replica>,
     /// The agents connected to this replica.
     agents: Arc<Agents>,
-    /// Operator mode: pull Clusters are made in the management cluster, not by agents.
+    /// Where the specs come from when not from the API: it decides what a Register may do.
     spec_source: Option<Arc<dyn crate::spec_source::SpecSource>>,
     /// Probes of the owners held attaches wait for.
     probes: super::owner_probe::OwnerProbes,
@@ -88,10 +88,7 @@ fn refusal_status(refusal: RegisterRefusal) -> Status {
             ApiError::permission_denied(message)
         }
         RegisterRefusal::PushCluster { .. } => ApiError::failed_precondition(message),
-        RegisterRefusal::NotFound { .. } => ApiError::not_found(format!(
-            "{message}: register it first (in operator mode, create it with spec.mode: pull in \
-             the management cluster)"
-        )),
+        RegisterRefusal::NotFound { .. } => ApiError::failed_precondition(message),
         RegisterRefusal::Recovering { .. } => ApiError::unavailable(format!("{message}; retrying")),
     })
 }

@@ -99,18 +99,6 @@ pub struct NodeArgs {
     /// exits (0s: no drain). Keep it below the pod's terminationGracePeriodSeconds.
     #[arg(long, env = "STARLING_DRAIN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
-    /// Where specs come from. `standalone`: through the API (`starling apply`). `operator`: the
-    /// leader watches the starling.dev objects (and the kubeconfig Secrets they name) in a
-    /// Kubernetes cluster and writes their status back; the API's specs are then read-only.
-    #[arg(long, env = "STARLING_MODE", value_enum, default_value_t = Mode::Standalone)]
-    pub mode: Mode,
-    /// Operator mode: the kubeconfig of the management cluster. Unset: `KUBECONFIG`, then
-    /// `~/.kube/config`, then the in-cluster service account.
-    #[arg(long, env = "STARLING_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Operator mode: the namespaces to watch (`a,b`); every namespace when unset.
-    #[arg(long, env = "STARLING_WATCH_NAMESPACES", value_delimiter = ',')]
-    pub watch_namespaces: Vec<String>,
     /// How long a deleted Sync, SyncGroup or Cluster (or a cluster a SyncGroup let go of) may
     /// wait for its objects to be pruned from clusters that cannot be reached; after it, they
     /// are left there, the object goes, and the SyncGroup's status says so.
@@ -132,13 +120,6 @@ pub struct NodeArgs {
     /// count or with Ki, Mi, Gi (`512Mi`): a write past it is refused. Standalone mode.
     #[arg(long, env = "STARLING_QUOTA_BYTES", default_value = "1Gi", value_parser = parse_size)]
     pub quota_bytes: u64,
-    /// Operator mode: Cluster API `Cluster` objects (cluster.x-k8s.io/v1beta1) become Starling
-    /// Clusters, with their labels and their `<name>-kubeconfig` Secret.
-    #[arg(long, env = "STARLING_CAPI")]
-    pub capi: bool,
-    /// Operator mode: status writes to the management cluster per second, at most.
-    #[arg(long, env = "STARLING_STATUS_WRITES_PER_SECOND", default_value_t = 50)]
-    pub status_writes_per_second: u32,
     /// Start a new installation in disaster recovery: nothing is rolled out until `starling
     /// recover` has read back what the target clusters hold. No effect on an installation that
     /// has already formed.
@@ -174,30 +155,6 @@ pub struct NodeArgs {
     pub validate_config: bool,
 }
 
-/// Where a replica's specs come from.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Mode {
-    /// Specs arrive through the API (`starling apply`, `starling delete`).
-    #[default]
-    Standalone,
-    /// Specs come from the starling.dev objects in a Kubernetes cluster; see [`crate::operator`].
-    Operator,
-}
-
-/// The settings of operator mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OperatorConfig {
-    /// `None`: inferred (`KUBECONFIG`, `~/.kube/config`, in-cluster).
-    pub kubeconfig: Option<PathBuf>,
-    /// Empty: every namespace.
-    pub namespaces: Vec<String>,
-    pub status_writes_per_second: u32,
-    /// How long pruning on deletion may take before the objects are orphaned.
-    pub deletion_timeout: Duration,
-    /// Cluster API `Cluster` objects become Starling Clusters.
-    pub capi: bool,
-}
-
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -221,8 +178,6 @@ pub struct NodeConfig {
     pub max_waiting_syncs: usize,
     /// How long a graceful stop may take to hand the clusters on ([`crate::node::stopping`]).
     pub drain_timeout: Duration,
-    /// `Some` in operator mode.
-    pub operator: Option<OperatorConfig>,
     /// A new installation forms in disaster recovery (`--recovery`).
     pub recovery: bool,
     /// `--admin-token-file`: when set, the API requires tokens.
@@ -281,7 +236,8 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// The configuration on one line, as `starling node --validate-config` prints it.
+    /// The configuration on one line, as `starling node --validate-config` prints it (the
+    /// binary adds the mode, which operator mode's own flags decide).
     pub fn summary(&self) -> String {
         let peers = self
             .peers
@@ -289,27 +245,10 @@ impl NodeConfig {
             .map(|(id, address)| format!("{id}={address}"))
             .collect::<Vec<_>>()
             .join(",");
-        let mode = match &self.operator {
-            None => "standalone".to_string(),
-            Some(operator) => format!(
-                "operator kubeconfig {} watch-namespaces {} status-writes-per-second {} capi {}",
-                operator
-                    .kubeconfig
-                    .as_ref()
-                    .map_or("inferred".to_string(), |path| path.display().to_string()),
-                if operator.namespaces.is_empty() {
-                    "all".to_string()
-                } else {
-                    operator.namespaces.join(",")
-                },
-                operator.status_writes_per_second,
-                if operator.capi { "on" } else { "off" },
-            ),
-        };
         format!(
             "valid configuration: id {} listen {} advertise {} http-listen {} peers {} \
              data-dir {} down-after {} lease {} max-rtt {} max-voters {} \
-             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} auth {} tls {} mode {}",
+             max-concurrent-syncs {} max-waiting-syncs {} drain-timeout {} auth {} tls {}",
             self.id,
             self.listen,
             self.advertise,
@@ -329,7 +268,6 @@ impl NodeConfig {
                 (true, true) => "tokens metrics-auth",
             },
             if self.tls.is_some() { "on" } else { "insecure" },
-            mode,
         )
     }
 }
@@ -385,14 +323,6 @@ pub enum ConfigError {
     BadWaiting { waiting: usize, applying: usize },
     #[error("--advertise {0:?} is not HOST:PORT")]
     BadAdvertise(String),
-    #[error("{0} is an operator mode setting: add --mode operator")]
-    OperatorOnly(&'static str),
-    #[error("--status-writes-per-second must be between 1 and 10000, got {0}")]
-    BadStatusRate(u32),
-    #[error(
-        "--watch-namespaces: {0:?} is not a namespace name (lowercase letters, digits and '-')"
-    )]
-    BadNamespace(String),
     #[error(
         "no TLS: give --tls-cert, --tls-key and --tls-ca, or --insecure to serve plain text \
          on a loopback address (development)"
@@ -526,7 +456,6 @@ impl NodeArgs {
             }
         }
         peers.insert(id, advertise.clone());
-        let operator = self.operator_config()?;
         if self.metrics_auth && self.admin_token_file.is_none() {
             return Err(ConfigError::MetricsAuthOpen);
         }
@@ -567,7 +496,6 @@ impl NodeArgs {
             max_concurrent_syncs: self.max_concurrent_syncs,
             max_waiting_syncs: self.max_waiting_syncs,
             drain_timeout: self.drain_timeout,
-            operator,
             recovery: self.recovery,
             admin_token_file: self.admin_token_file.clone(),
             tls,
@@ -609,51 +537,6 @@ impl NodeArgs {
         Ok(Some(starling_transport::tls::TlsFiles {
             ca: ca.clone(),
             identity: Some((cert.clone(), key.clone())),
-        }))
-    }
-
-    /// The operator mode settings, checked; `None` in standalone mode, where they are refused.
-    fn operator_config(&self) -> Result<Option<OperatorConfig>, ConfigError> {
-        let namespaces: Vec<String> = self
-            .watch_namespaces
-            .iter()
-            .map(|namespace| namespace.trim().to_string())
-            .filter(|namespace| !namespace.is_empty())
-            .collect();
-        if self.mode == Mode::Standalone {
-            if self.kubeconfig.is_some() {
-                return Err(ConfigError::OperatorOnly("--kubeconfig"));
-            }
-            if !namespaces.is_empty() {
-                return Err(ConfigError::OperatorOnly("--watch-namespaces"));
-            }
-            if self.capi {
-                return Err(ConfigError::OperatorOnly("--capi"));
-            }
-            return Ok(None);
-        }
-        if !(1..=10_000).contains(&self.status_writes_per_second) {
-            return Err(ConfigError::BadStatusRate(self.status_writes_per_second));
-        }
-        if let Some(bad) = namespaces.iter().find(|namespace| {
-            namespace.len() > 63
-                || namespace.starts_with('-')
-                || namespace.ends_with('-')
-                || !namespace
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        }) {
-            return Err(ConfigError::BadNamespace(bad.clone()));
-        }
-        let mut unique = namespaces;
-        unique.sort();
-        unique.dedup();
-        Ok(Some(OperatorConfig {
-            kubeconfig: self.kubeconfig.clone(),
-            namespaces: unique,
-            status_writes_per_second: self.status_writes_per_second,
-            deletion_timeout: self.deletion_timeout,
-            capi: self.capi,
         }))
     }
 }

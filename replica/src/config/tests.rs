@@ -190,52 +190,7 @@ fn the_summary_names_every_setting_a_deployment_chooses() {
          2=starling-2.starling-headless.ops.svc.cluster.local:7400 \
          data-dir /tmp/x down-after 5s lease 2s 500ms max-rtt 50ms max-voters 5 \
          max-concurrent-syncs 16 \
-         max-waiting-syncs 512 drain-timeout 20s auth open tls on mode standalone"
-    );
-}
-
-#[test]
-fn operator_mode_settings_are_checked_and_refused_in_standalone_mode() {
-    let config = args(&[
-        "--mode",
-        "operator",
-        "--watch-namespaces",
-        "team-b,team-a,team-b",
-        "--kubeconfig",
-        "/etc/mgmt.yaml",
-    ])
-    .validate()
-    .unwrap();
-    assert_eq!(
-        config.operator,
-        Some(OperatorConfig {
-            kubeconfig: Some(PathBuf::from("/etc/mgmt.yaml")),
-            namespaces: vec!["team-a".into(), "team-b".into()],
-            status_writes_per_second: 50,
-            deletion_timeout: Duration::from_secs(300),
-            capi: false,
-        })
-    );
-    assert!(config.summary().ends_with(
-        "mode operator kubeconfig /etc/mgmt.yaml watch-namespaces team-a,team-b \
-         status-writes-per-second 50 capi off"
-    ));
-    assert_eq!(
-        args(&["--watch-namespaces", "a"]).validate().unwrap_err(),
-        ConfigError::OperatorOnly("--watch-namespaces")
-    );
-    assert_eq!(
-        args(&["--mode", "operator", "--watch-namespaces", "Team_A"])
-            .validate()
-            .unwrap_err()
-            .to_string(),
-        "--watch-namespaces: \"Team_A\" is not a namespace name (lowercase letters, digits and '-')"
-    );
-    assert_eq!(
-        args(&["--mode", "operator", "--status-writes-per-second", "0"])
-            .validate()
-            .unwrap_err(),
-        ConfigError::BadStatusRate(0)
+         max-waiting-syncs 512 drain-timeout 20s auth open tls on"
     );
 }
 
