@@ -4,7 +4,9 @@ They render the chart with the real Helm engine (helm-python-sdk), lint it stric
 every rendered manifest against the Kubernetes OpenAPI schemas (kubernetes-validate), check that
 values.schema.json refuses bad values, check the StatefulSet's, the RBAC's and the TLS
 certificate's essentials, and run the rendered container's arguments and environment through
-the binary (`starling node --validate-config`, path in STARLING_BIN). Without cert-manager the
+the binary (`starling node --validate-config`, path in STARLING_BIN; with STARLING_IMAGE, inside
+that image, as the pod runs it: its user, a read-only root, the Secrets mounted where the chart
+mounts them). Without cert-manager the
 chart makes its own CA and certificate: checked with openssl, read by the binary, and kept across
 an upgrade (rendered against fleetsim, FLEETSIM_BIN, so that `lookup` sees the installed Secret).
 
@@ -33,6 +35,9 @@ CHART = Path(__file__).resolve().parent.parent
 REPOSITORY = CHART.parent
 STARLING_BIN = os.environ.get("STARLING_BIN", str(REPOSITORY / "target/debug/starling"))
 FLEETSIM_BIN = os.environ.get("FLEETSIM_BIN", str(REPOSITORY / "target/debug/fleetsim"))
+# An image to run the binary in instead (scripts/test-image), with Debian's docker client.
+STARLING_IMAGE = os.environ.get("STARLING_IMAGE", "")
+DOCKER = "/usr/bin/docker"
 OLDEST_KUBERNETES = "1.33"
 NEWEST_KUBERNETES = kubernetes_validate.latest_version()
 NAMESPACE = "fleet-system"
@@ -261,6 +266,14 @@ def merged(values):
 # --- the checks -------------------------------------------------------------------------------
 
 
+def workspace_version():
+    """The binary's version (Cargo.toml's workspace.package), which scripts/image tags."""
+    text = (REPOSITORY / "Cargo.toml").read_text()
+    match = re.search(r'^\[workspace\.package\][^\[]*?^version = "([^"]+)"', text, re.M | re.S)
+    expect(match is not None, "Cargo.toml has a workspace.package version")
+    return match.group(1)
+
+
 def check_lint():
     for values in [None] + [v for _, _, _, v in VARIANTS]:
         result = helm_python.lint(
@@ -420,6 +433,13 @@ def check_statefulset():
 
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         expect(ports == effective["ports"], f"{where}: container ports {ports}")
+        if effective["image"] == {"repository": "starling", "tag": "", "pullPolicy": "IfNotPresent"}:
+            tagged = f"starling:{workspace_version()}"
+            expect(
+                container["image"] == tagged,
+                f"{where}: the default image is {container['image']}, not what `scripts/image "
+                f"--release` tags ({tagged}): the chart's appVersion is the binary's version",
+            )
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             get = container[probe]["httpGet"]
             expect(get["path"] == path and get["port"] == "http", f"{where}: {probe} on {path}")
@@ -952,16 +972,47 @@ def mounted_files(root):
             "-days", "2", "-extfile", str(extensions))
 
 
+def run_binary(args, environment, mounted, security=None):
+    """`starling ARGS` with `environment`: the host binary (the mounted files under `mounted`
+    standing for /etc/starling/), or with STARLING_IMAGE a container of the image, run as the
+    pod's securityContext says, with `mounted` mounted at /etc/starling/ and a tmpfs for the
+    data volume."""
+    if not STARLING_IMAGE:
+        args = [a.replace(MOUNTED, f"{mounted}/") for a in args]
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
+        return subprocess.run([STARLING_BIN, *args], env={**clean, **environment},
+                              capture_output=True, text=True, timeout=60)
+    security = security or {"runAsUser": 10001, "runAsGroup": 10001, "readOnlyRootFilesystem": True}
+    user, group = security["runAsUser"], security["runAsGroup"]
+    command = [DOCKER, "run", "--rm", "--user", f"{user}:{group}", "--cap-drop", "ALL",
+               "--security-opt", "no-new-privileges", "--tmpfs", "/tmp",
+               "--tmpfs", f"/var/lib/starling:uid={user},gid={group},mode=0750",
+               "--volume", f"{mounted}:{MOUNTED}:ro"]
+    if security.get("readOnlyRootFilesystem"):
+        command.append("--read-only")
+    for name, value in environment.items():
+        command += ["--env", f"{name}={value}"]
+    return subprocess.run([*command, STARLING_IMAGE, *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def readable_by_all(root):
+    """As a Secret volume's files are (mode 0644): the container's user reads them."""
+    for directory, _, files in os.walk(root):
+        os.chmod(directory, 0o755)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o644)
+
+
 def check_binary_accepts_rendered_args():
     binary = Path(STARLING_BIN)
-    expect(binary.is_file(), f"no starling binary at {binary} (build it, or set STARLING_BIN)")
+    if not STARLING_IMAGE:
+        expect(binary.is_file(), f"no starling binary at {binary} (build it, or set STARLING_BIN)")
     scratch = Path(tempfile.mkdtemp(prefix="starling-chart-"))
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     mounted_files(scratch)
     runs = 0
     generated = 0
-    # The test's own STARLING_* variables must not leak into the binary's configuration.
-    clean_environment = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
     for description, name, namespace, values in VARIANTS:
         manifests = render(values, name, namespace)
         statefulset = only(manifests, "StatefulSet")
@@ -982,18 +1033,12 @@ def check_binary_accepts_rendered_args():
         for pod_name in sorted({pods[0], pods[-1]}):
             environment = container_environment(container, pod_name, namespace)
             args = [expand_kubernetes_references(a, environment) for a in container["args"]]
-            # The mounted Secrets' paths point at the files made above.
-            args = [a.replace(MOUNTED, f"{root}/") for a in args]
             expect(args[0] == "node", f"{description}: the container runs `starling node`")
             unexpanded = [a for a in args if "$(" in a]
             expect(not unexpanded, f"{description}: unexpanded references {unexpanded}")
-            completed = subprocess.run(
-                [str(binary), *args, "--validate-config"],
-                env={**clean_environment, **environment},
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            readable_by_all(root)
+            completed = run_binary([*args, "--validate-config"], environment, root,
+                                   container.get("securityContext"))
             expect(
                 completed.returncode == 0,
                 f"{description}: `starling {' '.join(args)} --validate-config` with "
@@ -1036,19 +1081,15 @@ def check_binary_accepts_rendered_args():
                 expect(summary.endswith("mode standalone"), f"{description}: standalone: {summary}")
             runs += 1
     # The binary refuses what it must: the check above can fail.
-    refused = subprocess.run(
-        [str(binary), "node", "--data-dir", "/nonexistent", "--validate-config"],
-        env={**clean_environment, "STARLING_ID": "starling-0"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = run_binary(["node", "--data-dir", "/nonexistent", "--validate-config"],
+                         {"STARLING_ID": "starling-0"}, scratch)
     expect(
         refused.returncode != 0 and "id 0" in refused.stderr,
         f"the binary refuses id 0: exit {refused.returncode}, {refused.stderr.strip()}",
     )
+    where = f"inside {STARLING_IMAGE}" if STARLING_IMAGE else f"the host binary {binary}"
     return (
-        f"`starling node --validate-config` accepts the rendered args and env of {runs} pods "
+        f"`starling node --validate-config` ({where}) accepts the rendered args and env of {runs} pods "
         f"({len(VARIANTS)} variants, STARLING_ID from the pod name, TLS on; {generated} with "
         "the certificate the chart made itself), and refuses starling-0"
     )
@@ -1135,8 +1176,16 @@ def run_checks(label, checks):
 
 
 def main():
-    print(f"chart tests: {CHART} (helm {helm_python.helm_sdk_version()}, binary {STARLING_BIN})")
-    return run_checks("chart tests", CHECKS)
+    """Every check, or the ones named on the command line (`check_lint ...`)."""
+    names = sys.argv[1:]
+    unknown = [n for n in names if n not in {c.__name__ for c in CHECKS}]
+    if unknown:
+        print(f"unknown checks {unknown}; the checks: {[c.__name__ for c in CHECKS]}")
+        return 2
+    checks = [c for c in CHECKS if not names or c.__name__ in names]
+    where = f"image {STARLING_IMAGE}" if STARLING_IMAGE else f"binary {STARLING_BIN}"
+    print(f"chart tests: {CHART} (helm {helm_python.helm_sdk_version()}, {where})")
+    return run_checks("chart tests", checks)
 
 
 if __name__ == "__main__":

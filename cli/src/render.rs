@@ -4,7 +4,8 @@
 //! pre-install hooks before the release's objects and its post-install hooks after them. Each
 //! object is preceded by a comment naming its file and document (and its hook phase). It runs
 //! the same render as the sync engine (`starling_render`, the engines out of process) and talks
-//! to no cluster.
+//! to no cluster. `--engines` instead says which engines this installation has and their
+//! versions (`starling_render::probe`), failing when Helm's or kustomize's is missing.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,9 +46,14 @@ impl RendererArg {
 #[command(group(
     clap::ArgGroup::new("input")
         .required(true)
-        .args(["artifact", "source_dir"])
+        .args(["artifact", "source_dir", "engines"])
 ))]
 pub struct RenderArgs {
+    /// Prints the render engines found (Helm's library, kubectl with its kustomize, sops when
+    /// installed) and their versions, each checked by running it; fails when Helm's or
+    /// kubectl is missing or broken.
+    #[arg(long)]
+    pub engines: bool,
     /// A tar.gz artifact, as the source store keeps them.
     #[arg(long, value_name = "FILE")]
     pub artifact: Option<PathBuf>,
@@ -256,7 +262,56 @@ pub fn render_to_string(args: &RenderArgs) -> anyhow::Result<String> {
 }
 
 pub fn run(args: RenderArgs) -> anyhow::Result<()> {
+    if args.engines {
+        return print_engines(&args);
+    }
     print!("{}", render_to_string(&args)?);
+    Ok(())
+}
+
+/// `--engines`: one line per engine; an error naming every engine that is missing or broken.
+fn print_engines(args: &RenderArgs) -> anyhow::Result<()> {
+    use starling_sync::render::probe;
+    let mut engines = Engines {
+        kubectl: args.kubectl.clone(),
+        helm_library: args.helm_library.clone(),
+        ..Engines::default()
+    };
+    engines.limits.timeout = args.render_timeout;
+    let mut missing = Vec::new();
+    match probe::helm(&engines) {
+        Ok(helm) => println!(
+            "helm: {} (Helm {}, helm-c {})",
+            helm.library.display(),
+            helm.version.helm_sdk,
+            helm.version.helm_c
+        ),
+        Err(error) => missing.push(format!("helm: {error}")),
+    }
+    match probe::kubectl(&engines) {
+        Ok(kubectl) => println!(
+            "kustomize: {} (kubectl {}, kustomize {})",
+            kubectl.path.display(),
+            kubectl.kubectl,
+            kubectl.kustomize
+        ),
+        Err(error) => missing.push(format!("kustomize: {error}")),
+    }
+    match probe::sops(&engines) {
+        Some(Ok(sops)) => println!("sops: {} ({})", sops.path.display(), sops.version),
+        Some(Err(error)) => missing.push(format!("sops: {error}")),
+        None => println!(
+            "sops: not installed (optional: no render uses it yet; ${} or PATH)",
+            probe::SOPS_ENV
+        ),
+    }
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "{} of the render engines cannot run:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
     Ok(())
 }
 
@@ -313,6 +368,16 @@ mod tests {
         let namespace = yaml.find("kind: Namespace").expect("namespace");
         let deployment = yaml.find("kind: Deployment").expect("deployment");
         assert!(namespace < deployment, "{yaml}");
+    }
+
+    #[test]
+    fn engines_is_an_input_of_its_own() {
+        assert!(args(&["--engines"]).engines);
+        assert!(
+            Wrapper::try_parse_from(["render", "--engines", "--source-dir", "."]).is_err(),
+            "--engines with a source"
+        );
+        assert!(Wrapper::try_parse_from(["render"]).is_err(), "no input");
     }
 
     #[test]

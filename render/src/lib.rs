@@ -33,6 +33,7 @@ pub mod hooks;
 pub mod kustomize;
 pub mod object;
 mod parse;
+pub mod probe;
 pub mod process;
 
 use std::collections::{BTreeMap, HashMap};
