@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::get::{decode, parse_kind, text_at};
 use super::output::{NONE, Table, emit, short_revision};
-use super::rollout::{RolloutView, Target};
+use super::rollout::RolloutView;
+use super::target::Target;
 use crate::client::{Client, ServerArgs, block_on};
 
 /// How many rollouts `describe syncgroup` lists.

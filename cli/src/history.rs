@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::get::text_at;
 use super::output::{NONE, ReportFormat, Table, short_revision, to_json};
-use super::rollout::Target;
+use super::target::Target;
 
 /// The records of `status.history`, newest first.
 fn records(object: &Value) -> &[Value] {

@@ -27,4 +27,5 @@ pub mod render;
 pub mod rollout;
 pub mod source;
 pub mod status;
+pub mod target;
 pub mod token;

@@ -5,10 +5,11 @@
 //! `rollout status --watch` waits like `kubectl rollout status`: it reports progress until the
 //! rollout is complete (exit 0) or halted (exit 1, with the reason).
 
+pub use super::target::Target;
 use std::time::Duration;
 
 use anyhow::bail;
-use fleet::manifest::{DEFAULT_NAMESPACE, Kind};
+use fleet::manifest::Kind;
 use serde_json::{Value, json};
 
 use super::get::text_at;
@@ -64,17 +65,6 @@ pub struct UndoArgs {
     /// enough), its git commit (short or full), or the rollout's ID in the history.
     #[arg(long, value_name = "REVISION")]
     pub to_revision: Option<String>,
-}
-
-/// The SyncGroup a rollout command is about.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Target {
-    /// The SyncGroup's name.
-    #[arg(value_name = "SYNCGROUP")]
-    pub name: String,
-    /// The SyncGroup's namespace.
-    #[arg(short = 'n', long, default_value = DEFAULT_NAMESPACE)]
-    pub namespace: String,
 }
 
 #[derive(clap::Args, Debug)]

@@ -10,7 +10,7 @@ use fleet::state::key_of;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest as _, Sha256};
 
-use super::mirror::Scope;
+use super::scope::Scope;
 
 /// The keys of the replicated state inside a scope (Syncs a SyncGroup generated excluded:
 /// they are not objects of the management cluster).

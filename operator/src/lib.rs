@@ -31,6 +31,7 @@ pub mod config;
 mod events;
 mod ingest;
 mod mirror;
+mod scope;
 mod status;
 mod verdict;
 mod watches;

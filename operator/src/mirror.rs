@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use super::compare::{SpecDigest, spec_digest};
+pub(crate) use super::scope::Scope;
 
 /// The annotation on the replicated copy of a Secret that records the management cluster's
 /// `resourceVersion` of it: a new leader compares it with the metadata it watches and fetches
@@ -99,26 +100,6 @@ pub(crate) struct Observation {
     pub key: ObjectKey,
     pub observed: Observed,
     pub resource: Option<Box<Resource>>,
-}
-
-/// What a watch stream covers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Scope {
-    pub kind: Kind,
-    /// `None`: every namespace.
-    pub namespace: Option<String>,
-    /// The Cluster API `Cluster` watch (kind `Cluster`).
-    pub capi: bool,
-}
-
-impl Scope {
-    pub(crate) fn covers(&self, key: &ObjectKey) -> bool {
-        key.kind == self.kind
-            && self
-                .namespace
-                .as_ref()
-                .is_none_or(|ns| *ns == key.namespace)
-    }
 }
 
 struct Stream {

@@ -192,11 +192,11 @@ impl Credentials {
     /// Re-reads the admin token's file: `Ok(true)` when the token changed (the old one is
     /// refused from now on), `Ok(false)` when it is the same; an unreadable, blank or short
     /// file keeps the current token and says why.
-    pub fn reload(&self) -> Result<bool, crate::config::ConfigError> {
+    pub fn reload(&self) -> Result<bool, TokenFileError> {
         let Some(file) = &self.file else {
             return Ok(false);
         };
-        let token = crate::config::read_admin_token(file)?;
+        let token = read_admin_token(file)?;
         let mut admin = self.admin.write().unwrap_or_else(|e| e.into_inner());
         if admin.token == token {
             return Ok(false);
@@ -223,7 +223,7 @@ impl Credentials {
         }
     }
 
-    fn note_use(&self, id: &str, now: i64) {
+    pub(crate) fn note_use(&self, id: &str, now: i64) {
         let mut uses = locked(&self.uses);
         match uses.get_mut(id) {
             Some(at) => *at = (*at).max(now),
@@ -249,35 +249,42 @@ impl Credentials {
     }
 }
 
-/// Reports the token uses this replica saw, every `--token-use-interval`, as one command;
-/// uses that could not be committed are kept for the next report.
-pub(crate) async fn report_uses(replica: Arc<crate::node::Replica>) {
-    let Some(credentials) = replica.credentials.clone() else {
-        return;
-    };
-    let interval = replica
-        .config
-        .token_use_interval
-        .max(std::time::Duration::from_millis(100));
-    loop {
-        tokio::time::sleep(interval).await;
-        let uses = credentials.take_uses();
-        if uses.is_empty() {
-            continue;
-        }
-        let command = fleet::Command::NoteTokenUse { uses: uses.clone() };
-        if let Err(error) = replica.raft.propose(command).await {
-            tracing::debug!(%error, tokens = uses.len(), "token uses not reported; kept for the next report");
-            for (id, at) in uses {
-                if let Some(seconds) = fleet::duration::unix_seconds(&at) {
-                    credentials.note_use(&id, seconds);
-                }
-            }
-        }
-    }
+pub(crate) use crate::clock::unix_now;
+
+/// Why the admin token file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("cannot read the admin token file {}: {message}", .path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        message: String,
+    },
+    #[error(
+        "the admin token in {} is too short: it needs {min} characters at least",
+        .path.display()
+    )]
+    TooShort {
+        path: std::path::PathBuf,
+        min: usize,
+    },
 }
 
-pub(crate) use crate::clock::unix_now;
+/// Reads the admin token from `--admin-token-file`: trimmed, at least
+/// [`MIN_ADMIN_TOKEN_LEN`] characters.
+pub(crate) fn read_admin_token(path: &std::path::Path) -> Result<String, TokenFileError> {
+    let text = std::fs::read_to_string(path).map_err(|error| TokenFileError::Unreadable {
+        path: path.to_owned(),
+        message: error.to_string(),
+    })?;
+    let token = text.trim().to_string();
+    if token.len() < MIN_ADMIN_TOKEN_LEN {
+        return Err(TokenFileError::TooShort {
+            path: path.to_owned(),
+            min: MIN_ADMIN_TOKEN_LEN,
+        });
+    }
+    Ok(token)
+}
 
 /// Authenticates every request of a service (a tonic interceptor) and records the caller.
 #[derive(Clone)]

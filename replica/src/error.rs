@@ -10,6 +10,8 @@ pub enum ReplicaError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
+    AdminToken(#[from] crate::auth::TokenFileError),
+    #[error(transparent)]
     Tls(#[from] starling_transport::tls::TlsError),
     #[error("cannot create data directory {}: {source}", .path.display())]
     DataDir {
@@ -47,6 +49,7 @@ impl ReplicaError {
     pub fn class(&self) -> &'static str {
         match self {
             ReplicaError::Config(_) => "config",
+            ReplicaError::AdminToken(_) => "admin-token",
             ReplicaError::Tls(_) => "tls",
             ReplicaError::DataDir { .. } => "data-dir",
             ReplicaError::Raft { .. } => "raft",

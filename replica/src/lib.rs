@@ -50,6 +50,7 @@ pub fn keep_files_private() {
     }
 }
 
+pub use auth::TokenFileError;
 pub use error::ReplicaError;
 pub use metrics::{AllocatorProbe, AllocatorStats, set_allocator_probe};
 pub use node::{Replica, lock};

@@ -164,7 +164,9 @@ pub async fn start(
                 .clone()
                 .watch(starling_transport::tls::RELOAD_INTERVAL),
         ));
-        tasks.push(tokio::spawn(crate::auth::report_uses(replica.clone())));
+        tasks.push(tokio::spawn(crate::node::token_uses::report_uses(
+            replica.clone(),
+        )));
     }
     tracing::info!(node = replica.id(), grpc = %replica.config.advertise, http = %replica.config.http_listen, "starling node started");
     Ok(RunningNode {

@@ -226,9 +226,9 @@ impl NodeConfig {
     /// Reads the files the configuration names, as a start does: the admin token (present, at
     /// least 32 characters) and the TLS certificate, key and CA (readable PEM that fit
     /// together). `starling node --validate-config` runs it after [`NodeArgs::validate`].
-    pub fn check_files(&self) -> Result<(), crate::error::ReplicaError> {
+    pub fn check_files(&self) -> Result<(), FileError> {
         if let Some(path) = &self.admin_token_file {
-            read_admin_token(path)?;
+            crate::auth::read_admin_token(path)?;
         }
         if let Some(files) = &self.tls {
             starling_transport::tls::Tls::load(files.clone())?;
@@ -306,13 +306,6 @@ pub enum ConfigError {
         election: Duration,
         max_rtt: Duration,
     },
-    #[error("cannot read the admin token file {}: {message}", .path.display())]
-    AdminTokenUnreadable { path: PathBuf, message: String },
-    #[error(
-        "the admin token in {} is too short: it needs {min} characters at least",
-        .path.display()
-    )]
-    AdminTokenTooShort { path: PathBuf, min: usize },
     #[error("--max-voters must be between 1 and 9, got {0}")]
     BadMaxVoters(usize),
     #[error("--max-concurrent-syncs must be between 1 and 4096, got {0}")]
@@ -541,21 +534,13 @@ impl NodeArgs {
     }
 }
 
-/// Reads the admin token from `--admin-token-file`: trimmed, at least 32 characters.
-pub fn read_admin_token(path: &std::path::Path) -> Result<String, ConfigError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|error| ConfigError::AdminTokenUnreadable {
-            path: path.to_owned(),
-            message: error.to_string(),
-        })?;
-    let token = text.trim().to_string();
-    if token.len() < crate::auth::MIN_ADMIN_TOKEN_LEN {
-        return Err(ConfigError::AdminTokenTooShort {
-            path: path.to_owned(),
-            min: crate::auth::MIN_ADMIN_TOKEN_LEN,
-        });
-    }
-    Ok(token)
+/// Why a file the configuration names cannot be used ([`NodeConfig::check_files`]).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error(transparent)]
+    AdminToken(#[from] crate::auth::TokenFileError),
+    #[error(transparent)]
+    Tls(#[from] starling_transport::tls::TlsError),
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub(crate) mod leader;
 pub(crate) mod lease;
 pub(crate) mod stopping;
 pub(crate) mod tickets;
+pub(crate) mod token_uses;
 pub(crate) mod voters;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -101,7 +102,7 @@ impl Replica {
     pub async fn open(config: NodeConfig) -> Result<Replica, ReplicaError> {
         let credentials = match &config.admin_token_file {
             Some(path) => Some(Arc::new(crate::auth::Credentials::new(
-                crate::config::read_admin_token(path)?,
+                crate::auth::read_admin_token(path)?,
                 Some(path.clone()),
             ))),
             None => None,
