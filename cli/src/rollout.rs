@@ -587,6 +587,7 @@ async fn watch(client: &Client, target: &Target) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::client::testing;
+    use fleet::manifest::DEFAULT_NAMESPACE;
 
     fn target(name: &str) -> Target {
         Target {
