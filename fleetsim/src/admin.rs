@@ -35,8 +35,8 @@ use crate::audit::{AuditFilter, Origin};
 use crate::cluster::Behaviour;
 use crate::error::{ApiError, FleetSimError};
 use crate::faults::{Fault, FaultKind};
-use crate::server::http::{self as h, Body, Query};
-use crate::sim::Shared;
+use crate::http_util::{self as h, Body, Query};
+use crate::shared::Shared;
 
 fn to_api(error: FleetSimError) -> ApiError {
     match error {

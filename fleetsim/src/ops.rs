@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::ids;
 use crate::managed::Scope;
 use crate::resources::ResourceInfo;
-use crate::sim::Shared;
+use crate::shared::Shared;
 use crate::store::StoredObject;
 use crate::store::delete::DeleteOptions;
 use crate::store::list::ListQuery;

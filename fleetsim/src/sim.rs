@@ -16,14 +16,15 @@ use tokio::task::JoinHandle;
 use crate::audit::{AuditFilter, AuditLog, AuditRecord, AuditStats, Origin};
 use crate::cluster::{Behaviour, Cluster, Registry};
 use crate::config::Config;
-use crate::controller::Controller;
 use crate::error::{ApiError, FleetSimError};
 use crate::faults::{Fault, FaultKind, FaultState};
 use crate::ids;
+use crate::jobs::Controller;
 use crate::kubeconfig;
 use crate::managed::Scope;
 use crate::ops::{self, Actor, Write, WriteRequest};
 use crate::resources::{ResourceInfo, split_api_version};
+pub(crate) use crate::shared::Shared;
 use crate::store::delete::DeleteOptions;
 use crate::store::list::ListQuery;
 
@@ -51,27 +52,6 @@ pub struct Stats {
     /// Collection reads (LIST) and watches served since start, over all clusters.
     pub lists_total: u64,
     pub watches_total: u64,
-}
-
-/// State shared by the server, the controller and the handle.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub config: Config,
-    pub registry: Registry,
-    pub audit: AuditLog,
-    pub controller: Controller,
-    pub base_url: String,
-    /// The run's CA and TLS acceptor when serving HTTPS.
-    pub tls: Option<Arc<crate::tls::ServerTls>>,
-    /// host:port, for `serverAddressByClientCIDRs`.
-    pub server_address: String,
-    pub shutdown: watch::Receiver<bool>,
-    pub connections_open: AtomicU64,
-    pub connections_total: AtomicU64,
-    pub tls_full_handshakes: AtomicU64,
-    pub tls_resumed_handshakes: AtomicU64,
-    pub lists_total: AtomicU64,
-    pub watches_total: AtomicU64,
 }
 
 fn missing(name: &str) -> FleetSimError {

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 
 use super::{Proc, wait_for};
 use crate::report::{self, Series};
-use crate::rollout::RolloutArgs;
+use crate::rollout_args::RolloutArgs;
 
 /// The physical limit of a rollout: waves of `budget` clusters, each waiting for the ready
 /// delay and for its writes in sequence (`writes` to the targets in the whole rollout) and the

@@ -44,6 +44,7 @@ mod regions;
 mod report;
 mod restart;
 mod rollout;
+mod rollout_args;
 mod webhook;
 
 use memory::{MemorySampler, cpu_seconds, peak_rss_mib, rss_mib};

@@ -13,22 +13,22 @@
 
 pub mod workloads;
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::audit::Origin;
 use crate::cluster::Cluster;
 use crate::crd;
 use crate::ids;
+pub(crate) use crate::jobs::Controller;
+use crate::jobs::{JobKey, JobKind};
 use crate::managed::Scope;
 use crate::ops::{self, Actor, Write, WriteRequest};
 use crate::resources::{self, ResourceInfo};
-use crate::sim::Shared;
+use crate::shared::Shared;
 use crate::store::write::Outcome;
 
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
@@ -42,101 +42,7 @@ fn later(now: Instant, delay: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum JobKind {
-    Workload,
-    Crd,
-    Namespace,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct JobKey {
-    cluster: Arc<str>,
-    kind: JobKind,
-    storage_key: Arc<str>,
-    namespace: Box<str>,
-    name: Box<str>,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
-    jobs: HashMap<u64, JobKey>,
-    latest: HashMap<JobKey, u64>,
-    next_seq: u64,
-}
-
-/// The controller's queue; `run` drives it.
-#[derive(Debug, Default)]
-pub(crate) struct Controller {
-    queue: Mutex<Queue>,
-    wake: Notify,
-}
-
 impl Controller {
-    fn schedule(&self, key: JobKey, due: Instant) {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.next_seq += 1;
-        let seq = queue.next_seq;
-        if let Some(previous) = queue.latest.insert(key.clone(), seq) {
-            queue.jobs.remove(&previous);
-        }
-        queue.jobs.insert(seq, key);
-        let earliest = queue
-            .heap
-            .peek()
-            .is_none_or(|Reverse((first, _))| due < *first);
-        queue.heap.push(Reverse((due, seq)));
-        drop(queue);
-        if earliest {
-            self.wake.notify_one();
-        }
-    }
-
-    /// Schedules a job unless one with the same key is already pending (a pending job
-    /// carries a later, deliberate due time that must not be cut short).
-    fn schedule_if_idle(&self, key: JobKey, due: Instant) {
-        let pending = self
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .latest
-            .contains_key(&key);
-        if !pending {
-            self.schedule(key, due);
-        }
-    }
-
-    /// Jobs that are due, and when the next one will be.
-    fn take_due(&self, now: Instant) -> (Vec<JobKey>, Option<Instant>) {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let mut due = Vec::new();
-        while let Some(Reverse((at, seq))) = queue.heap.peek().copied() {
-            if !queue.jobs.contains_key(&seq) {
-                queue.heap.pop();
-                continue;
-            }
-            if at > now {
-                return (due, Some(at));
-            }
-            queue.heap.pop();
-            if let Some(key) = queue.jobs.remove(&seq) {
-                queue.latest.remove(&key);
-                due.push(key);
-            }
-        }
-        (due, None)
-    }
-
-    /// Pending jobs (for tests and stats).
-    pub fn pending(&self) -> usize {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .jobs
-            .len()
-    }
-
     /// Reacts to a committed write.
     pub fn after_write(
         &self,

@@ -11,7 +11,6 @@
 //! connection without writing a response.
 
 pub(crate) mod api;
-pub(crate) mod http;
 pub(crate) mod metadata;
 pub(crate) mod routing;
 pub(crate) mod watch;
@@ -26,13 +25,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use self::http::{Body, Query};
 use self::routing::{ClusterPath, route};
 use crate::admin;
 use crate::error::ApiError;
 use crate::faults::Decision;
+use crate::http_util::{Body, Query};
 use crate::ops;
-use crate::sim::Shared;
+use crate::shared::Shared;
 
 /// The error that makes hyper drop a connection without answering.
 #[derive(Debug)]
@@ -129,9 +128,9 @@ async fn handle(
         return Ok(admin::handle(shared, request).await);
     }
     Ok(match path.as_str() {
-        "/healthz" | "/readyz" | "/livez" => http::text(200, "ok"),
-        "/version" => http::json(200, &crate::discovery::version()),
-        _ => http::error(&ApiError::no_route()),
+        "/healthz" | "/readyz" | "/livez" => crate::http_util::text(200, "ok"),
+        "/version" => crate::http_util::json(200, &crate::discovery::version()),
+        _ => crate::http_util::error(&ApiError::no_route()),
     })
 }
 
@@ -142,7 +141,7 @@ async fn cluster_request(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, DropConnection> {
     let Some(cluster) = shared.registry.get(&name) else {
-        return Ok(http::error(&ApiError::new(
+        return Ok(crate::http_util::error(&ApiError::new(
             404,
             "NotFound",
             format!("cluster {name:?} is not served by this fleetsim"),
@@ -171,7 +170,7 @@ async fn cluster_request(
                 _ = tokio::time::sleep(shared.config.hang_limit) => {}
                 _ = shutdown.changed() => {}
             }
-            return Ok(http::error(&ApiError::injected(504, None)));
+            return Ok(crate::http_util::error(&ApiError::injected(504, None)));
         }
         Decision::Fail(error) => {
             if api::is_write(request.method())
@@ -193,7 +192,7 @@ async fn cluster_request(
                     error.code,
                 );
             }
-            return Ok(http::error(&error));
+            return Ok(crate::http_util::error(&error));
         }
         Decision::Proceed => {}
     }
@@ -206,11 +205,16 @@ async fn cluster_request(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let body =
-        match http::read_body(request.into_body(), declared, shared.config.max_body_bytes).await {
-            Ok(body) => body,
-            Err(error) => return Ok(http::error(&error)),
-        };
+    let body = match crate::http_util::read_body(
+        request.into_body(),
+        declared,
+        shared.config.max_body_bytes,
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(error) => return Ok(crate::http_util::error(&error)),
+    };
     let api_request = api::ApiRequest {
         method,
         path,

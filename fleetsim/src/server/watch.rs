@@ -26,12 +26,12 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::http::{Body, streaming};
 use super::metadata::Render;
 use crate::cluster::Cluster;
 use crate::error::ApiError;
+use crate::http_util::{Body, streaming};
 use crate::resources::ResourceInfo;
-use crate::sim::Shared;
+use crate::shared::Shared;
 use crate::store::list::ListQuery;
 use crate::store::{Event, EventType, StoredObject};
 use http_body_util::{BodyExt, StreamBody};
