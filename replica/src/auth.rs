@@ -15,6 +15,7 @@
 //! it (a Secret update) rotates it without a restart. Each replica notes which tokens were
 //! presented and reports their last use once a minute ([`fleet::Command::NoteTokenUse`]).
 
+use proto::ApiError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -96,22 +97,22 @@ impl Principal {
     /// namespace, for what is not namespaced). `what` names the action for the message.
     pub fn require(&self, need: Role, namespace: Option<&str>, what: &str) -> Result<(), Status> {
         if !self.has(need) {
-            return Err(Status::permission_denied(format!(
+            return Err(refused(ApiError::permission_denied(format!(
                 "{} ({} role) may not {what}: that needs the {need} role",
                 self.name, self.role
-            )));
+            ))));
         }
         match namespace {
-            Some(namespace) if !self.serves(namespace) => Err(Status::permission_denied(format!(
+            Some(namespace) if !self.serves(namespace) => Err(refused(ApiError::permission_denied(format!(
                 "{} may not {what} in namespace {namespace}: it acts only in {}",
                 self.name,
                 self.tenants.join(", ")
-            ))),
-            None if !self.everywhere() => Err(Status::permission_denied(format!(
+            )))),
+            None if !self.everywhere() => Err(refused(ApiError::permission_denied(format!(
                 "{} may not {what}: that needs a token for every namespace (--tenant '*'), and it acts only in {}",
                 self.name,
                 self.tenants.join(", ")
-            ))),
+            )))),
             _ => Ok(()),
         }
     }
@@ -123,7 +124,7 @@ pub(crate) fn principal<T>(request: &Request<T>) -> Result<Principal, Status> {
         .extensions()
         .get::<Principal>()
         .cloned()
-        .ok_or_else(|| Status::internal("the request was not authenticated (a server bug)"))
+        .ok_or_else(|| refused(ApiError::internal("the request was not authenticated (a server bug)")))
 }
 
 /// A new token: `(id, token, digest of its secret)`. The token is shown once; only the id and
@@ -325,9 +326,9 @@ impl Authenticator {
             return Ok(Principal::anonymous());
         };
         let Some(token) = bearer else {
-            return Err(Status::unauthenticated(
+            return Err(refused(ApiError::unauthenticated(
                 "this installation requires a token: pass --token or set STARLING_TOKEN (an admin makes one with `starling token create`)",
-            ));
+            )));
         };
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let admin = credentials
@@ -338,7 +339,7 @@ impl Authenticator {
         if bool::from(presented.ct_eq(&admin)) {
             return Ok(Principal::admin_token());
         }
-        let invalid = || Status::unauthenticated("invalid or revoked token");
+        let invalid = || refused(ApiError::unauthenticated("invalid or revoked token"));
         let (id, secret) = parse_token(token).ok_or_else(invalid)?;
         let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
         let state = self.state.as_ref().ok_or_else(invalid)?;
@@ -350,10 +351,10 @@ impl Authenticator {
                 return None;
             }
             Some(if entry.expired_at(now) {
-                Err(Status::unauthenticated(format!(
+                Err(refused(ApiError::unauthenticated(format!(
                     "token {id} expired at {}: an admin makes a new one with `starling token create`",
                     entry.expires.as_deref().unwrap_or_default()
-                )))
+                ))))
             } else {
                 Ok(Principal::of_token(id, entry))
             })
@@ -517,4 +518,10 @@ mod tests {
         );
         assert!(credentials.take_uses().is_empty());
     }
+}
+
+/// The status of a refused call: through the API error type, the one mapping of errors to
+/// gRPC codes (`proto`).
+fn refused(error: ApiError) -> Status {
+    proto::status_from(&error)
 }

@@ -490,9 +490,9 @@ impl tonic::service::Interceptor for PeersOnly {
         {
             return Ok(request);
         }
-        Err(tonic::Status::unauthenticated(
+        Err(proto::status_from(&proto::ApiError::unauthenticated(
             "this service is for Starling replicas only: connect with a client certificate \
              signed by the installation's CA (--tls-cert, --tls-key)",
-        ))
+        )))
     }
 }

@@ -206,12 +206,12 @@ impl proto::agent_server::Agent for AgentService {
                 message: Some(proto::agent_message::Message::Hello(cluster)),
             }))) => cluster,
             Ok(Ok(_)) => {
-                return Err(Status::invalid_argument(
+                return Err(status(ApiError::invalid_argument(
                     "an agent stream starts with hello: the cluster it serves",
-                ));
+                )));
             }
             Ok(Err(error)) => return Err(error),
-            Err(_) => return Err(Status::deadline_exceeded("no hello within 10s")),
+            Err(_) => return Err(status(ApiError::deadline_exceeded("no hello within 10s"))),
         };
         let me = self.replica.id();
         let unreached = unreached.filter(|_| direct);
@@ -221,15 +221,15 @@ impl proto::agent_server::Agent for AgentService {
             // lost touch with the leader): the agent would wait its whole AGENT_LEASE on a
             // silent stream. Refused, it retries within a second.
             (owner, _) if owner == me && !self.replica.lease.is_valid() => {
-                Err(Status::unavailable(format!(
+                Err(status(ApiError::unavailable(format!(
                     "node {me}, the owner of Cluster {hello}, holds no lease from the leader \
                      yet; retry"
-                )))
+                ))))
             }
             (owner, _) if owner == me => Ok(Response::new(self.serve(hello, inbound))),
-            (owner, None) => Err(Status::unavailable(format!(
+            (owner, None) => Err(status(ApiError::unavailable(format!(
                 "the owner of Cluster {hello}, node {owner}, has no address; retry"
-            ))),
+            )))),
             // The agent can reach the owner itself: a forwarded stream would cost this replica
             // a stream of its own and end when either replica goes.
             (owner, Some(address)) if direct => Err(proto::status::owner_redirect(
@@ -241,10 +241,10 @@ impl proto::agent_server::Agent for AgentService {
                     .forward(&hello, inbound, authorization, &address)
                     .await
                     .map_err(|error| {
-                        Status::unavailable(format!(
+                        status(ApiError::unavailable(format!(
                             "cannot reach node {owner}, the owner of Cluster {hello}: {}",
                             error.message()
-                        ))
+                        )))
                     })?;
                 Ok(Response::new(forwarded))
             }
@@ -257,10 +257,10 @@ impl proto::agent_server::Agent for AgentService {
     ) -> Result<Response<Self::FetchArtifactStream>, Status> {
         let caller = principal(&request)?;
         if !caller.role.eq(&Role::Agent) && !caller.open {
-            return Err(Status::permission_denied(format!(
+            return Err(status(ApiError::permission_denied(format!(
                 "{} ({} role) may not fetch artifacts: that needs the agent role",
                 caller.name, caller.role
-            )));
+            ))));
         }
         let digest = super::artifacts::digest(&request.get_ref().digest)?;
         if !caller.open {
@@ -282,10 +282,10 @@ impl proto::agent_server::Agent for AgentService {
                 if wanted {
                     Ok(())
                 } else {
-                    Err(Status::permission_denied(format!(
+                    Err(status(ApiError::permission_denied(format!(
                         "{} may not fetch artifact {digest}: no Sync of Cluster {cluster} uses it",
                         caller.name
-                    )))
+                    ))))
                 }
             })?;
         }
@@ -365,7 +365,7 @@ impl AgentService {
                         .inc();
                 }
                 return owner.ok_or_else(|| {
-                    Status::unavailable(format!("Cluster {cluster} has no owner yet; retry"))
+                    status(ApiError::unavailable(format!("Cluster {cluster} has no owner yet; retry")))
                 });
             }
             if counted.is_none() {
@@ -387,7 +387,7 @@ impl AgentService {
             tokio::select! {
                 changed = applied.changed() => {
                     if changed.is_err() {
-                        return Err(Status::unavailable("this replica is stopping; retry"));
+                        return Err(status(ApiError::unavailable("this replica is stopping; retry")));
                     }
                     // Thousands of agents may wait here after a failover: each looks again at
                     // most every HOLD_RECHECK, not at every applied entry.
@@ -395,7 +395,7 @@ impl AgentService {
                 }
                 () = probed => {}
                 () = self.replica.stopping.cancelled() => {
-                    return Err(Status::unavailable("this replica is stopping; retry"));
+                    return Err(status(ApiError::unavailable("this replica is stopping; retry")));
                 }
                 () = tokio::time::sleep_until(until) => {}
             }
@@ -430,9 +430,9 @@ impl AgentService {
                         });
                         if !owned || replica.stopping.is_cancelled() {
                             let _ = sender
-                                .send(Err(Status::unavailable(format!(
+                                .send(Err(status(ApiError::unavailable(format!(
                                     "Cluster {cluster} moved to another replica; reconnect"
-                                ))))
+                                )))))
                                 .await;
                             break;
                         }
@@ -462,7 +462,7 @@ impl AgentService {
         let channel = self
             .replica
             .peer_channel(address, Duration::from_secs(10))
-            .map_err(|error| Status::unavailable(error.to_string()))?;
+            .map_err(|error| status(ApiError::unavailable(error.to_string())))?;
         let hello = proto::AgentMessage {
             message: Some(proto::agent_message::Message::Hello(cluster.to_string())),
         };

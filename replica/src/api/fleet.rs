@@ -259,11 +259,11 @@ impl proto::fleet_server::Fleet for FleetService {
             match caller.tenants.as_slice() {
                 [only] => request.namespace = only.clone(),
                 _ => {
-                    return Err(Status::permission_denied(format!(
+                    return Err(status(ApiError::permission_denied(format!(
                         "{} acts in several namespaces ({}): watch one of them (--namespace)",
                         caller.name,
                         caller.tenants.join(", ")
-                    )));
+                    ))));
                 }
             }
         }

@@ -11,6 +11,8 @@ use fleet::manifest::{Kind, ObjectKey, Resource};
 use fleet::selector::Selector;
 use futures::Stream;
 use proto::ApiError;
+
+use super::status;
 use starling_raft::StateEvent;
 use tokio::sync::{broadcast, mpsc};
 use tonic::Status;
@@ -95,15 +97,15 @@ pub(crate) fn start(
                 Ok(StateEvent::Applied(entry)) => entry,
                 Ok(StateEvent::SnapshotInstalled { .. }) => {
                     let _ = sender
-                        .send(Err(Status::aborted(
+                        .send(Err(status(ApiError::conflict(
                             "state replaced by a snapshot; list again",
-                        )))
+                        ))))
                         .await;
                     return;
                 }
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     let message = format!("watch fell behind by {missed} entries; list again");
-                    let _ = sender.send(Err(Status::aborted(message))).await;
+                    let _ = sender.send(Err(status(ApiError::conflict(message)))).await;
                     return;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
