@@ -18,7 +18,13 @@ use serde::{Deserialize, Serialize};
 mod inventory;
 pub use inventory::Inventory;
 
+mod notify;
 mod render;
+
+pub use notify::{
+    Alert, AlertSpec, AlertStatus, EventSeverity, EventSource, Provider, ProviderSpec,
+    ProviderStatus, ProviderType,
+};
 
 pub use render::{HelmSpec, RenderSpec, RenderType, ValuesKind, ValuesOverride, ValuesReference};
 

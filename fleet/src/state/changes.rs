@@ -113,6 +113,7 @@ impl Touch {
             | Command::NoteTokenUse { .. }
             | Command::FormInstallation { .. }
             | Command::SetLearnerOnly { .. }
+            | Command::SettleNotifications { .. }
             | Command::GroupFormed => Touch::Nothing,
         }
     }

@@ -86,6 +86,15 @@ pub enum Command {
         policy: super::pull::RegisterPolicy,
         at: String,
     },
+    /// The leader delivered (or, with `error`, gave up on) notifications `ids` of Provider
+    /// `provider` ([`super::notify`]): they leave its queue.
+    SettleNotifications {
+        provider: Key,
+        ids: Vec<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        at: String,
+    },
     /// A replica joins (or re-registers with a new address).
     AddMember {
         id: NodeId,
@@ -301,6 +310,7 @@ impl Command {
             | Command::AdoptCluster { at, .. }
             | Command::AbandonOverduePrunes { at, .. }
             | Command::RegisterPullCluster { at, .. }
+            | Command::SettleNotifications { at, .. }
             | Command::CheckProgress { at } => Some(at),
             _ => None,
         }

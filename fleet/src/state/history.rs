@@ -130,6 +130,18 @@ impl FleetState {
         });
         group.history.truncate(HISTORY_LIMIT);
         group.ledger.progress_at = Some(self.clock.clone());
+        group.ledger.notified_decile = 0;
+        group.ledger.admitting_partition = None;
+        let (members, revision) = (
+            group.members.len(),
+            group.history.front().map(|r| r.revision.clone()).unwrap_or_default(),
+        );
+        self.emit_group(
+            group_key,
+            "RolloutStarted",
+            crate::resources::EventSeverity::Info,
+            format!("rollout of {revision} started on {members} cluster(s) ({trigger:?})"),
+        );
         self.observe_rollout(group_key);
     }
 
@@ -144,6 +156,11 @@ impl FleetState {
             return;
         }
         let counts = &group.ledger.counts;
+        let revision = group
+            .history
+            .front()
+            .map(|r| r.revision.clone())
+            .unwrap_or_default();
         if group.ledger.halted {
             let reason = group.ledger.halt_reason.clone().unwrap_or_else(|| {
                 format!(
@@ -152,9 +169,22 @@ impl FleetState {
                     group.object.spec.rollout.max_failures.unwrap_or_default()
                 )
             });
-            group.close(RolloutOutcome::Halted, clock, Some(reason));
+            group.close(RolloutOutcome::Halted, clock, Some(reason.clone()));
+            self.emit_group(
+                group_key,
+                "RolloutHalted",
+                crate::resources::EventSeverity::Error,
+                format!("rollout of {revision} halted: {reason}"),
+            );
         } else if counts.done() == group.members.len() as u32 {
+            let total = group.members.len();
             group.close(RolloutOutcome::Complete, clock, None);
+            self.emit_group(
+                group_key,
+                "RolloutComplete",
+                crate::resources::EventSeverity::Info,
+                format!("rollout of {revision} complete on {total} cluster(s)"),
+            );
         }
     }
 

@@ -69,6 +69,15 @@ impl FleetState {
         if state == MemberState::Down {
             // Marked Down only after `down_after`, longer than its lease: it stopped writing.
             self.release_tickets_of_node(id);
+            let name = format!("node-{id}");
+            self.emit(super::notify::Emit::new(
+                "ReplicaDown",
+                crate::resources::EventSeverity::Error,
+                "Replica",
+                super::notify::SYSTEM_NAMESPACE,
+                &name,
+                format!("replica {id} marked Down: {moved} clusters and sources moved to the others"),
+            ));
         }
         Outcome::MembershipChanged { moved }
     }

@@ -37,6 +37,7 @@ mod inventories;
 mod key_set;
 mod labels;
 mod members;
+pub mod notify;
 pub mod planning;
 mod pull;
 pub mod quota;
@@ -449,6 +450,17 @@ pub struct FleetState {
     /// once ([`strings`]). Derived: never serialised.
     #[serde(skip)]
     strings: strings::Strings,
+    /// Notification Providers and Alerts ([`notify`]), by `namespace/name`.
+    #[serde(default, skip_serializing_if = "SharedMap::is_empty")]
+    pub providers: SharedMap<notify::ProviderEntry>,
+    #[serde(default, skip_serializing_if = "SharedMap::is_empty")]
+    pub alerts: SharedMap<notify::AlertEntry>,
+    /// What each Provider has still to be sent, by the Provider's key ([`notify`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub notifications: BTreeMap<Key, notify::ProviderQueue>,
+    /// The id of the last notification queued.
+    #[serde(default)]
+    pub next_notification: u64,
     /// The Syncs that may have become startable, in the order applied, for the planners
     /// ([`planning`]). Derived and local: never serialised; a decoded state starts a new
     /// epoch.
@@ -609,6 +621,12 @@ impl FleetState {
                 at,
             } => self.report_reachability(&cluster, node, generation, reachable, &at),
             Command::CheckProgress { at } => self.check_progress(&at),
+            Command::SettleNotifications {
+                provider,
+                ids,
+                error,
+                at,
+            } => self.settle_notifications(&provider, &ids, error.as_deref(), &at),
             Command::FormInstallation { id } => match &self.installation {
                 None if !id.is_empty() => {
                     self.installation = Some(id);

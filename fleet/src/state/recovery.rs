@@ -64,6 +64,30 @@ impl FleetState {
         self.recovering = active;
         // Everything was held back while on, and nothing may start now.
         self.plan_journal.note_everything();
+        let (reason, message) = if active {
+            (
+                "RecoveryStarted",
+                "disaster recovery started: nothing rolls out until `starling recover` has read \
+                 the targets back"
+                    .to_string(),
+            )
+        } else {
+            (
+                "RecoveryFinished",
+                format!(
+                    "disaster recovery finished; {} cluster(s) not read back yet",
+                    self.recovery_pending.len()
+                ),
+            )
+        };
+        self.emit(super::notify::Emit::new(
+            reason,
+            crate::resources::EventSeverity::Info,
+            "Installation",
+            super::notify::SYSTEM_NAMESPACE,
+            "installation",
+            message,
+        ));
         if !active {
             let groups: Vec<Key> = self.groups.keys().cloned().collect();
             for group in groups {

@@ -178,6 +178,17 @@ pub struct Ledger {
     /// on its source and its progress deadline does not run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_wait: Option<super::SourceWait>,
+    /// The tenths of the rollout done that were notified (`RolloutProgress` every 10%).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub notified_decile: u8,
+    /// The partition admission has reached in this rollout (`RolloutProgress` as each canary
+    /// partition is through).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitting_partition: Option<u32>,
+}
+
+fn is_zero(value: &u8) -> bool {
+    *value == 0
 }
 
 impl Ledger {
@@ -410,6 +421,7 @@ impl FleetState {
                     group.ledger.progress_at = Some(self.clock.clone());
                 }
             }
+            self.note_progress(&group_key);
             self.observe_rollout(&group_key);
         }
     }
@@ -472,6 +484,7 @@ impl FleetState {
             if let Some(entry) = self.syncs.get_mut(&sync) {
                 entry.rollout.admitted = true;
             }
+            self.note_partition(group_key, partition);
             self.settle(&sync);
             if self.syncs.get(&sync).map(|s| s.rollout.state) == Some(SyncState::Pending) {
                 // Cannot happen (an admitted eligible Sync is never Pending); stop rather than
@@ -543,6 +556,15 @@ impl FleetState {
         }
         if resumed_halt {
             self.start_rollout(group_key, crate::resources::RolloutTrigger::Resume);
+        }
+        if paused {
+            self.emit_group(
+                group_key,
+                "RolloutHalted",
+                crate::resources::EventSeverity::Info,
+                "rollout paused (starling rollout pause); `starling rollout resume` continues it"
+                    .into(),
+            );
         }
         self.admit(group_key);
         super::Outcome::Ok

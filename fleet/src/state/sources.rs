@@ -116,6 +116,17 @@ impl FleetState {
         for sync in &syncs {
             self.refile(sync);
         }
+        let (namespace, name) = source.split_once('/').unwrap_or(("default", source));
+        let mut event = super::notify::Emit::new(
+            "SourceRevision",
+            crate::resources::EventSeverity::Info,
+            "Source",
+            namespace,
+            name,
+            format!("Source {name} is at {revision}"),
+        );
+        event.revision = Some(revision.clone());
+        self.emit(event);
         for group in groups {
             self.start_rollout(&group, RolloutTrigger::Commit);
             self.admit(&group);
@@ -208,6 +219,10 @@ impl FleetState {
         };
         let status = entry.object.status.get_or_insert_with(Default::default);
         status.last_fetch_time = Some(at.to_string());
+        let already = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "False" && c.message.starts_with(&message));
         let kept = status
             .revision
             .clone()
@@ -221,6 +236,17 @@ impl FleetState {
             format!("{message}{kept}"),
             at,
         );
+        if !already {
+            let (namespace, name) = source.split_once('/').unwrap_or(("default", source));
+            self.emit(super::notify::Emit::new(
+                "SourceFailed",
+                crate::resources::EventSeverity::Error,
+                "Source",
+                namespace,
+                name,
+                format!("Source {name} failed: {message}{kept}"),
+            ));
+        }
         Outcome::Ok
     }
 }

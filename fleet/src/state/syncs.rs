@@ -292,11 +292,77 @@ impl FleetState {
                 }
             }
         }
+        let event = self.sync_event_of(&ticket.sync, failure.as_ref().map(|(_, f)| f.as_str()));
         if let Some((group, failure)) = failure {
             self.note_failure(&group, failure);
         }
+        if let Some(event) = event {
+            self.emit_sync_event(&ticket.sync, event);
+        }
         self.settle_and_admit(&ticket.sync);
         Outcome::Finished { sync: ticket.sync }
+    }
+
+    /// The event a finished Sync gives: `SyncFailed` (with the failure), or `DriftCorrected`
+    /// when a drift re-apply took fields back; `None` without an Alert in its namespace.
+    fn sync_event_of(&self, sync: &str, failure: Option<&str>) -> Option<(&'static str, String)> {
+        let entry = self.syncs.get(sync)?;
+        let namespace = entry.object.metadata.namespace.as_deref().unwrap_or("default");
+        if !self.alerts_in(namespace) {
+            return None;
+        }
+        let status = entry.object.status.as_ref()?;
+        match (failure, status.result) {
+            (Some(failure), _) => Some(("SyncFailed", failure.to_string())),
+            (None, Some(crate::resources::SyncResult::Failed)) => status
+                .message
+                .clone()
+                .map(|m| ("SyncFailed", format!("{}: {m}", entry.object.spec.cluster_ref.name))),
+            (None, Some(crate::resources::SyncResult::Succeeded)) => status
+                .message
+                .clone()
+                .filter(|m| !m.is_empty() && !m.starts_with("applied "))
+                .map(|m| ("DriftCorrected", format!("{}: {m}", entry.object.spec.cluster_ref.name))),
+            _ => None,
+        }
+    }
+
+    /// Emits a Sync's event, with its group and revision.
+    fn emit_sync_event(&mut self, sync: &str, (reason, message): (&'static str, String)) {
+        let Some(entry) = self.syncs.get(sync) else {
+            return;
+        };
+        let namespace = entry
+            .object
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = entry.object.metadata.name.clone().unwrap_or_default();
+        let group = entry
+            .group
+            .as_deref()
+            .map(|g| g.split_once('/').map_or(g, |(_, n)| n).to_string());
+        let revision = entry
+            .object
+            .status
+            .as_ref()
+            .and_then(|s| s.last_attempted_revision.as_deref())
+            .map(str::to_string);
+        let group_key = entry.group.as_deref().map(str::to_string);
+        let severity = if reason == "SyncFailed" {
+            crate::resources::EventSeverity::Error
+        } else {
+            crate::resources::EventSeverity::Info
+        };
+        let mut event =
+            super::notify::Emit::new(reason, severity, "Sync", &namespace, &name, message);
+        event.group = group.as_deref();
+        event.revision = revision;
+        if let Some(group) = &group_key {
+            event.counts = self.event_counts(group);
+        }
+        self.emit(event);
     }
 
     /// [`Command::ReportReachability`].
@@ -353,6 +419,21 @@ impl FleetState {
         status.reachable = Some(reachable);
         if reachable {
             status.last_contact = Some(at.to_string());
+        } else {
+            let (namespace, name) = cluster.split_once('/').unwrap_or(("default", cluster));
+            if self.alerts_in(namespace) {
+                let labels = self.clusters.get(cluster).and_then(|c| c.labels().to_map());
+                let mut event = super::notify::Emit::new(
+                    "ClusterUnreachable",
+                    crate::resources::EventSeverity::Error,
+                    "Cluster",
+                    namespace,
+                    name,
+                    format!("cluster {name} cannot be reached; rollouts skip it until it answers"),
+                );
+                event.labels = labels.as_ref();
+                self.emit(event);
+            }
         }
         let syncs: Vec<Key> = self
             .cluster_syncs
