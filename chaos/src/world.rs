@@ -512,6 +512,7 @@ impl World {
                     manifests: manifests.as_bytes().to_vec(),
                     origin: "chaos".into(),
                     dry_run: false,
+                    ..Default::default()
                 })
                 .await
                 .map(|_| ())

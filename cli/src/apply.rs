@@ -3,20 +3,22 @@
 //!
 //! ```text
 //! -f paths ──collect (dirs: *.yaml|*.yml|*.json, sorted; -R recursive)──► files
-//!   ──parse_manifests each (fails fast: "web.yaml: document 2: …")──► one body (`---` joined)
-//!   ──one Apply request──► "syncgroup.starling.dev/web created|configured|unchanged"
+//!   ──parse_manifests_with each (fails fast: "web.yaml: document 2: …"; --validate=warn:
+//!     "warning: web.yaml: document 2: … unknown field …" on stderr)──► one body (`---` joined)
+//!   ──one Apply request (with the --validate mode)──► "syncgroup.starling.dev/web created|configured|unchanged"
 //! ```
 //!
 //! Validation happens locally first so a typo is reported before anything is sent; the node
-//! validates again, and its rejection is reported as `rejected: …`. One request means one
-//! commit: either every object of the invocation is applied or none is.
+//! validates again with the same `--validate` rule, and its rejection is reported as
+//! `rejected: …`. One request means one commit: either every object of the invocation is
+//! applied or none is.
 
 use std::collections::HashSet;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
-use fleet::manifest::{ObjectKey, Resource, parse_manifests};
+use fleet::manifest::{FieldValidation, ObjectKey, Resource, parse_manifests_with};
 use proto::limits::MAX_API_MESSAGE_BYTES;
 
 use super::output::{emit, object_name_from};
@@ -44,8 +46,54 @@ pub struct ApplyArgs {
     /// Validate on the server and report what would change, without changing anything.
     #[arg(long)]
     pub dry_run: bool,
+    /// What a field its kind does not know (a misspelled or obsolete one) does, as kubectl's
+    /// --validate: `strict` (or `true`) refuses the manifest naming every such field and the
+    /// nearest known one, `warn` prints each on stderr and applies without them, `ignore` (or
+    /// `false`) drops them without a word. The node applies the same rule.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value_t = Validate::Strict,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "strict"
+    )]
+    pub validate: Validate,
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+/// `--validate`: what unknown fields do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Validate {
+    /// Refuse the manifest.
+    #[default]
+    #[value(alias = "true")]
+    Strict,
+    /// Print each unknown field on stderr; apply without them.
+    Warn,
+    /// Apply without them, silently.
+    #[value(alias = "false")]
+    Ignore,
+}
+
+impl Validate {
+    pub fn field_validation(self) -> FieldValidation {
+        match self {
+            Validate::Strict => FieldValidation::Strict,
+            Validate::Warn => FieldValidation::Warn,
+            Validate::Ignore => FieldValidation::Ignore,
+        }
+    }
+
+    fn to_proto(self) -> proto::FieldValidation {
+        match self {
+            Validate::Strict => proto::FieldValidation::Strict,
+            Validate::Warn => proto::FieldValidation::Warn,
+            Validate::Ignore => proto::FieldValidation::Ignore,
+        }
+    }
 }
 
 /// One manifest file's text and where it came from.
@@ -57,24 +105,49 @@ pub struct Input {
 }
 
 /// The resources of every input, validated; the first bad document fails it all.
-pub fn parse_inputs(inputs: &[Input]) -> anyhow::Result<Vec<Resource>> {
+pub fn parse_inputs(
+    inputs: &[Input],
+    validation: FieldValidation,
+) -> anyhow::Result<Vec<Resource>> {
+    Ok(parse_inputs_warning(inputs, validation)?.0)
+}
+
+/// [`parse_inputs`], with the warnings of `--validate=warn`, one line per unknown field, each
+/// naming its file (`web.yaml: document 2: SyncGroup "web": unknown field spec.selector; …`).
+pub fn parse_inputs_warning(
+    inputs: &[Input],
+    validation: FieldValidation,
+) -> anyhow::Result<(Vec<Resource>, Vec<String>)> {
     let mut resources = Vec::new();
+    let mut warnings = Vec::new();
     for input in inputs {
         // The error's own text already includes its causes: display it alone, not as a chain.
-        let parsed =
-            parse_manifests(&input.text).map_err(|error| anyhow!("{}: {error}", input.origin))?;
-        resources.extend(parsed);
+        let parsed = parse_manifests_with(&input.text, validation)
+            .map_err(|error| anyhow!("{}: {error}", input.origin))?;
+        resources.extend(parsed.resources);
+        for warning in &parsed.warnings {
+            warnings.extend(
+                warning
+                    .lines()
+                    .into_iter()
+                    .map(|line| format!("{}: {line}", input.origin)),
+            );
+        }
     }
-    Ok(resources)
+    Ok((resources, warnings))
 }
 
 pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
     let inputs = read_inputs(&args.files, args.recursive)?;
-    let resources = parse_inputs(&inputs)?;
+    let (resources, warnings) = parse_inputs_warning(&inputs, args.validate.field_validation())?;
+    // The node's response lists the same warnings; these name the files.
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
+    }
     if resources.is_empty() {
         bail!("no objects to apply in {}", origins(&inputs));
     }
-    let request = build_request(&inputs, &resources, args.dry_run)?;
+    let request = build_request(&inputs, &resources, args.dry_run, args.validate)?;
     let lines = block_on(async {
         let client = Client::connect(&args.server).await?;
         apply(&client, request).await
@@ -115,6 +188,7 @@ pub fn build_request(
     inputs: &[Input],
     resources: &[Resource],
     dry_run: bool,
+    validate: Validate,
 ) -> anyhow::Result<proto::ApplyRequest> {
     let manifests = match inputs {
         [single] => single.text.clone(),
@@ -134,7 +208,9 @@ pub fn build_request(
                     .map(Resource::key)
                     .collect::<Vec<ObjectKey>>()
             };
-            let rejoined = parse_manifests(&joined).ok().map(|parsed| keys(&parsed));
+            let rejoined = parse_manifests_with(&joined, validate.field_validation())
+                .ok()
+                .map(|parsed| keys(&parsed.resources));
             if rejoined.as_deref() != Some(keys(resources).as_slice()) {
                 bail!(
                     "cannot join {} into one request (a document end marker or directive?); \
@@ -156,6 +232,7 @@ pub fn build_request(
         manifests: manifests.into_bytes(),
         origin: origins(inputs),
         dry_run,
+        field_validation: validate.to_proto().into(),
     })
 }
 
@@ -284,201 +361,4 @@ fn has_manifest_extension(path: &Path) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::client::testing;
-
-    const SOURCE: &str = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: app\nspec:\n  git:\n    url: https://git.example.com/app.git\n    ref:\n      branch: main\n";
-    const GROUP: &str = "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: web\nspec:\n  sourceRef:\n    name: app\n  clusterSelector: {}\n";
-
-    fn input(origin: &str, text: &str) -> Input {
-        Input {
-            origin: origin.to_owned(),
-            text: text.to_owned(),
-        }
-    }
-
-    /// A fresh directory under the system's temporary directory, removed when dropped.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let path =
-                std::env::temp_dir().join(format!("starling-apply-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).expect("create a temporary directory");
-            TempDir(path)
-        }
-
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn write(path: &Path, text: &str) {
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("create dir");
-        std::fs::write(path, text).expect("write file");
-    }
-
-    #[test]
-    fn directories_give_their_manifest_files_sorted() {
-        let dir = TempDir::new("sorted");
-        let root = dir.path();
-        write(&root.join("b.yml"), GROUP);
-        write(&root.join("a.yaml"), SOURCE);
-        write(&root.join("c.JSON"), "{}");
-        write(&root.join("notes.txt"), "not a manifest");
-        write(&root.join("sub/d.yaml"), SOURCE);
-        let names = |files: Vec<PathBuf>| {
-            files
-                .iter()
-                .map(|file| {
-                    file.strip_prefix(root)
-                        .expect("under root")
-                        .display()
-                        .to_string()
-                })
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            names(collect_files(root, false).unwrap()),
-            ["a.yaml", "b.yml", "c.JSON"]
-        );
-        assert_eq!(
-            names(collect_files(root, true).unwrap()),
-            ["a.yaml", "b.yml", "c.JSON", "sub/d.yaml"]
-        );
-        // A file is taken whatever its extension.
-        let notes = root.join("notes.txt");
-        assert_eq!(
-            collect_files(&notes, false).unwrap(),
-            std::slice::from_ref(&notes)
-        );
-    }
-
-    #[test]
-    fn empty_directories_and_missing_paths_are_errors() {
-        let dir = TempDir::new("empty");
-        write(&dir.path().join("sub/a.yaml"), SOURCE);
-        let error = collect_files(dir.path(), false).unwrap_err().to_string();
-        assert!(
-            error.starts_with("no .yaml, .yml or .json files in"),
-            "{error}"
-        );
-        assert_eq!(collect_files(dir.path(), true).unwrap().len(), 1);
-        let error = format!(
-            "{:#}",
-            collect_files(&dir.path().join("nope"), false).unwrap_err()
-        );
-        assert!(
-            error.starts_with("cannot read ") && error.contains("nope"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn a_bad_document_names_its_file_once() {
-        let bad = format!("{SOURCE}---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n");
-        let error = parse_inputs(&[input("ok.yaml", SOURCE), input("bad.yaml", &bad)]).unwrap_err();
-        assert_eq!(
-            format!("{error:#}"),
-            "bad.yaml: document 2: unknown kind \"Pod\" (expected Source, Cluster, Sync, SyncGroup or Secret)"
-        );
-        let cluster = "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\n";
-        let error = parse_inputs(&[input("c.yaml", cluster)]).unwrap_err();
-        assert_eq!(
-            format!("{error:#}"),
-            "c.yaml: document 1: Cluster \"c1\": missing field `spec`"
-        );
-    }
-
-    #[test]
-    fn one_input_is_sent_as_it_is() {
-        let inputs = [input("a.yaml", SOURCE)];
-        let resources = parse_inputs(&inputs).unwrap();
-        let request = build_request(&inputs, &resources, true).unwrap();
-        assert_eq!(request.manifests, SOURCE.as_bytes());
-        assert_eq!(request.origin, "a.yaml");
-        assert!(request.dry_run);
-    }
-
-    #[test]
-    fn several_inputs_are_joined_with_json_converted() {
-        let json = r#"{"apiVersion":"starling.dev/v1alpha1","kind":"Cluster","metadata":{"name":"c1","labels":{"env":"prod"}},"spec":{}}"#;
-        let no_newline = GROUP.trim_end();
-        let inputs = [
-            input("a.yaml", SOURCE),
-            input("b.json", json),
-            input("c.yaml", no_newline),
-        ];
-        let resources = parse_inputs(&inputs).unwrap();
-        let request = build_request(&inputs, &resources, false).unwrap();
-        let text = String::from_utf8(request.manifests).unwrap();
-        assert_eq!(parse_manifests(&text).unwrap(), resources);
-        assert_eq!(request.origin, "a.yaml, b.json, c.yaml");
-    }
-
-    #[test]
-    fn results_read_like_kubectl() {
-        let result = |kind: &str, name: &str, action: proto::ApplyAction| proto::ApplyResult {
-            object: Some(proto::ObjectRef {
-                kind: kind.into(),
-                namespace: "default".into(),
-                name: name.into(),
-            }),
-            action: action.into(),
-            generation: 1,
-        };
-        let results = [
-            result("SyncGroup", "web", proto::ApplyAction::Created),
-            result("Source", "app", proto::ApplyAction::Configured),
-            result("Secret", "c1-kubeconfig", proto::ApplyAction::Unchanged),
-        ];
-        assert_eq!(
-            render_results(&results, false),
-            "syncgroup.starling.dev/web created\nsource.starling.dev/app configured\nsecret/c1-kubeconfig unchanged\n"
-        );
-        assert_eq!(
-            render_results(&results[..1], true),
-            "syncgroup.starling.dev/web created (dry run)\n"
-        );
-    }
-
-    #[tokio::test]
-    async fn applying_twice_reports_unchanged_and_rejections_are_one_line() {
-        let server = testing::serve().await;
-        let client = Client::connect(&server).await.unwrap();
-        let inputs = [input("a.yaml", SOURCE), input("b.yaml", GROUP)];
-        let resources = parse_inputs(&inputs).unwrap();
-        let request = build_request(&inputs, &resources, false).unwrap();
-        assert_eq!(
-            apply(&client, request.clone()).await.unwrap(),
-            "source.starling.dev/app created\nsyncgroup.starling.dev/web created\n"
-        );
-        assert_eq!(
-            apply(&client, request).await.unwrap(),
-            "source.starling.dev/app unchanged\nsyncgroup.starling.dev/web unchanged\n"
-        );
-        let forbidden = [input(
-            "f.yaml",
-            &SOURCE.replace("name: app", "name: forbidden"),
-        )];
-        let resources = parse_inputs(&forbidden).unwrap();
-        let error = apply(
-            &client,
-            build_request(&forbidden, &resources, false).unwrap(),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(
-            format!("{error:#}"),
-            "rejected: specs are read-only in operator mode"
-        );
-    }
-}
+mod tests;

@@ -6,7 +6,7 @@
 //! cascading deletion.
 
 use anyhow::{anyhow, bail};
-use fleet::manifest::{DEFAULT_NAMESPACE, Kind, ObjectKey};
+use fleet::manifest::{DEFAULT_NAMESPACE, FieldValidation, Kind, ObjectKey};
 
 use super::apply::{parse_inputs, read_inputs};
 use super::output::{emit, object_name_from};
@@ -169,7 +169,9 @@ pub fn keys_from_files(
 ) -> anyhow::Result<Vec<ObjectKey>> {
     let inputs = read_inputs(files, recursive)?;
     let mut keys = Vec::new();
-    for resource in parse_inputs(&inputs)? {
+    // Only the identities are needed, as kubectl's delete: an object applied with
+    // `--validate=ignore` can be deleted with the same file.
+    for resource in parse_inputs(&inputs, FieldValidation::Ignore)? {
         let namespace = match &resource.metadata().namespace {
             Some(own) => own.as_str(),
             None => namespace.unwrap_or(DEFAULT_NAMESPACE),
@@ -263,6 +265,7 @@ mod tests {
             manifests: manifest.into(),
             origin: "c.yaml".into(),
             dry_run: false,
+            ..Default::default()
         };
         client.apply(request).await.unwrap();
         assert_eq!(resources.len(), 1);

@@ -424,6 +424,7 @@ mod tests {
             manifests: manifest.into_bytes(),
             origin: "s.json".into(),
             dry_run: false,
+            ..Default::default()
         };
         client.apply(request).await.unwrap();
         let args = |name: Option<&str>| GetArgs {

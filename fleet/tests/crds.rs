@@ -240,3 +240,78 @@ fn every_crd_has_a_status_subresource_and_printer_columns() {
         4
     );
 }
+
+/// Free-form fields: the only places where the CRDs keep fields they do not list. Anywhere
+/// else an unknown field must be refused, by the API server in operator mode as by `starling
+/// apply` in standalone mode.
+const FREE_FORM_FIELDS: [&str; 4] = [
+    "Sync.spec.render.helm.values",
+    "Sync.spec.render.overrides[].values",
+    "SyncGroup.spec.template.render.helm.values",
+    "SyncGroup.spec.template.render.overrides[].values",
+];
+
+/// Every path under `schema` that keeps unknown fields (`x-kubernetes-preserve-unknown-fields`
+/// or `additionalProperties: true`).
+fn open_paths(schema: &Value, path: &str, open: &mut Vec<String>) {
+    let Some(object) = schema.as_object() else {
+        return;
+    };
+    if object.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+        || object.get("additionalProperties") == Some(&Value::Bool(true))
+    {
+        open.push(path.to_owned());
+    }
+    if let Some(properties) = object.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            open_paths(property, &format!("{path}.{name}"), open);
+        }
+    }
+    if let Some(items) = object.get("items") {
+        open_paths(items, &format!("{path}[]"), open);
+    }
+    if let Some(additional) = object.get("additionalProperties") {
+        open_paths(additional, &format!("{path}{{}}"), open);
+    }
+    for combinator in ["allOf", "anyOf", "oneOf"] {
+        for branch in object
+            .get(combinator)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            open_paths(branch, path, open);
+        }
+    }
+}
+
+#[test]
+fn only_free_form_fields_keep_unknown_fields() {
+    let mut open = Vec::new();
+    for crd in crds().into_iter().chain(agent_crds()) {
+        for version in &crd.spec.versions {
+            let schema = serde_json::to_value(
+                version
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref()),
+            )
+            .expect("schema");
+            open_paths(&schema, &crd.spec.names.kind, &mut open);
+        }
+    }
+    let unexpected: Vec<&String> = open
+        .iter()
+        .filter(|path| !FREE_FORM_FIELDS.contains(&path.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "these fields keep unknown fields but are not free-form: {unexpected:?}; give them a \
+         schema, or add them to FREE_FORM_FIELDS if they really hold any shape"
+    );
+    // The allow-list is what the CRDs have, not a wish list.
+    open.sort();
+    let mut expected = FREE_FORM_FIELDS.map(String::from).to_vec();
+    expected.sort();
+    assert_eq!(open, expected);
+}

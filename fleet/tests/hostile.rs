@@ -196,6 +196,39 @@ fn a_nan_is_refused_not_read_as_null() {
     );
 }
 
+#[test]
+fn a_document_with_100_000_unknown_fields_is_refused_quickly_with_a_bounded_message() {
+    let mut spec = String::from("spec:\n  sourceRef: {name: app}\n");
+    for index in 0..100_000 {
+        spec.push_str(&format!("  unknown{index}: 1\n"));
+    }
+    let text = SYNC_GROUP[..SYNC_GROUP.find("spec:").expect("spec")].to_owned() + &spec;
+    let message = rejection_of(text);
+    assert_contains(
+        &message,
+        &[
+            "document 1: SyncGroup \"web\": unknown field spec.unknown0;",
+            &format!(
+                "and {} more unknown fields",
+                100_000 - fleet::manifest::MAX_REPORTED_FIELDS
+            ),
+        ],
+    );
+    assert!(message.len() < 8 * 1024, "{} bytes", message.len());
+}
+
+#[test]
+fn an_unknown_field_with_a_megabyte_name_is_shortened_in_the_message() {
+    // JSON: YAML's simple keys stop at 1024 characters.
+    let name = "n".repeat(1 << 20);
+    let text = format!(
+        r#"{{"apiVersion": "starling.dev/v1alpha1", "kind": "Cluster", "metadata": {{"name": "c1"}}, "spec": {{"{name}": 1}}}}"#
+    );
+    let message = rejection_of(text);
+    assert_contains(&message, &["unknown field spec[\"nnn", "…\"]"]);
+    assert!(message.len() < 1024, "{} bytes", message.len());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bytes
 // ---------------------------------------------------------------------------------------------

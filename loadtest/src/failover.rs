@@ -41,6 +41,7 @@ pub(crate) async fn run(
                 manifests: text.into_bytes(),
                 origin: "bench".into(),
                 dry_run: false,
+                ..Default::default()
             }))
             .await?;
     }

@@ -347,6 +347,7 @@ async fn apply_documents(
                 manifests: chunk.join("---\n").into_bytes(),
                 origin: "bench".into(),
                 dry_run: false,
+                ..Default::default()
             }))
             .await
             .context("cannot apply the demo specs")?;

@@ -239,6 +239,7 @@ pub async fn run(args: RegionsArgs, out: &std::path::Path) -> anyhow::Result<()>
                 manifests: manifest.into_bytes(),
                 origin: "bench".into(),
                 dry_run: false,
+                ..Default::default()
             }))
             .await
             .context("a timed apply")?;

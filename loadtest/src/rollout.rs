@@ -77,6 +77,7 @@ pub(crate) async fn apply(
             manifests: manifests.into_bytes(),
             origin: "bench".into(),
             dry_run: false,
+            ..Default::default()
         }))
         .await
         .context("cannot apply the demo specs")?;

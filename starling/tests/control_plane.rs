@@ -435,6 +435,7 @@ async fn bad_requests_get_clear_errors_and_the_node_keeps_serving() {
             manifests: oversize,
             origin: "test".into(),
             dry_run: false,
+            ..Default::default()
         })
         .await
         .expect_err("oversize");

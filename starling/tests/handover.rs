@@ -226,6 +226,7 @@ async fn restarted_followers_catch_up_with_the_log_under_write_load() {
                     manifests: manifest.into_bytes(),
                     origin: "test".into(),
                     dry_run: false,
+                    ..Default::default()
                 };
                 if client.apply(request).await.is_ok() {
                     written += 1;

@@ -66,6 +66,7 @@ async fn apply_bytes(group: &Group, manifests: Vec<u8>) -> tonic::Status {
             manifests,
             origin: "test".into(),
             dry_run: false,
+            ..Default::default()
         })
         .await
         .expect_err("the request is refused")
@@ -140,6 +141,118 @@ async fn a_list_with_a_broken_label_selector_is_refused() {
         error.message()
     );
     assert_nothing_lost_and_still_serving(&group).await;
+}
+
+/// A SyncGroup with `selector:` where `clusterSelector:` belongs (the field was dropped, and the
+/// group selected no cluster).
+const MISSPELLED_GROUP: &str = "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: typo}\nspec:\n  sourceRef: {name: repo}\n  selector: {}\n";
+
+const DID_YOU_MEAN: &str = "document 1: SyncGroup \"typo\": unknown field spec.selector; did you mean spec.clusterSelector?";
+
+async fn apply_with(
+    group: &Group,
+    manifests: &str,
+    field_validation: proto::FieldValidation,
+) -> Result<proto::ApplyResponse, tonic::Status> {
+    let mut client = group.fleet(1).await;
+    client
+        .apply(proto::ApplyRequest {
+            manifests: manifests.as_bytes().to_vec(),
+            origin: "typo.yaml".into(),
+            dry_run: false,
+            field_validation: field_validation.into(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// The stored SyncGroup `typo`, if any.
+async fn stored_typo_group(group: &Group) -> Option<serde_json::Value> {
+    let mut client = group.fleet(1).await;
+    let object = client
+        .get(proto::GetRequest {
+            object: Some(proto::ObjectRef {
+                kind: "SyncGroup".into(),
+                namespace: "default".into(),
+                name: "typo".into(),
+            }),
+        })
+        .await
+        .ok()?
+        .into_inner()
+        .object?;
+    serde_json::from_slice(&object.json).ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelled_field_is_refused_by_the_node_whatever_the_client_checked() {
+    let group = group_with_clusters().await;
+    // A client that says nothing (older, or not `starling`) gets strict, as one that asks.
+    for mode in [
+        proto::FieldValidation::Unspecified,
+        proto::FieldValidation::Strict,
+    ] {
+        let error = apply_with(&group, MISSPELLED_GROUP, mode)
+            .await
+            .expect_err("refused");
+        assert_eq!(error.code(), tonic::Code::InvalidArgument, "{mode:?}");
+        assert_eq!(error.message(), DID_YOU_MEAN, "{mode:?}");
+    }
+    assert_eq!(stored_typo_group(&group).await, None);
+    assert_nothing_lost_and_still_serving(&group).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warn_and_ignore_apply_without_the_unknown_field_and_warn_says_so() {
+    let group = group_with_clusters().await;
+    let response = apply_with(&group, MISSPELLED_GROUP, proto::FieldValidation::Warn)
+        .await
+        .expect("accepted with a warning");
+    assert_eq!(response.warnings, [DID_YOU_MEAN]);
+    let stored = stored_typo_group(&group).await.expect("stored");
+    assert!(stored["spec"].get("selector").is_none(), "{stored}");
+    assert!(stored["spec"].get("clusterSelector").is_none(), "{stored}");
+    let response = apply_with(&group, MISSPELLED_GROUP, proto::FieldValidation::Ignore)
+        .await
+        .expect("accepted");
+    assert!(response.warnings.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starling_apply_refuses_a_misspelled_field_and_validate_warn_prints_it() {
+    let group = group_with_clusters().await;
+    let dir = std::env::temp_dir().join(format!("starling-typo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("typo.yaml");
+    std::fs::write(&file, MISSPELLED_GROUP).expect("write the manifest");
+    let file = file.to_str().expect("a utf-8 path");
+    let node = group.running().next().expect("a running node");
+    let apply = |extra: &[&str]| {
+        std::process::Command::new(harness::binary())
+            .args(["apply", "--server", &node.grpc, "-f", file])
+            .args(extra)
+            .output()
+            .expect("run starling apply")
+    };
+    let refused = apply(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains(&format!("{file}: {DID_YOU_MEAN}")),
+        "{stderr}"
+    );
+    let warned = apply(&["--validate=warn"]);
+    let stderr = String::from_utf8_lossy(&warned.stderr).into_owned();
+    assert!(warned.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("warning: {file}: {DID_YOU_MEAN}")),
+        "{stderr}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&warned.stdout),
+        "syncgroup.starling.dev/typo created\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Sends every request to another method of the API: a message of one type arrives where

@@ -275,6 +275,7 @@ impl Group {
                 manifests: manifests.as_bytes().to_vec(),
                 origin: "test".into(),
                 dry_run: false,
+                ..Default::default()
             }))
             .await
             .map(|r| r.into_inner())

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use fleet::manifest::{Kind, parse_manifests};
+use fleet::manifest::{FieldValidation, Kind, parse_manifests_with};
 use proto::admin_server::{Admin, AdminServer};
 use proto::fleet_server::{Fleet, FleetServer};
 use proto::{ApiError, ApplyAction, LeaderHint};
@@ -89,8 +89,15 @@ impl Fleet for CannedNode {
         let request = request.into_inner();
         let text = String::from_utf8(request.manifests)
             .map_err(|_| Status::from(ApiError::invalid_argument("manifests are not utf-8")))?;
-        let resources = parse_manifests(&text)
+        let validation = match proto::FieldValidation::try_from(request.field_validation) {
+            Ok(proto::FieldValidation::Warn) => FieldValidation::Warn,
+            Ok(proto::FieldValidation::Ignore) => FieldValidation::Ignore,
+            _ => FieldValidation::Strict,
+        };
+        let parsed = parse_manifests_with(&text, validation)
             .map_err(|error| Status::from(ApiError::invalid_argument(error.to_string())))?;
+        let warnings = parsed.warnings.iter().flat_map(|w| w.lines()).collect();
+        let resources = parsed.resources;
         let mut objects = self.objects.lock().expect("objects lock");
         let mut results = Vec::new();
         for resource in resources {
@@ -122,6 +129,7 @@ impl Fleet for CannedNode {
         Ok(Response::new(proto::ApplyResponse {
             results,
             revision: 7,
+            warnings,
         }))
     }
 

@@ -2,16 +2,25 @@
 //! or JSON into [`Resource`]s, each validated.
 //!
 //! ```text
-//! text --split into documents--> JSON values --kind/apiVersion--> typed Resource --validate--> Vec<Resource>
-//!        (empty ones skipped,       (a `kind: List` expands
-//!         index kept for errors)     into its items)
+//! text --split into documents--> JSON values --kind/apiVersion--> unknown fields? --> typed Resource --validate--> Vec<Resource>
+//!        (empty ones skipped,       (a `kind: List` expands        (against the kind's
+//!         index kept for errors)     into its items)                schema: refused, warned
+//!                                                                   or ignored)
 //! ```
 //!
 //! Errors name the document (1-based, counting empty ones, so it matches the file) and, inside a
 //! `List`, the item; then what is wrong: a missing field, a wrong `apiVersion`, an unknown kind,
-//! a field of the wrong type (with its path), or a validation rule.
+//! fields no schema of the kind declares (all of them, each with the nearest known field), a
+//! field of the wrong type (with its path), or a validation rule.
+//!
+//! Only user input is checked for unknown fields ([`parse_manifests`],
+//! [`parse_manifests_with`]): [`Resource::from_value`] and `Deserialize` read stored objects
+//! (the Raft log, snapshots), which an older or newer version may have written, and keep
+//! ignoring what they do not know.
 
+mod fields;
 mod kind;
+mod schema;
 mod strict;
 
 use std::collections::BTreeMap;
@@ -23,7 +32,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+pub use fields::{FieldValidation, MAX_REPORTED_FIELDS, UnknownField, UnknownFields};
 pub use kind::{Kind, ObjectKey};
+pub use schema::{unknown_fields_of, unknown_upstream_fields};
 pub use strict::StrictValue;
 
 use crate::resources::{Cluster, Source, Sync, SyncGroup, SyncTemplate};
@@ -55,68 +66,13 @@ static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl Resource {
     /// Reads one object from a JSON value: `kind`, `apiVersion` and `metadata.name` are checked,
-    /// then the typed fields. Does not validate.
+    /// then the typed fields. Does not validate, and ignores unknown fields.
     pub fn from_value(value: Value) -> Result<Resource, DocumentError> {
-        let Value::Object(object) = &value else {
-            return Err(DocumentError::NotAnObject {
-                found: type_name(&value),
-            });
-        };
-        let kind_text = match object.get("kind") {
-            None | Some(Value::Null) => return Err(DocumentError::Missing { field: "kind" }),
-            Some(Value::String(text)) if text.is_empty() => {
-                return Err(DocumentError::Missing { field: "kind" });
-            }
-            Some(Value::String(text)) => text.clone(),
-            Some(other) => {
-                return Err(DocumentError::NotAString {
-                    field: "kind",
-                    found: type_name(other),
-                });
-            }
-        };
-        let kind = Kind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == kind_text)
-            .ok_or(DocumentError::UnknownKind { kind: kind_text })?;
-        match object.get("apiVersion") {
-            None | Some(Value::Null) => {
-                return Err(DocumentError::Missing {
-                    field: "apiVersion",
-                });
-            }
-            Some(Value::String(version)) if version == kind.api_version() => {}
-            Some(Value::String(version)) => {
-                return Err(DocumentError::WrongApiVersion {
-                    kind,
-                    found: version.clone(),
-                    expected: kind.api_version(),
-                });
-            }
-            Some(other) => {
-                return Err(DocumentError::NotAString {
-                    field: "apiVersion",
-                    found: type_name(other),
-                });
-            }
-        }
-        let name = object
-            .get("metadata")
-            .and_then(|metadata| metadata.get("name"));
-        match name {
-            None | Some(Value::Null) => {
-                return Err(DocumentError::Missing {
-                    field: "metadata.name",
-                });
-            }
-            Some(Value::String(_)) => {}
-            Some(other) => {
-                return Err(DocumentError::NotAString {
-                    field: "metadata.name",
-                    found: type_name(other),
-                });
-            }
-        }
+        let kind = header(&value)?;
+        Resource::typed(kind, value)
+    }
+
+    fn typed(kind: Kind, value: Value) -> Result<Resource, DocumentError> {
         Ok(match kind {
             Kind::Source => Resource::Source(typed(kind, value)?),
             Kind::Cluster => Resource::Cluster(typed(kind, value)?),
@@ -188,6 +144,72 @@ impl Resource {
     }
 }
 
+/// Checks what every document needs (an object with a `kind` Starling keeps, its `apiVersion`
+/// and a `metadata.name`) and returns the kind.
+fn header(value: &Value) -> Result<Kind, DocumentError> {
+    let Value::Object(object) = value else {
+        return Err(DocumentError::NotAnObject {
+            found: type_name(value),
+        });
+    };
+    let kind_text = match object.get("kind") {
+        None | Some(Value::Null) => return Err(DocumentError::Missing { field: "kind" }),
+        Some(Value::String(text)) if text.is_empty() => {
+            return Err(DocumentError::Missing { field: "kind" });
+        }
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => {
+            return Err(DocumentError::NotAString {
+                field: "kind",
+                found: type_name(other),
+            });
+        }
+    };
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|kind| kind.as_str() == kind_text)
+        .ok_or(DocumentError::UnknownKind { kind: kind_text })?;
+    match object.get("apiVersion") {
+        None | Some(Value::Null) => {
+            return Err(DocumentError::Missing {
+                field: "apiVersion",
+            });
+        }
+        Some(Value::String(version)) if version == kind.api_version() => {}
+        Some(Value::String(version)) => {
+            return Err(DocumentError::WrongApiVersion {
+                kind,
+                found: version.clone(),
+                expected: kind.api_version(),
+            });
+        }
+        Some(other) => {
+            return Err(DocumentError::NotAString {
+                field: "apiVersion",
+                found: type_name(other),
+            });
+        }
+    }
+    let name = object
+        .get("metadata")
+        .and_then(|metadata| metadata.get("name"));
+    match name {
+        None | Some(Value::Null) => {
+            return Err(DocumentError::Missing {
+                field: "metadata.name",
+            });
+        }
+        Some(Value::String(_)) => {}
+        Some(other) => {
+            return Err(DocumentError::NotAString {
+                field: "metadata.name",
+                found: type_name(other),
+            });
+        }
+    }
+    Ok(kind)
+}
+
 /// What is wrong with one document (or one item of a `List`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DocumentError {
@@ -207,6 +229,14 @@ pub enum DocumentError {
         kind: Kind,
         found: String,
         expected: &'static str,
+    },
+    /// Fields the kind's schema does not declare (a misspelled or obsolete field), refused
+    /// under [`FieldValidation::Strict`].
+    #[error("{kind} {name:?}: {fields}")]
+    UnknownFields {
+        kind: Kind,
+        name: String,
+        fields: UnknownFields,
     },
     #[error("{kind} {name:?}: {message}")]
     Field {
@@ -258,16 +288,68 @@ pub enum ManifestError {
     Document { at: Location, source: DocumentError },
 }
 
+/// The unknown fields of one document accepted under [`FieldValidation::Warn`], and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldWarning {
+    pub at: Location,
+    pub kind: Kind,
+    pub name: String,
+    pub fields: UnknownFields,
+}
+
+impl FieldWarning {
+    /// One line per field (`document 2: SyncGroup "web": unknown field spec.selector; did you
+    /// mean spec.clusterSelector?`), and one for the fields past the bound.
+    pub fn lines(&self) -> Vec<String> {
+        let prefix = format!("{}: {} {:?}", self.at, self.kind, self.name);
+        let mut lines: Vec<String> = self
+            .fields
+            .fields
+            .iter()
+            .map(|field| format!("{prefix}: {field}"))
+            .collect();
+        if self.fields.more > 0 {
+            lines.push(format!(
+                "{prefix}: {} more unknown fields",
+                self.fields.more
+            ));
+        }
+        lines
+    }
+}
+
+/// The resources of a manifest text, and the unknown fields it was accepted with.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Parsed {
+    pub resources: Vec<Resource>,
+    /// One per document with unknown fields; empty unless read with [`FieldValidation::Warn`].
+    pub warnings: Vec<FieldWarning>,
+}
+
 /// Reads every resource of a multi-document YAML text, or of a JSON text (one or more values,
 /// or an array), skipping empty documents and expanding `kind: List`. Each resource is
-/// validated.
+/// validated, and a field its kind does not know is refused.
 pub fn parse_manifests(text: &str) -> Result<Vec<Resource>, ManifestError> {
+    parse_manifests_with(text, FieldValidation::Strict).map(|parsed| parsed.resources)
+}
+
+/// [`parse_manifests`] with a choice of what unknown fields do: refuse the document, become
+/// warnings, or nothing.
+pub fn parse_manifests_with(
+    text: &str,
+    validation: FieldValidation,
+) -> Result<Parsed, ManifestError> {
     let documents = if looks_like_json(text) {
         json_documents(text)?
     } else {
         yaml_documents(text)?
     };
     let mut resources = Vec::new();
+    let mut warnings = Vec::new();
+    let mut checked = |value: Value, at: Location| {
+        checked(value, validation, at, &mut warnings)
+            .map_err(|source| ManifestError::Document { at, source })
+    };
     for (index, value) in documents.into_iter().enumerate() {
         let document = index + 1;
         if value.is_null() {
@@ -278,8 +360,7 @@ pub fn parse_manifests(text: &str) -> Result<Vec<Resource>, ManifestError> {
             item: None,
         };
         match list_items(value).map_err(|source| ManifestError::Document { at, source })? {
-            Items::One(value) => resources
-                .push(checked(value).map_err(|source| ManifestError::Document { at, source })?),
+            Items::One(value) => resources.push(checked(value, at)?),
             Items::Many(items) => {
                 for (item, value) in items.into_iter().enumerate() {
                     let at = Location {
@@ -289,14 +370,15 @@ pub fn parse_manifests(text: &str) -> Result<Vec<Resource>, ManifestError> {
                     if value.is_null() {
                         continue;
                     }
-                    resources.push(
-                        checked(value).map_err(|source| ManifestError::Document { at, source })?,
-                    );
+                    resources.push(checked(value, at)?);
                 }
             }
         }
     }
-    Ok(resources)
+    Ok(Parsed {
+        resources,
+        warnings,
+    })
 }
 
 enum Items {
@@ -323,8 +405,39 @@ fn list_items(value: Value) -> Result<Items, DocumentError> {
     }
 }
 
-fn checked(value: Value) -> Result<Resource, DocumentError> {
-    let resource = Resource::from_value(value)?;
+/// One document read: its header, its unknown fields (as `validation` says), its typed fields,
+/// then the validation rules.
+fn checked(
+    value: Value,
+    validation: FieldValidation,
+    at: Location,
+    warnings: &mut Vec<FieldWarning>,
+) -> Result<Resource, DocumentError> {
+    let kind = header(&value)?;
+    if validation != FieldValidation::Ignore {
+        let unknown = unknown_fields_of(kind, &value);
+        if !unknown.is_empty() {
+            let name = value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if validation == FieldValidation::Strict {
+                return Err(DocumentError::UnknownFields {
+                    kind,
+                    name,
+                    fields: unknown,
+                });
+            }
+            warnings.push(FieldWarning {
+                at,
+                kind,
+                name,
+                fields: unknown,
+            });
+        }
+    }
+    let resource = Resource::typed(kind, value)?;
     validate(&resource).map_err(|source| DocumentError::Invalid {
         kind: resource.kind(),
         name: resource.name().to_owned(),

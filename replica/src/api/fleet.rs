@@ -5,7 +5,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use fleet::manifest::{Kind, ObjectKey, Resource, parse_manifests};
+use fleet::manifest::{FieldValidation, Kind, ObjectKey, Resource, parse_manifests_with};
 
 use fleet::selector::Selector;
 use fleet::state::key_of;
@@ -52,6 +52,18 @@ fn action(outcome: &Outcome) -> Option<proto::ApplyAction> {
     }
 }
 
+/// The request's field validation; strict for a client that sends none (or a value this
+/// version does not know).
+fn field_validation(value: i32) -> FieldValidation {
+    match proto::FieldValidation::try_from(value) {
+        Ok(proto::FieldValidation::Warn) => FieldValidation::Warn,
+        Ok(proto::FieldValidation::Ignore) => FieldValidation::Ignore,
+        Ok(proto::FieldValidation::Strict | proto::FieldValidation::Unspecified) | Err(_) => {
+            FieldValidation::Strict
+        }
+    }
+}
+
 /// Applies `commands` to a copy of the state: what a dry run reports.
 fn dry_run(state: &FleetState, commands: Vec<Command>) -> Vec<Outcome> {
     let mut copy = state.clone();
@@ -72,8 +84,15 @@ impl proto::fleet_server::Fleet for FleetService {
         self.refuse_when_read_only(request.dry_run)?;
         let text = String::from_utf8(request.manifests)
             .map_err(|_| status(ApiError::invalid_argument("manifests are not valid utf-8")))?;
-        let resources = parse_manifests(&text)
+        // Unknown fields are refused here too: the client may be older, or not `starling`.
+        let parsed = parse_manifests_with(&text, field_validation(request.field_validation))
             .map_err(|error| status(ApiError::invalid_argument(error.to_string())))?;
+        let warnings: Vec<String> = parsed
+            .warnings
+            .iter()
+            .flat_map(|warning| warning.lines())
+            .collect();
+        let resources = parsed.resources;
         if resources.is_empty() {
             return Err(status(ApiError::invalid_argument(
                 "no objects in the manifests",
@@ -134,7 +153,11 @@ impl proto::fleet_server::Fleet for FleetService {
                 rejected.join("; ")
             ))));
         }
-        Ok(Response::new(proto::ApplyResponse { results, revision }))
+        Ok(Response::new(proto::ApplyResponse {
+            results,
+            revision,
+            warnings,
+        }))
     }
 
     async fn delete(
