@@ -8,6 +8,7 @@
 pub mod crd;
 pub mod duration;
 pub mod manifest;
+pub mod names;
 pub mod resources;
 pub mod selector;
 pub mod state;

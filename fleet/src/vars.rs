@@ -20,8 +20,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::names::check_label_key;
 use crate::resources::Cluster;
-use crate::selector::check_label_key;
 
 /// The built-in variables' prefix.
 const BUILTIN_PREFIX: &str = "cluster.";

@@ -664,10 +664,15 @@ fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
                 ticket,
                 outcome: SyncOutcome::Failed { class, .. },
                 ..
-            } if class == fleet::state::SOURCE_UNAVAILABLE_CLASS => state
-                .tickets
-                .get(ticket)
-                .map(|t| (t.sync.clone(), state.sync_state(&t.sync), state.syncs[&t.sync].rollout.failed)),
+            } if class == fleet::state::SOURCE_UNAVAILABLE_CLASS => {
+                state.tickets.get(ticket).map(|t| {
+                    (
+                        t.sync.clone(),
+                        state.sync_state(&t.sync),
+                        state.syncs[&t.sync].rollout.failed,
+                    )
+                })
+            }
             _ => None,
         };
         let outcome = state.apply(command.clone());

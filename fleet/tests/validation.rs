@@ -660,12 +660,12 @@ fn the_state_machine_refuses_what_the_manifest_parser_refuses() {
             .into_iter()
             .collect(),
     );
-    let error = fleet::validate::validate(&Resource::Cluster(big)).unwrap_err();
+    let error = Resource::Cluster(big).validate().unwrap_err();
     assert!(
         error
             .to_string()
             .starts_with("metadata.annotations: too large"),
         "{error}"
     );
-    assert!(fleet::validate::validate(&Resource::Cluster(cluster)).is_ok());
+    assert!(Resource::Cluster(cluster).validate().is_ok());
 }

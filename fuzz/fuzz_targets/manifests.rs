@@ -15,6 +15,6 @@ fuzz_target!(|data: &[u8]| {
     for resource in &resources {
         // A parsed resource has a key, and validation answers for it.
         let _ = resource.key();
-        let _ = fleet::validate::validate(resource);
+        let _ = resource.validate();
     }
 });

@@ -504,7 +504,7 @@ fn action(
     let Some(resource) = mirror.pending(key) else {
         return Some(Action::Read { capi });
     };
-    if let Err(error) = fleet::validate::validate(resource) {
+    if let Err(error) = resource.validate() {
         return Some(Action::Reject(Rejection {
             digest: spec.digest,
             message: error.to_string(),

@@ -103,11 +103,13 @@ impl Principal {
             ))));
         }
         match namespace {
-            Some(namespace) if !self.serves(namespace) => Err(refused(ApiError::permission_denied(format!(
-                "{} may not {what} in namespace {namespace}: it acts only in {}",
-                self.name,
-                self.tenants.join(", ")
-            )))),
+            Some(namespace) if !self.serves(namespace) => {
+                Err(refused(ApiError::permission_denied(format!(
+                    "{} may not {what} in namespace {namespace}: it acts only in {}",
+                    self.name,
+                    self.tenants.join(", ")
+                ))))
+            }
             None if !self.everywhere() => Err(refused(ApiError::permission_denied(format!(
                 "{} may not {what}: that needs a token for every namespace (--tenant '*'), and it acts only in {}",
                 self.name,
@@ -124,7 +126,11 @@ pub(crate) fn principal<T>(request: &Request<T>) -> Result<Principal, Status> {
         .extensions()
         .get::<Principal>()
         .cloned()
-        .ok_or_else(|| refused(ApiError::internal("the request was not authenticated (a server bug)")))
+        .ok_or_else(|| {
+            refused(ApiError::internal(
+                "the request was not authenticated (a server bug)",
+            ))
+        })
 }
 
 /// A new token: `(id, token, digest of its secret)`. The token is shown once; only the id and
@@ -398,6 +404,12 @@ impl tonic::service::Interceptor for Authenticator {
     }
 }
 
+/// The status of a refused call: through the API error type, the one mapping of errors to
+/// gRPC codes (`proto`).
+fn refused(error: ApiError) -> Status {
+    proto::status_from(&error)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,10 +530,4 @@ mod tests {
         );
         assert!(credentials.take_uses().is_empty());
     }
-}
-
-/// The status of a refused call: through the API error type, the one mapping of errors to
-/// gRPC codes (`proto`).
-fn refused(error: ApiError) -> Status {
-    proto::status_from(&error)
 }

@@ -221,6 +221,7 @@ impl Setup {
                 manifests: manifests.as_bytes().to_vec(),
                 origin: "test".into(),
                 dry_run: false,
+                ..Default::default()
             })
             .await
             .expect("specs applied");

@@ -38,7 +38,7 @@ pub use schema::{unknown_fields_of, unknown_upstream_fields};
 pub use strict::StrictValue;
 
 use crate::resources::{Cluster, Source, Sync, SyncGroup, SyncTemplate};
-use crate::validate::{ValidationError, validate};
+use crate::validate::ValidationError;
 
 /// The namespace of an object that names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -136,6 +136,20 @@ impl Resource {
 
     pub fn set_generation(&mut self, generation: i64) {
         self.metadata_mut().generation = Some(generation);
+    }
+
+    /// Validates the resource by its kind's rules ([`crate::validate`]).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        use crate::validate::{
+            validate_cluster, validate_secret, validate_source, validate_sync, validate_sync_group,
+        };
+        match self {
+            Resource::Source(source) => validate_source(source),
+            Resource::Cluster(cluster) => validate_cluster(cluster),
+            Resource::Sync(sync) => validate_sync(sync),
+            Resource::SyncGroup(group) => validate_sync_group(group),
+            Resource::Secret(secret) => validate_secret(secret),
+        }
     }
 
     /// `metadata.labels`, empty when unset.
@@ -438,11 +452,13 @@ fn checked(
         }
     }
     let resource = Resource::typed(kind, value)?;
-    validate(&resource).map_err(|source| DocumentError::Invalid {
-        kind: resource.kind(),
-        name: resource.name().to_owned(),
-        source: Box::new(source),
-    })?;
+    resource
+        .validate()
+        .map_err(|source| DocumentError::Invalid {
+            kind: resource.kind(),
+            name: resource.name().to_owned(),
+            source: Box::new(source),
+        })?;
     Ok(resource)
 }
 

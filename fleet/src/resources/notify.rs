@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::{Condition, LocalObjectReference};
 
 /// Where a Provider sends.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderType {
     /// A JSON POST of each event (the Starling schema), with `X-Starling-Event-Id`.
@@ -127,7 +129,9 @@ pub struct ProviderStatus {
 }
 
 /// The severity of an event.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum EventSeverity {
     /// Everything: progress and completion as well as errors.

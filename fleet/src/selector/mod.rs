@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use text::StrParser;
 
-use crate::validate::check_dns1123_subdomain;
+pub use crate::names::{check_label_key, check_label_value};
 
 /// Labels a selector can be matched against: a label's value by key.
 pub trait Labels {
@@ -40,9 +40,6 @@ impl Labels for BTreeMap<String, String> {
         self.get(key).map(String::as_str)
     }
 }
-
-/// The longest name part of a label key, and the longest label value.
-const MAX_LABEL_NAME_LEN: usize = 63;
 
 /// Why a label selector was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -297,58 +294,6 @@ impl std::str::FromStr for Selector {
     fn from_str(input: &str) -> Result<Selector, SelectorError> {
         Selector::parse_str(input)
     }
-}
-
-/// Checks a label key: `[prefix/]name`, the prefix a DNS-1123 subdomain, the name at most 63
-/// characters of `[A-Za-z0-9._-]` starting and ending with an alphanumeric. Returns the reason
-/// it is invalid.
-pub fn check_label_key(key: &str) -> Result<(), String> {
-    let name = match key.split_once('/') {
-        None => key,
-        Some((prefix, name)) => {
-            if prefix.is_empty() {
-                return Err("the prefix before '/' must not be empty".to_owned());
-            }
-            check_dns1123_subdomain(prefix)
-                .map_err(|reason| format!("prefix {prefix:?} {reason}"))?;
-            if name.contains('/') {
-                return Err("a label key has at most one '/'".to_owned());
-            }
-            name
-        }
-    };
-    if name.is_empty() {
-        return Err("the name part must not be empty".to_owned());
-    }
-    check_label_name_chars(name)
-}
-
-/// Checks a label value: empty, or at most 63 characters of `[A-Za-z0-9._-]` starting and
-/// ending with an alphanumeric. Returns the reason it is invalid.
-pub fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Ok(());
-    }
-    check_label_name_chars(value)
-}
-
-fn check_label_name_chars(text: &str) -> Result<(), String> {
-    if text.len() > MAX_LABEL_NAME_LEN {
-        return Err(format!("must be at most {MAX_LABEL_NAME_LEN} characters"));
-    }
-    if let Some(bad) = text
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-    {
-        return Err(format!(
-            "must contain only letters, digits, '-', '_' or '.', not {bad:?}"
-        ));
-    }
-    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    if !alnum(text.chars().next()) || !alnum(text.chars().last()) {
-        return Err("must start and end with a letter or digit".to_owned());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -134,7 +134,11 @@ impl FleetState {
         group.ledger.admitting_partition = None;
         let (members, revision) = (
             group.members.len(),
-            group.history.front().map(|r| r.revision.clone()).unwrap_or_default(),
+            group
+                .history
+                .front()
+                .map(|r| r.revision.clone())
+                .unwrap_or_default(),
         );
         self.emit_group(
             group_key,

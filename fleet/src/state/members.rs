@@ -76,7 +76,9 @@ impl FleetState {
                 "Replica",
                 super::notify::SYSTEM_NAMESPACE,
                 &name,
-                format!("replica {id} marked Down: {moved} clusters and sources moved to the others"),
+                format!(
+                    "replica {id} marked Down: {moved} clusters and sources moved to the others"
+                ),
             ));
         }
         Outcome::MembershipChanged { moved }

@@ -230,7 +230,9 @@ impl FleetState {
                     "DeliveryFailed"
                 }
                 .into(),
-                message: error.unwrap_or("the last delivery went through").to_string(),
+                message: error
+                    .unwrap_or("the last delivery went through")
+                    .to_string(),
                 last_transition_time: Some(at.to_string()),
                 observed_generation: entry.object.metadata.generation,
             });
@@ -258,9 +260,10 @@ impl FleetState {
         let Some(group) = self.groups.get_mut(group_key) else {
             return;
         };
-        let open = group.history.front().is_some_and(|r| {
-            r.outcome == crate::resources::RolloutOutcome::Progressing
-        });
+        let open = group
+            .history
+            .front()
+            .is_some_and(|r| r.outcome == crate::resources::RolloutOutcome::Progressing);
         let total = group.members.len() as u32;
         let done = group.ledger.counts.done();
         if !open || total == 0 {
@@ -318,7 +321,14 @@ impl FleetState {
         self.groups
             .get(group)
             .and_then(|g| g.history.front())
-            .map(|record| record.failures.iter().take(FAILING_NAMED).cloned().collect())
+            .map(|record| {
+                record
+                    .failures
+                    .iter()
+                    .take(FAILING_NAMED)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -381,8 +391,7 @@ fn alert_matches(alert: &Alert, event: &Emit<'_>) -> bool {
     if spec.suspend {
         return false;
     }
-    if spec.event_severity == Some(EventSeverity::Error) && event.severity != EventSeverity::Error
-    {
+    if spec.event_severity == Some(EventSeverity::Error) && event.severity != EventSeverity::Error {
         return false;
     }
     spec.event_sources.iter().any(|source| {
@@ -400,9 +409,12 @@ fn alert_matches(alert: &Alert, event: &Emit<'_>) -> bool {
                 })
         };
         match source.kind.as_str() {
-            "*" => !matches!(event.kind, "Replica" | "Installation") || event.namespace == SYSTEM_NAMESPACE,
+            "*" => {
+                !matches!(event.kind, "Replica" | "Installation")
+                    || event.namespace == SYSTEM_NAMESPACE
+            }
             "SyncGroup" if event.kind == "Sync" => {
-                event.group.is_some_and(|group| named(group)) && source.match_labels.is_empty()
+                event.group.is_some_and(&named) && source.match_labels.is_empty()
             }
             kind => kind == event.kind && named(event.name) && labelled(),
         }

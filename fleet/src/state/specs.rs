@@ -124,7 +124,7 @@ pub(super) fn set_condition(
 
 impl FleetState {
     pub(super) fn upsert_spec(&mut self, resource: Resource, _at: &str) -> Outcome {
-        if let Err(error) = crate::validate::validate(&resource) {
+        if let Err(error) = resource.validate() {
             return Outcome::Rejected {
                 message: error.to_string(),
             };

@@ -307,22 +307,34 @@ impl FleetState {
     /// when a drift re-apply took fields back; `None` without an Alert in its namespace.
     fn sync_event_of(&self, sync: &str, failure: Option<&str>) -> Option<(&'static str, String)> {
         let entry = self.syncs.get(sync)?;
-        let namespace = entry.object.metadata.namespace.as_deref().unwrap_or("default");
+        let namespace = entry
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default");
         if !self.alerts_in(namespace) {
             return None;
         }
         let status = entry.object.status.as_ref()?;
         match (failure, status.result) {
             (Some(failure), _) => Some(("SyncFailed", failure.to_string())),
-            (None, Some(crate::resources::SyncResult::Failed)) => status
-                .message
-                .clone()
-                .map(|m| ("SyncFailed", format!("{}: {m}", entry.object.spec.cluster_ref.name))),
+            (None, Some(crate::resources::SyncResult::Failed)) => status.message.clone().map(|m| {
+                (
+                    "SyncFailed",
+                    format!("{}: {m}", entry.object.spec.cluster_ref.name),
+                )
+            }),
             (None, Some(crate::resources::SyncResult::Succeeded)) => status
                 .message
                 .clone()
                 .filter(|m| !m.is_empty() && !m.starts_with("applied "))
-                .map(|m| ("DriftCorrected", format!("{}: {m}", entry.object.spec.cluster_ref.name))),
+                .map(|m| {
+                    (
+                        "DriftCorrected",
+                        format!("{}: {m}", entry.object.spec.cluster_ref.name),
+                    )
+                }),
             _ => None,
         }
     }

@@ -3,7 +3,7 @@
 //! and the bad value.
 //!
 //! ```text
-//! Resource --validate--> per kind (validate_source, validate_cluster, validate_sync, validate_sync_group)
+//! Resource::validate --> per kind (validate_source, validate_cluster, validate_sync, validate_sync_group)
 //!                        ├─ metadata: DNS-1123 names, labels, annotations within 256 KiB
 //!                        ├─ spec: refs, urls, paths, selectors, durations, variables, budgets
 //!                        └─ size: the object within 1.5 MiB as JSON (a Secret's data within 1 MiB)
@@ -41,7 +41,6 @@ pub use size::{
 };
 
 use crate::duration::{DurationError, parse_duration};
-use crate::manifest::Resource;
 use crate::resources::{Cluster, RolloutPolicy, Source, SourceSpec, Sync, SyncGroup, SyncTemplate};
 use crate::selector::{SelectorError, check_label_key, check_label_value};
 use crate::vars::{self, VarError};
@@ -196,21 +195,13 @@ impl Problems {
     }
 }
 
-/// Validates any resource.
-pub fn validate(resource: &Resource) -> Result<(), ValidationError> {
-    match resource {
-        Resource::Source(source) => validate_source(source),
-        Resource::Cluster(cluster) => validate_cluster(cluster),
-        Resource::Sync(sync) => validate_sync(sync),
-        Resource::SyncGroup(group) => validate_sync_group(group),
-        Resource::Secret(secret) => {
-            let mut problems = Problems::default();
-            check_metadata(&mut problems, &secret.metadata);
-            problems.check(check_secret_data_size(secret));
-            problems.check(check_object_size(secret));
-            problems.finish()
-        }
-    }
+/// Validates a Secret: its name and the size of its data.
+pub fn validate_secret(secret: &k8s_openapi::api::core::v1::Secret) -> Result<(), ValidationError> {
+    let mut problems = Problems::default();
+    check_metadata(&mut problems, &secret.metadata);
+    problems.check(check_secret_data_size(secret));
+    problems.check(check_object_size(secret));
+    problems.finish()
 }
 
 /// Validates a Source: its name, git url, exactly one ref, durations and secret reference.

@@ -8,10 +8,7 @@ use super::ValidationError;
 use crate::resources::GitRef;
 use crate::selector::Selector;
 
-/// Longest DNS-1123 subdomain (object names).
-const MAX_SUBDOMAIN_LEN: usize = 253;
-/// Longest DNS-1123 label (namespaces, each part of a subdomain).
-const MAX_LABEL_LEN: usize = 63;
+pub use crate::names::{check_dns1123_label, check_dns1123_subdomain};
 
 pub(super) fn name_error(
     field: &str,
@@ -33,48 +30,6 @@ pub fn check_object_name(field: &str, name: &str) -> Result<(), ValidationError>
         });
     }
     name_error(field, name, check_dns1123_subdomain(name))
-}
-
-/// A DNS-1123 subdomain: at most 253 characters, dot-separated parts of lowercase
-/// alphanumerics and `-`, each starting and ending with an alphanumeric. Returns the reason.
-pub fn check_dns1123_subdomain(text: &str) -> Result<(), String> {
-    if text.len() > MAX_SUBDOMAIN_LEN {
-        return Err(format!("must be at most {MAX_SUBDOMAIN_LEN} characters"));
-    }
-    for part in text.split('.') {
-        if part.is_empty() {
-            return Err("must not be empty, or start or end with '.', or have '..'".to_owned());
-        }
-        check_label_chars(part)?;
-    }
-    Ok(())
-}
-
-/// A DNS-1123 label (a namespace): at most 63 lowercase alphanumerics and `-`, starting and
-/// ending with an alphanumeric. Returns the reason.
-pub fn check_dns1123_label(text: &str) -> Result<(), String> {
-    if text.is_empty() {
-        return Err("must not be empty".to_owned());
-    }
-    if text.len() > MAX_LABEL_LEN {
-        return Err(format!("must be at most {MAX_LABEL_LEN} characters"));
-    }
-    check_label_chars(text)
-}
-
-fn check_label_chars(part: &str) -> Result<(), String> {
-    if let Some(bad) = part
-        .chars()
-        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
-    {
-        return Err(format!(
-            "must consist of lowercase letters, digits, '-' and '.', not {bad:?}"
-        ));
-    }
-    if part.starts_with('-') || part.ends_with('-') {
-        return Err("must start and end with a lowercase letter or digit".to_owned());
-    }
-    Ok(())
 }
 
 /// A key in a Secret's data: `[-._a-zA-Z0-9]+`.

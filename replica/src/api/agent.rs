@@ -365,7 +365,9 @@ impl AgentService {
                         .inc();
                 }
                 return owner.ok_or_else(|| {
-                    status(ApiError::unavailable(format!("Cluster {cluster} has no owner yet; retry")))
+                    status(ApiError::unavailable(format!(
+                        "Cluster {cluster} has no owner yet; retry"
+                    )))
                 });
             }
             if counted.is_none() {
