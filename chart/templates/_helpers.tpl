@@ -119,13 +119,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The RBAC rules: exactly what the replicas use, no wildcards. Secrets are read-only. */}}
 {{- define "starling.rbacRules" -}}
 - apiGroups: ["starling.dev"]
-  resources: ["sources", "syncs"]
+  resources: ["sources", "syncs", "providers", "alerts"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["starling.dev"]
   resources: ["clusters", "syncgroups"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["starling.dev"]
-  resources: ["sources/status", "clusters/status", "syncs/status", "syncgroups/status"]
+  resources: ["sources/status", "clusters/status", "syncs/status", "syncgroups/status", "providers/status", "alerts/status"]
   verbs: ["get", "update", "patch"]
 - apiGroups: [""]
   resources: ["secrets"]

@@ -538,10 +538,14 @@ def check_rbac():
         "clusters",
         "syncs",
         "syncgroups",
+        "providers",
+        "alerts",
         "sources/status",
         "clusters/status",
         "syncs/status",
         "syncgroups/status",
+        "providers/status",
+        "alerts/status",
         "secrets",
         "events",
     }
@@ -602,14 +606,14 @@ def check_rbac():
             )
             expect(granted["secrets"] == {"get", "list", "watch"}, f"{description}: secrets read-only")
             expect(granted["events"] == {"create", "patch"}, f"{description}: events")
-            for kind in ("sources", "syncs"):
+            for kind in ("sources", "syncs", "providers", "alerts"):
                 expect(granted[kind] == {"get", "list", "watch"}, f"{description}: {kind} read-only")
             for kind in ("clusters", "syncgroups"):
                 expect(
                     granted[kind] == {"get", "list", "watch", "patch"},
                     f"{description}: {kind} read and patched (rollout pause/undo, cluster hold)",
                 )
-            for kind in ("sources", "clusters", "syncs", "syncgroups"):
+            for kind in ("sources", "clusters", "syncs", "syncgroups", "providers", "alerts"):
                 expect(
                     granted[f"{kind}/status"] == {"get", "update", "patch"},
                     f"{description}: {kind}/status",
@@ -620,11 +624,11 @@ def check_rbac():
         expect(document["spec"]["group"] == "starling.dev", f"{crd.name}: group")
         crd_plurals.add(document["spec"]["names"]["plural"])
     expect(
-        crd_plurals == {"sources", "clusters", "syncs", "syncgroups"},
+        crd_plurals == {"sources", "clusters", "syncs", "syncgroups", "providers", "alerts"},
         f"the RBAC names the CRDs' plurals: {sorted(crd_plurals)}",
     )
     return (
-        "RBAC: no wildcard; the four CRDs get/list/watch (syncgroups and clusters also patch), their status "
+        "RBAC: no wildcard; the six CRDs get/list/watch (syncgroups and clusters also patch), their status "
         "get/update/patch, "
         "secrets get/list/watch only, events create/patch; ClusterRole, Role, Role per namespace"
     )

@@ -1,7 +1,8 @@
 //! `starling describe KIND NAME`: one object in detail, as `kubectl describe` shows it, with
 //! the answer to "why is it like this?": a Sync's rollout state and what it waits for, the
 //! revisions it had; a Cluster's hold, owner and Syncs; a SyncGroup's rollout and its last
-//! rollouts.
+//! rollouts; a Provider's destination and the names of its Secrets (never their values); an
+//! Alert's Provider, sources and filters.
 
 use anyhow::anyhow;
 use fleet::manifest::{DEFAULT_NAMESPACE, Kind};
@@ -18,7 +19,8 @@ const ROLLOUTS_SHOWN: usize = 5;
 
 #[derive(clap::Args, Debug)]
 pub struct DescribeArgs {
-    /// sources, clusters, syncs or syncgroups (singular and short names too).
+    /// sources, clusters, syncs, syncgroups, secrets, providers or alerts (singular and short
+    /// names too).
     #[arg(value_parser = parse_kind)]
     pub kind: Kind,
     pub name: String,
@@ -144,6 +146,8 @@ pub fn describe(kind: Kind, object: &Value, syncs: &[Value]) -> String {
             out.optional("Last fetch", object, "/status/lastFetchTime");
         }
         Kind::Secret => {}
+        Kind::Provider => describe_provider(&mut out, object),
+        Kind::Alert => describe_alert(&mut out, object),
     }
     conditions(&mut out, object);
     out.0
@@ -260,6 +264,75 @@ fn describe_group(out: &mut Lines, object: &Value, syncs: &[Value]) {
     }
 }
 
+/// Where a Provider sends, and which Secrets it reads (by name: the object holds no values).
+fn describe_provider(out: &mut Lines, object: &Value) {
+    out.optional("Type", object, "/spec/type");
+    out.optional("Address", object, "/spec/address");
+    out.optional("Secret", object, "/spec/secretRef/name");
+    out.optional("CA secret", object, "/spec/certSecretRef/name");
+    out.optional("Proxy", object, "/spec/proxy");
+    out.optional("Timeout", object, "/spec/timeout");
+    out.optional("Repository", object, "/spec/repository");
+    out.optional("Channel", object, "/spec/channel");
+    out.optional("Username", object, "/spec/username");
+    out.optional("Suspended", object, "/spec/suspend");
+    out.optional("Dropped", object, "/status/dropped");
+}
+
+/// What an Alert sends, and to which Provider.
+fn describe_alert(out: &mut Lines, object: &Value) {
+    out.optional("Provider", object, "/spec/providerRef/name");
+    let severity = text_at(object, "/spec/eventSeverity");
+    out.field(
+        "Severity",
+        if severity == NONE { "info" } else { &severity },
+    );
+    out.optional("Summary", object, "/spec/summary");
+    out.optional("Suspended", object, "/spec/suspend");
+    out.optional("Last sent", object, "/status/lastSentTime");
+    let sources = object
+        .pointer("/spec/eventSources")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !sources.is_empty() {
+        let mut table = Table::new(["KIND", "NAME", "LABELS"]);
+        for source in &sources {
+            let labels = source
+                .get("matchLabels")
+                .and_then(Value::as_object)
+                .map(|labels| {
+                    labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .filter(|labels| !labels.is_empty())
+                .unwrap_or_else(|| NONE.to_owned());
+            let name = match text_at(source, "/name") {
+                name if name == NONE => "*".to_owned(),
+                name => name,
+            };
+            table.push(vec![text_at(source, "/kind"), name, labels]);
+        }
+        out.section("Event sources", &table.render());
+    }
+    for (label, pointer) in [
+        ("Inclusion list", "/spec/inclusionList"),
+        ("Exclusion list", "/spec/exclusionList"),
+    ] {
+        let patterns: Vec<&str> = object
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .map(|list| list.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !patterns.is_empty() {
+            out.section(label, &patterns.join("\n"));
+        }
+    }
+}
+
 fn limit_history(object: &Value, count: usize) -> Value {
     let mut object = object.clone();
     if let Some(history) = object
@@ -338,6 +411,52 @@ mod tests {
             text.contains("Revisions (newest first):\n  REVISION        APPLIED\n  main@sha1:aaa"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_provider_shows_where_it_sends_and_its_secret_by_name_only() {
+        let provider = json!({
+            "metadata": {"name": "chat", "namespace": "team-a", "generation": 2},
+            "spec": {"type": "slack", "address": "https://hooks.example.com", "secretRef": {"name": "chat-webhook"},
+                     "channel": "deploys"},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "SecretNotFound",
+                                       "message": "secret chat-webhook (spec.secretRef) not found in namespace team-a"}]}
+        });
+        let text = describe(Kind::Provider, &provider, &[]);
+        for line in [
+            "Kind:                 Provider\n",
+            "Type:                 slack\n",
+            "Address:              https://hooks.example.com\n",
+            "Secret:               chat-webhook\n",
+            "Channel:              deploys\n",
+            "SecretNotFound",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn an_alert_shows_its_provider_sources_and_filters() {
+        let alert = json!({
+            "metadata": {"name": "rollouts", "namespace": "team-a"},
+            "spec": {"providerRef": {"name": "chat"},
+                     "eventSources": [{"kind": "SyncGroup", "name": "web"}, {"kind": "Cluster", "matchLabels": {"region": "eu"}}],
+                     "exclusionList": ["canary"]},
+            "status": {"lastSentTime": "2026-01-01T00:00:00Z",
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "ProviderFound", "message": "provider chat takes its events"}]}
+        });
+        let text = describe(Kind::Alert, &alert, &[]);
+        for line in [
+            "Provider:             chat\n",
+            "Severity:             info\n",
+            "Last sent:            2026-01-01T00:00:00Z\n",
+            "SyncGroup   web    -",
+            "Cluster     *      region=eu",
+            "Exclusion list:\n  canary\n",
+            "ProviderFound",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from:\n{text}");
+        }
     }
 
     #[test]

@@ -18,8 +18,8 @@ use crate::client::{Client, ServerArgs, block_on};
 
 #[derive(clap::Args, Debug)]
 pub struct GetArgs {
-    /// sources, clusters, syncs, syncgroups or secrets (singular and short names too: src,
-    /// scl, ssync, sg).
+    /// sources, clusters, syncs, syncgroups, secrets, providers or alerts (singular and short
+    /// names too: src, scl, ssync, sg).
     #[arg(value_parser = parse_kind)]
     pub kind: Kind,
     /// One object; every object of the kind when unset.
@@ -191,6 +191,8 @@ pub fn table(kind: Kind, objects: &[Value], all_namespaces: bool) -> Table {
         Kind::Sync => &["NAME", "CLUSTER", "REVISION", "READY", "RESULT", "STATE"],
         Kind::SyncGroup => &["NAME", "REVISION", "TOTAL", "UPDATED", "FAILED", "PHASE"],
         Kind::Secret => &["NAME", "TYPE", "KEYS"],
+        Kind::Provider => &["NAME", "TYPE", "READY"],
+        Kind::Alert => &["NAME", "PROVIDER", "READY", "LAST-SENT"],
     };
     let namespace_column = all_namespaces.then_some("NAMESPACE");
     let mut table = Table::new(namespace_column.iter().chain(headers).copied());
@@ -249,6 +251,12 @@ fn columns(kind: Kind, object: &Value) -> Vec<String> {
             };
             vec![secret_type, secret_key_count(object).to_string()]
         }
+        Kind::Provider => vec![at("/spec/type"), ready_condition(object)],
+        Kind::Alert => vec![
+            at("/spec/providerRef/name"),
+            ready_condition(object),
+            at("/status/lastSentTime"),
+        ],
     }
 }
 
@@ -363,6 +371,21 @@ mod tests {
             columns(Kind::SyncGroup, &group),
             ["main@sha1:0a1b2c3d4e5f", "10", "4", "0", "Progressing"]
         );
+        let provider = json!({"metadata": {"name": "chat"}, "spec": {"type": "slack", "secretRef": {"name": "hook"}},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "SecretNotFound"}]}});
+        assert_eq!(columns(Kind::Provider, &provider), ["slack", "False"]);
+        let alert = json!({"metadata": {"name": "rollouts"}, "spec": {"providerRef": {"name": "chat"}, "eventSources": [{"kind": "*"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "lastSentTime": "2026-01-01T00:00:00Z"}});
+        assert_eq!(
+            columns(Kind::Alert, &alert),
+            ["chat", "True", "2026-01-01T00:00:00Z"]
+        );
+        assert_eq!(
+            table(Kind::Alert, &[alert], false).render().lines().next(),
+            Some("NAME       PROVIDER   READY   LAST-SENT")
+        );
+        assert_eq!(parse_kind("providers"), Ok(Kind::Provider));
+        assert_eq!(parse_kind("alert"), Ok(Kind::Alert));
     }
 
     #[test]

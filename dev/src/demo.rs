@@ -181,3 +181,16 @@ pub fn demo_manifests_for(
     }
     Ok(documents)
 }
+
+/// The Provider and Alert of `starling dev --notify-url`: every event of the demo's namespace
+/// sent to `url` as a `kind` Provider. The URL goes in a Secret, as a chat webhook's should.
+pub fn notify_manifests(url: &str, kind: &str) -> String {
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "dev-notify", "namespace": "default"},
+        "stringData": {"address": url},
+    });
+    format!(
+        "{secret}\n---\napiVersion: starling.dev/v1alpha1\nkind: Provider\nmetadata: {{name: dev-notify}}\nspec: {{type: {kind}, secretRef: {{name: dev-notify}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: Alert\nmetadata: {{name: dev-notify}}\nspec:\n  providerRef: {{name: dev-notify}}\n  eventSources: [{{kind: \"*\"}}]\n"
+    )
+}

@@ -99,6 +99,15 @@ pub struct DevArgs {
     /// kubeconfig), as real API servers serve them.
     #[arg(long)]
     pub plain_http: bool,
+    /// Send the demo's notifications (rollouts started, progressing, complete or halted, syncs
+    /// failed, ...) to this URL: adds a Provider and an Alert on every event of the demo's
+    /// namespace.
+    #[arg(long, value_name = "URL")]
+    pub notify_url: Option<String>,
+    /// The Provider type of --notify-url: `generic` (Starling's JSON), `slack` (an incoming
+    /// webhook's URL), `msteams`, `discord`, ...
+    #[arg(long, default_value = "generic", requires = "notify_url")]
+    pub notify_type: String,
 }
 
 impl DevArgs {
@@ -323,6 +332,7 @@ impl Dev {
                 metrics_auth: false,
                 token_use_interval: std::time::Duration::from_secs(60),
                 quota: Default::default(),
+                external_url: None,
             };
             let operator = self.management.as_ref().map(|m| OperatorConfig {
                 kubeconfig: Some(m.kubeconfig.clone()),
@@ -364,13 +374,16 @@ impl Dev {
     }
 
     async fn apply_specs(&self, repo: &DemoRepo) -> anyhow::Result<()> {
-        let documents = demo_manifests_for(
+        let mut documents = demo_manifests_for(
             &self.sim,
             &self.targets(),
             &repo.url(),
             &self.args.max_unavailable,
             self.args.demo,
         )?;
+        if let Some(url) = &self.args.notify_url {
+            documents.push(demo::notify_manifests(url, &self.args.notify_type));
+        }
         if let Some(management) = &self.management {
             return self.create_in_management(management, &documents).await;
         }

@@ -18,14 +18,22 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::resources::{Cluster, Source, Sync, SyncGroup, Upstream};
+use crate::resources::{Alert, Cluster, Provider, Source, Sync, SyncGroup, Upstream};
 
-/// The four CRDs, in a stable order: Source, Cluster, Sync, SyncGroup.
+/// The CRDs of the management cluster, in a stable order: Source, Cluster, Sync, SyncGroup,
+/// Provider, Alert.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    [Source::crd(), Cluster::crd(), Sync::crd(), SyncGroup::crd()]
-        .into_iter()
-        .map(structural)
-        .collect()
+    [
+        Source::crd(),
+        Cluster::crd(),
+        Sync::crd(),
+        SyncGroup::crd(),
+        Provider::crd(),
+        Alert::crd(),
+    ]
+    .into_iter()
+    .map(structural)
+    .collect()
 }
 
 /// The CRD of the downstream side, which `starling agent` reads: Upstream. It is installed in
@@ -55,7 +63,7 @@ pub fn crd_file(crd: &CustomResourceDefinition) -> String {
     format!("{FILE_HEADER}{}", crd_yaml(crd))
 }
 
-/// The four CRDs as one multi-document YAML text, each document starting with `---`.
+/// The CRDs as one multi-document YAML text, each document starting with `---`.
 pub fn crds_yaml() -> String {
     crds()
         .iter()
@@ -111,10 +119,12 @@ mod tests {
                 "sources.starling.dev.yaml",
                 "clusters.starling.dev.yaml",
                 "syncs.starling.dev.yaml",
-                "syncgroups.starling.dev.yaml"
+                "syncgroups.starling.dev.yaml",
+                "providers.starling.dev.yaml",
+                "alerts.starling.dev.yaml"
             ]
         );
-        assert_eq!(crds_yaml().matches("---\n").count(), 4);
+        assert_eq!(crds_yaml().matches("---\n").count(), 6);
     }
 
     #[test]

@@ -152,7 +152,14 @@ fn schema_of(kind: &str) -> Value {
 
 #[test]
 fn every_schema_is_structural() {
-    for kind in ["Source", "Cluster", "Sync", "SyncGroup"] {
+    for kind in [
+        "Source",
+        "Cluster",
+        "Sync",
+        "SyncGroup",
+        "Provider",
+        "Alert",
+    ] {
         let schema = schema_of(kind);
         let mut violations = Vec::new();
         structural_violations(&schema, kind, &mut violations);
@@ -237,7 +244,7 @@ fn every_crd_has_a_status_subresource_and_printer_columns() {
         crds_yaml()
             .matches("kind: CustomResourceDefinition")
             .count(),
-        4
+        6
     );
 }
 

@@ -149,7 +149,9 @@ fn a_kubernetes_kind_is_refused_as_unknown() {
     let message = rejection_of(edit(SOURCE, "kind: Source", "kind: Deployment"));
     assert_contains(
         &message,
-        &["unknown kind \"Deployment\" (expected Source, Cluster, Sync, SyncGroup or Secret)"],
+        &[
+            "unknown kind \"Deployment\" (expected Source, Cluster, Sync, SyncGroup, Secret, Provider or Alert)",
+        ],
     );
 }
 

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{CLUSTER, SOURCE, SYNC, SYNC_GROUP, assert_accepted, assert_rejected, edit};
+use common::{
+    ALERT, CLUSTER, PROVIDER, SOURCE, SYNC, SYNC_GROUP, assert_accepted, assert_rejected, edit,
+};
 use fleet::manifest::{
     DocumentError, FieldValidation, Kind, ManifestError, Resource, parse_manifests,
     parse_manifests_with,
@@ -14,7 +16,7 @@ use serde::Deserialize as _;
 #[test]
 fn good_manifests_of_every_kind_are_accepted() {
     let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: git-credentials\nstringData:\n  token: abc\n";
-    let text = [SOURCE, CLUSTER, SYNC, SYNC_GROUP, secret].join("---\n");
+    let text = [SOURCE, CLUSTER, SYNC, SYNC_GROUP, secret, PROVIDER, ALERT].join("---\n");
     let resources = assert_accepted(&text);
     let kinds: Vec<Kind> = resources.iter().map(Resource::kind).collect();
     assert_eq!(
@@ -24,7 +26,9 @@ fn good_manifests_of_every_kind_are_accepted() {
             Kind::Cluster,
             Kind::Sync,
             Kind::SyncGroup,
-            Kind::Secret
+            Kind::Secret,
+            Kind::Provider,
+            Kind::Alert
         ]
     );
     assert_eq!(resources[0].key().to_string(), "Source/fleet/app");

@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{CLUSTER, SOURCE, SYNC, SYNC_GROUP, assert_accepted, assert_rejected, edit};
+use common::{
+    ALERT, CLUSTER, PROVIDER, SOURCE, SYNC, SYNC_GROUP, assert_accepted, assert_rejected, edit,
+};
 use fleet::manifest::Resource;
 use fleet::validate::max_unavailable;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -547,7 +549,7 @@ fn annotation_of(bytes: usize) -> String {
 
 #[test]
 fn annotations_up_to_256_kib_in_total_are_accepted_for_every_kind() {
-    for manifest in [SOURCE, CLUSTER, SYNC, SYNC_GROUP, SECRET] {
+    for manifest in [SOURCE, CLUSTER, SYNC, SYNC_GROUP, SECRET, PROVIDER, ALERT] {
         assert_accepted(&with_metadata(manifest, &annotation_of(256 * 1024)));
     }
 }
@@ -560,6 +562,8 @@ fn annotations_over_256_kib_in_total_are_rejected_for_every_kind() {
         (SYNC, "Sync \"web\""),
         (SYNC_GROUP, "SyncGroup \"web\""),
         (SECRET, "Secret \"edge-1-kubeconfig\""),
+        (PROVIDER, "Provider \"chat\""),
+        (ALERT, "Alert \"rollouts\""),
     ] {
         // Two annotations, each under the limit, over it together: the total counts.
         let half = 128 * 1024;
@@ -609,6 +613,8 @@ fn objects_over_1_5_mib_as_json_are_rejected_for_every_kind() {
         (SYNC, "Sync \"web\""),
         (SYNC_GROUP, "SyncGroup \"web\""),
         (SECRET, "Secret \"edge-1-kubeconfig\""),
+        (PROVIDER, "Provider \"chat\""),
+        (ALERT, "Alert \"rollouts\""),
     ] {
         // A Cluster already has labels: replace them rather than add a second key.
         let manifest = manifest.replace(
@@ -668,4 +674,203 @@ fn the_state_machine_refuses_what_the_manifest_parser_refuses() {
         "{error}"
     );
     assert!(Resource::Cluster(cluster).validate().is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Providers and Alerts
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn good_providers_and_alerts_are_accepted() {
+    assert_accepted(PROVIDER);
+    assert_accepted(ALERT);
+    for provider_type in [
+        "generic",
+        "generic-hmac",
+        "msteams",
+        "discord",
+        "github",
+        "gitlab",
+        "gitea",
+        "alertmanager",
+    ] {
+        assert_accepted(&edit(
+            PROVIDER,
+            "type: slack",
+            &format!("type: {provider_type}"),
+        ));
+    }
+    // Neither the Secret nor the Provider has to exist yet: the state says so in `Ready`.
+    assert_accepted(&edit(
+        ALERT,
+        "    name: chat\n",
+        "    name: not-applied-yet\n",
+    ));
+}
+
+#[test]
+fn an_unknown_provider_type_is_refused_naming_the_allowed_ones() {
+    assert_rejected(
+        &edit(PROVIDER, "type: slack", "type: pagerduty"),
+        &[
+            "Provider \"chat\"",
+            "spec.type: unknown variant `pagerduty`, expected one of `generic`, `generic-hmac`, `slack`, `msteams`, `discord`, `github`, `gitlab`, `gitea`, `alertmanager`",
+        ],
+    );
+}
+
+#[test]
+fn provider_urls_must_be_http_or_https_naming_the_scheme() {
+    assert_rejected(
+        &edit(
+            PROVIDER,
+            "address: https://hooks.example.com/services",
+            "address: ftp://hooks.example.com/services",
+        ),
+        &[
+            "Provider \"chat\"",
+            "spec.address: scheme \"ftp\" is not supported: expected an http:// or https:// url",
+        ],
+    );
+    assert_rejected(
+        &edit(
+            PROVIDER,
+            "proxy: http://proxy.example.com:3128",
+            "proxy: socks5://proxy.example.com:1080",
+        ),
+        &["spec.proxy: scheme \"socks5\" is not supported: expected an http:// or https:// url"],
+    );
+    assert_rejected(
+        &edit(
+            PROVIDER,
+            "address: https://hooks.example.com/services",
+            "address: hooks.example.com/services",
+        ),
+        &["spec.address: not a url: expected an http:// or https:// url"],
+    );
+    // Credentials belong in the Secret; the message does not repeat them.
+    let message = common::rejection(&edit(
+        PROVIDER,
+        "proxy: http://proxy.example.com:3128",
+        "proxy: http://admin:hunter2@proxy.example.com:3128",
+    ));
+    assert!(
+        message.contains("spec.proxy: the url carries credentials") && !message.contains("hunter2"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_provider_timeout_must_be_a_positive_duration() {
+    assert_accepted(&edit(PROVIDER, "timeout: 20s", "timeout: 1m30s"));
+    assert_rejected(
+        &edit(PROVIDER, "timeout: 20s", "timeout: soon"),
+        &["spec.timeout: invalid duration \"soon\""],
+    );
+    assert_rejected(
+        &edit(PROVIDER, "timeout: 20s", "timeout: \"0\""),
+        &["spec.timeout: \"0\" must be greater than zero"],
+    );
+}
+
+#[test]
+fn provider_and_alert_names_and_references_are_dns_names() {
+    assert_rejected(
+        &edit(PROVIDER, "  name: chat\n", "  name: Chat_Hook\n"),
+        &["metadata.name: \"Chat_Hook\" is not a valid name"],
+    );
+    assert_rejected(
+        &edit(
+            PROVIDER,
+            "    name: chat-webhook\n",
+            "    name: Chat Webhook\n",
+        ),
+        &["spec.secretRef.name: \"Chat Webhook\" is not a valid name"],
+    );
+    assert_rejected(
+        &edit(ALERT, "  name: rollouts\n", "  name: -rollouts\n"),
+        &[
+            "Alert \"-rollouts\"",
+            "metadata.name: \"-rollouts\" is not a valid name",
+        ],
+    );
+    assert_rejected(
+        &edit(ALERT, "    name: chat\n", "    name: \"\"\n"),
+        &["spec.providerRef.name: must not be empty"],
+    );
+    assert_rejected(
+        &edit(ALERT, "    name: chat\n", "    name: Chat!\n"),
+        &["spec.providerRef.name: \"Chat!\" is not a valid name"],
+    );
+    assert_rejected(
+        &edit(ALERT, "  providerRef:\n    name: chat\n", ""),
+        &["Alert \"rollouts\"", "missing field `providerRef`"],
+    );
+}
+
+#[test]
+fn an_alert_names_known_kinds_in_at_least_one_event_source() {
+    let without = ALERT.replace(
+        "  eventSources:\n    - kind: SyncGroup\n      name: web\n    - kind: Cluster\n      matchLabels:\n        region: eu\n    - kind: \"*\"\n",
+        "  eventSources: []\n",
+    );
+    assert_rejected(&without, &["spec.eventSources: must not be empty"]);
+    assert_rejected(
+        &edit(ALERT, "    - kind: Cluster\n", "    - kind: Pod\n"),
+        &[
+            "spec.eventSources[1].kind: unknown kind \"Pod\": expected SyncGroup, Sync, Source, Cluster, Replica or *",
+        ],
+    );
+    for kind in ["Sync", "Source", "Replica"] {
+        assert_accepted(&edit(
+            ALERT,
+            "    - kind: Cluster\n",
+            &format!("    - kind: {kind}\n"),
+        ));
+    }
+    assert_rejected(
+        &edit(ALERT, "      name: web\n", "      name: Web_App\n"),
+        &["spec.eventSources[0].name: \"Web_App\" is not a valid name"],
+    );
+    assert_rejected(
+        &edit(ALERT, "        region: eu\n", "        region: \"-eu\"\n"),
+        &["spec.eventSources[1].matchLabels[\"region\"]: \"-eu\" is not a valid label"],
+    );
+}
+
+#[test]
+fn inclusion_and_exclusion_lists_must_be_regular_expressions() {
+    assert_rejected(
+        &edit(
+            ALERT,
+            "    - \"^Rollout\"\n",
+            "    - \"^Rollout\"\n    - \"(unclosed\"\n",
+        ),
+        &["spec.inclusionList[1]: \"(unclosed\" is not a valid regular expression: unclosed group"],
+    );
+    assert_rejected(
+        &edit(
+            ALERT,
+            "    - \"canary-[0-9]+\"\n",
+            "    - \"canary-[9-0]\"\n",
+        ),
+        &[
+            "spec.exclusionList[0]: \"canary-[9-0]\" is not a valid regular expression: invalid character class range",
+        ],
+    );
+}
+
+#[test]
+fn an_alert_cannot_name_a_provider_in_another_namespace() {
+    assert_rejected(
+        &edit(
+            ALERT,
+            "    name: chat\n",
+            "    name: chat\n    namespace: team-b\n",
+        ),
+        &[
+            "Alert \"rollouts\"",
+            "unknown field spec.providerRef.namespace",
+        ],
+    );
 }

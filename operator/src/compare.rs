@@ -56,6 +56,18 @@ pub(crate) fn state_keys(state: &FleetState, scope: &Scope) -> Vec<ObjectKey> {
             .filter(|k| in_scope(k))
             .map(object_key)
             .collect(),
+        Kind::Provider => state
+            .providers
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
+        Kind::Alert => state
+            .alerts
+            .keys()
+            .filter(|k| in_scope(k))
+            .map(object_key)
+            .collect(),
     }
 }
 
@@ -96,6 +108,8 @@ pub(crate) fn spec_digest(resource: &Resource) -> Option<SpecDigest> {
         Resource::Cluster(object) => Some(digest_of(meta, &object.spec)),
         Resource::Sync(object) => Some(digest_of(meta, &object.spec)),
         Resource::SyncGroup(object) => Some(digest_of(meta, &object.spec)),
+        Resource::Provider(object) => Some(digest_of(meta, &object.spec)),
+        Resource::Alert(object) => Some(digest_of(meta, &object.spec)),
         Resource::Secret(_) => None,
     }
 }
@@ -121,6 +135,14 @@ pub(crate) fn state_digest(state: &FleetState, key: &ObjectKey) -> Option<SpecDi
             .map(|e| digest_of(&e.object.metadata, &e.object.spec)),
         Kind::SyncGroup => state
             .groups
+            .get(&k)
+            .map(|e| digest_of(&e.object.metadata, &e.object.spec)),
+        Kind::Provider => state
+            .providers
+            .get(&k)
+            .map(|e| digest_of(&e.object.metadata, &e.object.spec)),
+        Kind::Alert => state
+            .alerts
             .get(&k)
             .map(|e| digest_of(&e.object.metadata, &e.object.spec)),
         Kind::Secret => None,
@@ -149,6 +171,8 @@ pub(crate) fn in_state(state: &FleetState, key: &ObjectKey) -> bool {
         Kind::Sync => state.syncs.get(&k).is_some_and(|e| e.group.is_none()),
         Kind::SyncGroup => state.groups.contains_key(&k),
         Kind::Secret => state.secrets.contains_key(&k),
+        Kind::Provider => state.providers.contains_key(&k),
+        Kind::Alert => state.alerts.contains_key(&k),
     }
 }
 

@@ -89,6 +89,7 @@ pub(crate) async fn run(replica: &SpecHandle, operator: &Operator, mirror: &Mute
     let mut retry = RETRY.0;
     let mut retry_at: Option<Instant> = None;
     let mut capi_missing_told = false;
+    let mut notify_missing_told = false;
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -130,6 +131,23 @@ pub(crate) async fn run(replica: &SpecHandle, operator: &Operator, mirror: &Mute
                             capi_missing_told = true;
                             tracing::info!(
                                 "--capi: the cluster.x-k8s.io Cluster CRD is not installed; watching for it"
+                            );
+                        }
+                        mirror.list_started(index);
+                        mirror.list_done(index, &mut dirty);
+                    }
+                    // The Provider and Alert CRDs came after the others, and `helm upgrade`
+                    // does not install new CRDs: without them the rest is still taken in, and
+                    // the watch lists once they are applied.
+                    Err(error)
+                        if matches!(scopes[index].kind, Kind::Provider | Kind::Alert)
+                            && not_served(&error) =>
+                    {
+                        if !notify_missing_told {
+                            notify_missing_told = true;
+                            tracing::warn!(
+                                kind = ?scopes[index].kind,
+                                "the providers.starling.dev or alerts.starling.dev CRD is not installed (helm upgrade does not add CRDs: kubectl apply -f chart/crds/); notifications from the management cluster are off until it is"
                             );
                         }
                         mirror.list_started(index);
@@ -551,6 +569,8 @@ async fn read_again(
         Kind::Cluster => typed(operator, key, Resource::Cluster).await,
         Kind::Sync => typed(operator, key, Resource::Sync).await,
         Kind::SyncGroup => typed(operator, key, Resource::SyncGroup).await,
+        Kind::Provider => typed(operator, key, Resource::Provider).await,
+        Kind::Alert => typed(operator, key, Resource::Alert).await,
         // Secrets are fetched whole by their own action.
         Kind::Secret => Ok(None),
     }

@@ -139,7 +139,7 @@ pub(crate) struct Mirror {
     /// Every Cluster made from a Cluster API `Cluster`, shadowed or not.
     capi: BTreeMap<ObjectKey, Observed>,
     streams: Vec<Stream>,
-    /// Secret → the Clusters and Sources that reference it.
+    /// Secret → the Clusters, Sources and Providers that reference it.
     referrers: BTreeMap<ObjectKey, BTreeSet<ObjectKey>>,
     /// Written through [`Mirror::reject`] and [`Mirror::accept`].
     pub rejected: BTreeMap<ObjectKey, Rejection>,
@@ -405,7 +405,7 @@ impl Mirror {
 }
 
 /// The Secrets an object needs: a push Cluster's kubeconfig (`<name>-kubeconfig` unless it
-/// names another) and a Source's credentials.
+/// names another), a Source's credentials, and a Provider's credentials and CA.
 pub(crate) fn referenced_secrets(resource: &Resource) -> Vec<ObjectKey> {
     let namespace = resource.namespace().to_string();
     match resource {
@@ -420,6 +420,11 @@ pub(crate) fn referenced_secrets(resource: &Resource) -> Vec<ObjectKey> {
             .spec
             .secret_ref
             .iter()
+            .map(|r| ObjectKey::new(Kind::Secret, namespace.clone(), r.name.clone()))
+            .collect(),
+        Resource::Provider(provider) => [&provider.spec.secret_ref, &provider.spec.cert_secret_ref]
+            .into_iter()
+            .flatten()
             .map(|r| ObjectKey::new(Kind::Secret, namespace.clone(), r.name.clone()))
             .collect(),
         _ => Vec::new(),

@@ -277,6 +277,8 @@ async fn patch_status(operator: &Operator, write: &Pending) -> Result<(), kube::
         Kind::Cluster => ApiResource::erase::<fleet::resources::Cluster>(&()),
         Kind::Sync => ApiResource::erase::<fleet::resources::Sync>(&()),
         Kind::SyncGroup => ApiResource::erase::<fleet::resources::SyncGroup>(&()),
+        Kind::Provider => ApiResource::erase::<fleet::resources::Provider>(&()),
+        Kind::Alert => ApiResource::erase::<fleet::resources::Alert>(&()),
         Kind::Secret => return Ok(()),
     };
     let api: Api<DynamicObject> =
@@ -351,6 +353,16 @@ fn desired_status(
         Resource::SyncGroup(group) => {
             let status = group.status.clone().unwrap_or_default();
             let verdict = verdict::group(&status);
+            (serde_json::to_value(status).ok()?, verdict)
+        }
+        Resource::Provider(provider) => {
+            let status = provider.status.clone().unwrap_or_default();
+            let verdict = verdict::notification(&status.conditions);
+            (serde_json::to_value(status).ok()?, verdict)
+        }
+        Resource::Alert(alert) => {
+            let status = alert.status.clone().unwrap_or_default();
+            let verdict = verdict::notification(&status.conditions);
             (serde_json::to_value(status).ok()?, verdict)
         }
         Resource::Secret(_) => return None,

@@ -247,6 +247,38 @@ pub(crate) fn group(status: &SyncGroupStatus) -> Verdict {
     }
 }
 
+/// The reasons of a Provider's or an Alert's `Ready` in the state ([`fleet::state`]'s
+/// notification specs and its deliveries), kept as the verdict's reason.
+const NOTIFICATION_REASONS: [&str; 6] = [
+    "ProviderFound",
+    fleet::state::PROVIDER_NOT_FOUND,
+    "Configured",
+    fleet::state::SECRET_NOT_FOUND,
+    "Delivered",
+    "DeliveryFailed",
+];
+
+/// A Provider or an Alert: the state's own `Ready` (its Provider or Secrets are there, its
+/// last delivery went through). Never stalled: what it waits for may be applied any time.
+pub(crate) fn notification(conditions: &[Condition]) -> Verdict {
+    let Some(ready) = conditions
+        .iter()
+        .find(|c| c.type_ == fleet::state::READY_CONDITION)
+    else {
+        return Verdict::reconciling("Progressing", "not looked at yet".into());
+    };
+    let ready_now = ready.status == "True";
+    let reason = NOTIFICATION_REASONS
+        .into_iter()
+        .find(|known| *known == ready.reason)
+        .unwrap_or(if ready_now { "Ready" } else { "NotReady" });
+    if ready_now {
+        Verdict::ready(reason, ready.message.clone())
+    } else {
+        Verdict::waiting(reason, ready.message.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,5 +407,25 @@ mod tests {
             ..ClusterStatus::default()
         });
         assert!(!away.ready && away.message.contains("does not answer"));
+    }
+
+    #[test]
+    fn providers_and_alerts_keep_the_reason_the_state_gave() {
+        let condition = |status: &str, reason: &str| Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "provider slack not found in namespace team-a".into(),
+            last_transition_time: None,
+            observed_generation: Some(1),
+        };
+        let missing = notification(&[condition("False", "ProviderNotFound")]);
+        assert!(!missing.ready && !missing.stalled && !missing.reconciling);
+        assert_eq!(missing.reason, "ProviderNotFound");
+        assert!(missing.message.contains("provider slack not found"));
+        let found = notification(&[condition("True", "ProviderFound")]);
+        assert!(found.ready && found.reason == "ProviderFound");
+        assert_eq!(notification(&[condition("True", "Other")]).reason, "Ready");
+        assert!(notification(&[]).reconciling);
     }
 }

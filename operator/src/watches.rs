@@ -1,9 +1,9 @@
-//! The watches of the management cluster, merged into one stream of mirror entries: the four
+//! The watches of the management cluster, merged into one stream of mirror entries: the
 //! starling.dev kinds (typed), Secrets by their metadata only, and Cluster API Clusters
 //! (`--capi`, dynamic). Each event carries the index of its [`Scope`].
 
 use fleet::manifest::{Kind, ObjectKey, Resource};
-use fleet::resources::{Cluster, Source, Sync, SyncGroup};
+use fleet::resources::{Alert, Cluster, Provider, Source, Sync, SyncGroup};
 use futures::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -30,25 +30,19 @@ pub(crate) fn scopes(operator: &Operator) -> Vec<Scope> {
     namespaces
         .into_iter()
         .flat_map(|namespace| {
-            [
-                Kind::Source,
-                Kind::Cluster,
-                Kind::Sync,
-                Kind::SyncGroup,
-                Kind::Secret,
-            ]
-            .into_iter()
-            .map(|kind| Scope {
-                kind,
-                namespace: namespace.clone(),
-                capi: false,
-            })
-            .chain(operator.capi.then(|| Scope {
-                kind: Kind::Cluster,
-                namespace: namespace.clone(),
-                capi: true,
-            }))
-            .collect::<Vec<_>>()
+            Kind::ALL
+                .into_iter()
+                .map(|kind| Scope {
+                    kind,
+                    namespace: namespace.clone(),
+                    capi: false,
+                })
+                .chain(operator.capi.then(|| Scope {
+                    kind: Kind::Cluster,
+                    namespace: namespace.clone(),
+                    capi: true,
+                }))
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -110,6 +104,8 @@ pub(crate) fn watches(operator: &Operator, scopes: &[Scope]) -> Events {
             Kind::Cluster => typed::<Cluster>(operator, scope, index, Resource::Cluster),
             Kind::Sync => typed::<Sync>(operator, scope, index, Resource::Sync),
             Kind::SyncGroup => typed::<SyncGroup>(operator, scope, index, Resource::SyncGroup),
+            Kind::Provider => typed::<Provider>(operator, scope, index, Resource::Provider),
+            Kind::Alert => typed::<Alert>(operator, scope, index, Resource::Alert),
             Kind::Secret => {
                 // Metadata only: the Secrets' data never enters memory unless needed.
                 let api = api::<PartialObjectMeta<Secret>>(operator, scope.namespace.as_deref());
@@ -165,6 +161,8 @@ pub(crate) fn observe(mut resource: Resource) -> Observation {
         Resource::Cluster(object) => status_value(object.status.take()),
         Resource::Sync(object) => status_value(object.status.take()),
         Resource::SyncGroup(object) => status_value(object.status.take()),
+        Resource::Provider(object) => status_value(object.status.take()),
+        Resource::Alert(object) => status_value(object.status.take()),
         Resource::Secret(_) => Value::Null,
     };
     *resource.metadata_mut() = normalized_meta(&meta);

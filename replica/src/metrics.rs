@@ -33,6 +33,19 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// A notification Provider (`namespace/name`) and how a delivery went: `delivered`,
+/// `retrying` (the receiver failed every try; the events stay queued) or `refused` (a 4xx).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderOutcome {
+    pub provider: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ProviderLabel {
+    pub provider: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct KindLabel {
     pub kind: String,
@@ -109,6 +122,12 @@ pub struct Metrics {
     /// replica again) or `expired`.
     pub agent_holds: Family<ResultLabel, Counter>,
     allocator: Family<KindLabel, Gauge>,
+    /// Notification messages (and commit statuses) sent, by Provider and outcome.
+    pub notifications_sent: Family<ProviderOutcome, Counter>,
+    /// Notifications waiting per Provider, and dropped because the queue was full (from the
+    /// state at each scrape).
+    notifications_pending: Family<ProviderLabel, Gauge>,
+    notifications_dropped: Family<ProviderLabel, Gauge>,
     in_flight_count: AtomicI64,
     sync_totals: Totals,
     plan_totals: Totals,
@@ -170,6 +189,9 @@ impl Metrics {
             render_cache_bytes: Gauge::default(),
             in_flight: Gauge::default(),
             allocator: Family::default(),
+            notifications_sent: Family::default(),
+            notifications_pending: Family::default(),
+            notifications_dropped: Family::default(),
             agents_connected: Gauge::default(),
             agents_forwarded: Gauge::default(),
             agents_held: Gauge::default(),
@@ -310,6 +332,21 @@ impl Metrics {
             "The process allocator's figures: allocated, active, resident, metadata, retained",
             metrics.allocator.clone(),
         );
+        registry.register(
+            "notifications_sent",
+            "Notification messages and commit statuses sent, by Provider and outcome (delivered, retrying, refused)",
+            metrics.notifications_sent.clone(),
+        );
+        registry.register(
+            "notifications_pending",
+            "Notifications queued in the state for each Provider, not yet delivered",
+            metrics.notifications_pending.clone(),
+        );
+        registry.register(
+            "notifications_dropped",
+            "Notifications dropped for each Provider because its queue was full",
+            metrics.notifications_dropped.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -386,7 +423,20 @@ impl Metrics {
         self.clusters_owned.clear();
         self.sources_owned.clear();
         self.rollout_clusters.clear();
+        self.notifications_pending.clear();
+        self.notifications_dropped.clear();
         raft.reader().read(|state| {
+            for (provider, queue) in &state.notifications {
+                let label = ProviderLabel {
+                    provider: provider.clone(),
+                };
+                self.notifications_pending
+                    .get_or_create(&label)
+                    .set(queue.pending.len() as i64);
+                self.notifications_dropped
+                    .get_or_create(&label)
+                    .set(queue.dropped as i64);
+            }
             for state_name in [MemberState::Live, MemberState::Down, MemberState::Draining] {
                 let count = state
                     .members

@@ -141,6 +141,7 @@ pub async fn start(
         tokio::spawn(node::heartbeat::run(replica.clone())),
         tokio::spawn(node::leader::run(replica.clone())),
         tokio::spawn(node::leader::watch_apply(replica.clone())),
+        tokio::spawn(node::notifier::run(replica.clone())),
         tokio::spawn(node::voters::run(replica.clone())),
         tokio::spawn(crate::worker::sources::run(replica.clone())),
         tokio::spawn(crate::worker::syncs::run(replica.clone(), agents.clone())),

@@ -1,6 +1,7 @@
 //! Secrets never leak: a rollout over real processes (three replicas requiring tokens,
 //! fleetsim targets, a git daemon) with distinctive values in every kind of secret Starling
-//! holds (kubeconfig bearer tokens, git credentials, the admin token, a tenant token), then
+//! holds (kubeconfig bearer tokens, git credentials, a notification Provider's token, the
+//! admin token, a tenant token), then
 //! every node log (at debug level) and every output a user sees (`get`, `describe`, `status`,
 //! `/metrics`, the fleet view, error messages) is searched for them.
 //!
@@ -17,6 +18,7 @@ use harness::{Group, Options, binary, demo_fixture, demo_manifests, http_get};
 const ADMIN: &str = "admin-token-of-the-secrets-test-a7c3e91f05";
 const KUBE_MARK: &str = "kubesecret-9e4c1a";
 const GIT_PASSWORD: &str = "gitpass-5b7f3d2e";
+const HOOK_TOKEN: &str = "hooktoken-3c8a61d4";
 const CLUSTERS: usize = 6;
 
 fn cli(group: &Group, token: &str, args: &[&str]) -> String {
@@ -66,8 +68,12 @@ async fn no_secret_appears_in_logs_or_output() {
     let git_secret = format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: git-creds, namespace: default}}\nstringData:\n  username: deploy\n  password: {GIT_PASSWORD}\n---\n"
     );
+    // A notification Provider whose Secret holds a token, and an Alert sending to it.
+    let notifications = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: chat-webhook, namespace: default}}\nstringData:\n  token: {HOOK_TOKEN}\n---\napiVersion: starling.dev/v1alpha1\nkind: Provider\nmetadata: {{name: chat, namespace: default}}\nspec: {{type: generic-hmac, address: \"http://127.0.0.1:9/hook\", secretRef: {{name: chat-webhook}}}}\n---\napiVersion: starling.dev/v1alpha1\nkind: Alert\nmetadata: {{name: rollouts, namespace: default}}\nspec: {{providerRef: {{name: chat}}, eventSources: [{{kind: SyncGroup}}]}}\n---\n"
+    );
     group
-        .apply(1, &format!("{git_secret}{manifests}"))
+        .apply(1, &format!("{git_secret}{notifications}{manifests}"))
         .await
         .expect("specs applied");
     let tenant = cli(
@@ -86,6 +92,10 @@ async fn no_secret_appears_in_logs_or_output() {
         &["get", "clusters", "-o", "yaml"],
         &["get", "sources", "-o", "yaml"],
         &["get", "syncs", "-o", "json"],
+        &["get", "providers", "-o", "yaml"],
+        &["get", "alerts", "-o", "json"],
+        &["describe", "provider", "chat"],
+        &["describe", "alert", "rollouts"],
         &["describe", "source", "demo"],
         &["describe", "cluster", "c000"],
         &["status", "-o", "json"],
@@ -101,6 +111,10 @@ async fn no_secret_appears_in_logs_or_output() {
         seen.push_str(&http_get(&node.http, "/metrics").expect("metrics"));
     }
     assert!(seen.contains("git-creds"), "the outputs name the Secret");
+    assert!(
+        seen.contains("chat-webhook"),
+        "the outputs name the Provider's Secret"
+    );
 
     let tenant_tail = &tenant[tenant.len() - 16..];
     for (what, text) in
@@ -110,7 +124,7 @@ async fn no_secret_appears_in_logs_or_output() {
             (format!("node {id}'s log"), log)
         }))
     {
-        for secret in [KUBE_MARK, GIT_PASSWORD, ADMIN, tenant_tail] {
+        for secret in [KUBE_MARK, GIT_PASSWORD, HOOK_TOKEN, ADMIN, tenant_tail] {
             assert!(
                 !text.contains(secret),
                 "{what} hold a secret ({} bytes)",

@@ -108,7 +108,7 @@ fn a_bad_document_names_its_file_once() {
         parse_inputs(&[input("ok.yaml", SOURCE), input("bad.yaml", &bad)], STRICT).unwrap_err();
     assert_eq!(
         format!("{error:#}"),
-        "bad.yaml: document 2: unknown kind \"Pod\" (expected Source, Cluster, Sync, SyncGroup or Secret)"
+        "bad.yaml: document 2: unknown kind \"Pod\" (expected Source, Cluster, Sync, SyncGroup, Secret, Provider or Alert)"
     );
     let cluster = "apiVersion: starling.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: c1\n";
     let error = parse_inputs(&[input("c.yaml", cluster)], STRICT).unwrap_err();

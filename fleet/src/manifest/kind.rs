@@ -1,5 +1,6 @@
 //! The kinds Starling keeps and the identity of an object (`kind/namespace/name`), with the
-//! names a user types for them (`starling get sources|clusters|syncs|syncgroups|secrets`).
+//! names a user types for them (`starling get
+//! sources|clusters|syncs|syncgroups|secrets|providers|alerts`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -17,16 +18,22 @@ pub enum Kind {
     Sync,
     SyncGroup,
     Secret,
+    /// Where notifications go ([`crate::resources::Provider`]).
+    Provider,
+    /// Which events go to a Provider ([`crate::resources::Alert`]).
+    Alert,
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Source,
         Kind::Cluster,
         Kind::Sync,
         Kind::SyncGroup,
         Kind::Secret,
+        Kind::Provider,
+        Kind::Alert,
     ];
 
     /// The kind as written in manifests (`SyncGroup`).
@@ -37,6 +44,8 @@ impl Kind {
             Kind::Sync => "Sync",
             Kind::SyncGroup => "SyncGroup",
             Kind::Secret => "Secret",
+            Kind::Provider => "Provider",
+            Kind::Alert => "Alert",
         }
     }
 
@@ -48,17 +57,21 @@ impl Kind {
             Kind::Sync => "syncs",
             Kind::SyncGroup => "syncgroups",
             Kind::Secret => "secrets",
+            Kind::Provider => "providers",
+            Kind::Alert => "alerts",
         }
     }
 
-    /// The short name (`src`, `scl`, `ssync`, `sg`), as in the CRDs; none for Secret.
+    /// The short name (`src`, `scl`, `ssync`, `sg`), as in the CRDs; none for Secret, and none
+    /// for Provider and Alert, whose CRDs declare none (`kubectl get providers|alerts`, as
+    /// with Flux's notification kinds, whose names they share).
     pub fn short_name(self) -> Option<&'static str> {
         match self {
             Kind::Source => Some("src"),
             Kind::Cluster => Some("scl"),
             Kind::Sync => Some("ssync"),
             Kind::SyncGroup => Some("sg"),
-            Kind::Secret => None,
+            Kind::Secret | Kind::Provider | Kind::Alert => None,
         }
     }
 
@@ -166,13 +179,18 @@ mod tests {
             ("syncgroups.starling.dev", Kind::SyncGroup),
             ("secret", Kind::Secret),
             ("secrets", Kind::Secret),
+            ("providers", Kind::Provider),
+            ("Provider", Kind::Provider),
+            ("providers.starling.dev", Kind::Provider),
+            ("alert", Kind::Alert),
+            ("ALERTS", Kind::Alert),
         ] {
             assert_eq!(text.parse::<Kind>(), Ok(kind), "{text}");
         }
         let error = "pods".parse::<Kind>().unwrap_err();
         assert_eq!(
             error.to_string(),
-            "unknown kind \"pods\" (expected Source, Cluster, Sync, SyncGroup or Secret)"
+            "unknown kind \"pods\" (expected Source, Cluster, Sync, SyncGroup, Secret, Provider or Alert)"
         );
     }
 

@@ -37,7 +37,7 @@ pub use kind::{Kind, ObjectKey};
 pub use schema::{unknown_fields_of, unknown_upstream_fields};
 pub use strict::StrictValue;
 
-use crate::resources::{Cluster, Source, Sync, SyncGroup, SyncTemplate};
+use crate::resources::{Alert, Cluster, Provider, Source, Sync, SyncGroup, SyncTemplate};
 use crate::validate::ValidationError;
 
 /// The namespace of an object that names none.
@@ -52,6 +52,8 @@ pub enum Resource {
     Sync(Sync),
     SyncGroup(SyncGroup),
     Secret(Secret),
+    Provider(Provider),
+    Alert(Alert),
 }
 
 impl<'de> Deserialize<'de> for Resource {
@@ -79,6 +81,8 @@ impl Resource {
             Kind::Sync => Resource::Sync(typed(kind, value)?),
             Kind::SyncGroup => Resource::SyncGroup(typed(kind, value)?),
             Kind::Secret => Resource::Secret(typed(kind, value)?),
+            Kind::Provider => Resource::Provider(typed(kind, value)?),
+            Kind::Alert => Resource::Alert(typed(kind, value)?),
         })
     }
 
@@ -89,6 +93,8 @@ impl Resource {
             Resource::Sync(_) => Kind::Sync,
             Resource::SyncGroup(_) => Kind::SyncGroup,
             Resource::Secret(_) => Kind::Secret,
+            Resource::Provider(_) => Kind::Provider,
+            Resource::Alert(_) => Kind::Alert,
         }
     }
 
@@ -99,6 +105,8 @@ impl Resource {
             Resource::Sync(sync) => &sync.metadata,
             Resource::SyncGroup(group) => &group.metadata,
             Resource::Secret(secret) => &secret.metadata,
+            Resource::Provider(provider) => &provider.metadata,
+            Resource::Alert(alert) => &alert.metadata,
         }
     }
 
@@ -109,6 +117,8 @@ impl Resource {
             Resource::Sync(sync) => &mut sync.metadata,
             Resource::SyncGroup(group) => &mut group.metadata,
             Resource::Secret(secret) => &mut secret.metadata,
+            Resource::Provider(provider) => &mut provider.metadata,
+            Resource::Alert(alert) => &mut alert.metadata,
         }
     }
 
@@ -141,7 +151,8 @@ impl Resource {
     /// Validates the resource by its kind's rules ([`crate::validate`]).
     pub fn validate(&self) -> Result<(), ValidationError> {
         use crate::validate::{
-            validate_cluster, validate_secret, validate_source, validate_sync, validate_sync_group,
+            validate_alert, validate_cluster, validate_provider, validate_secret, validate_source,
+            validate_sync, validate_sync_group,
         };
         match self {
             Resource::Source(source) => validate_source(source),
@@ -149,6 +160,8 @@ impl Resource {
             Resource::Sync(sync) => validate_sync(sync),
             Resource::SyncGroup(group) => validate_sync_group(group),
             Resource::Secret(secret) => validate_secret(secret),
+            Resource::Provider(provider) => validate_provider(provider),
+            Resource::Alert(alert) => validate_alert(alert),
         }
     }
 
@@ -236,7 +249,9 @@ pub enum DocumentError {
         field: &'static str,
         found: &'static str,
     },
-    #[error("unknown kind {kind:?} (expected Source, Cluster, Sync, SyncGroup or Secret)")]
+    #[error(
+        "unknown kind {kind:?} (expected Source, Cluster, Sync, SyncGroup, Secret, Provider or Alert)"
+    )]
     UnknownKind { kind: String },
     #[error("wrong apiVersion {found:?} for kind {kind}: expected {expected:?}")]
     WrongApiVersion {
@@ -607,7 +622,7 @@ mod tests {
         let error = parse_manifests(&text).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "document 4: unknown kind \"Pod\" (expected Source, Cluster, Sync, SyncGroup or Secret)"
+            "document 4: unknown kind \"Pod\" (expected Source, Cluster, Sync, SyncGroup, Secret, Provider or Alert)"
         );
         assert!(parse_manifests("").unwrap().is_empty());
         assert!(parse_manifests("---\n---\n").unwrap().is_empty());

@@ -3,8 +3,8 @@
 //! kube-apiserver with these CRDs refuses.
 //!
 //! ```text
-//! Source, Cluster, Sync, SyncGroup, Upstream   crd::crds() / agent_crds(): openAPIV3Schema
-//!                                              + apiVersion, kind, metadata (ObjectMeta), as the
+//! Source, Cluster, Sync, SyncGroup,            crd::crds() / agent_crds(): openAPIV3Schema
+//! Provider, Alert, Upstream                    + apiVersion, kind, metadata (ObjectMeta), as the
 //!                                                API server adds them to every CRD's schema
 //! Secret                                       k8s-openapi's schema of core/v1 Secret
 //! metadata (all kinds)                         k8s-openapi's ObjectMeta; managedFields[].fieldsV1
@@ -139,7 +139,14 @@ mod tests {
 
     #[test]
     fn custom_resources_know_their_crd_fields_and_the_envelope() {
-        for kind in [Kind::Source, Kind::Cluster, Kind::Sync, Kind::SyncGroup] {
+        for kind in [
+            Kind::Source,
+            Kind::Cluster,
+            Kind::Sync,
+            Kind::SyncGroup,
+            Kind::Provider,
+            Kind::Alert,
+        ] {
             assert_eq!(
                 root_fields(schema(kind)),
                 BTreeSet::from(["apiVersion", "kind", "metadata", "spec", "status"]),
@@ -153,6 +160,12 @@ mod tests {
         assert!(
             schema(Kind::SyncGroup)["properties"]["spec"]["properties"]["clusterSelector"]
                 .is_object()
+        );
+        assert!(
+            schema(Kind::Provider)["properties"]["spec"]["properties"]["secretRef"].is_object()
+        );
+        assert!(
+            schema(Kind::Alert)["properties"]["spec"]["properties"]["eventSources"].is_object()
         );
     }
 

@@ -15,6 +15,8 @@ use crate::manifest::{Kind, ObjectKey};
 pub enum Touch {
     /// An object upserted or deleted, with the generated Syncs (and their SyncGroups) that
     /// depended on it before: a Cluster's or a SyncGroup's change can create and remove Syncs.
+    /// The objects whose `Ready` follows from it (a Provider's Alerts, a Secret's Providers)
+    /// are added after the apply.
     Object {
         key: ObjectKey,
         before: BTreeSet<ObjectKey>,
@@ -113,8 +115,12 @@ impl Touch {
             | Command::NoteTokenUse { .. }
             | Command::FormInstallation { .. }
             | Command::SetLearnerOnly { .. }
-            | Command::SettleNotifications { .. }
             | Command::GroupFormed => Touch::Nothing,
+            // The Provider's `Ready` and its Alerts' `lastSentTime`.
+            Command::SettleNotifications { provider, .. } => Touch::Object {
+                key: object_key(Kind::Provider, provider),
+                before: BTreeSet::new(),
+            },
         }
     }
 }
@@ -133,6 +139,7 @@ impl FleetState {
             (Touch::Object { key, before }, _) => {
                 keys.extend(before);
                 keys.extend(self.generated_from(&key));
+                self.ready_dependents(&key, keys);
                 keys.insert(key);
             }
             (Touch::Source(source), _) => {
@@ -195,6 +202,22 @@ impl FleetState {
             }
         }
         keys
+    }
+
+    /// The objects whose `Ready` follows from `object` ([`super::notify_specs`]): the Alerts
+    /// that name a Provider, the Providers that name a Secret.
+    fn ready_dependents(&self, object: &ObjectKey, keys: &mut BTreeSet<ObjectKey>) {
+        let key = key_of(&object.namespace, &object.name);
+        let (kind, dependents) = match object.kind {
+            Kind::Provider if !self.alerts.is_empty() => {
+                (Kind::Alert, self.alerts_of_provider(&key))
+            }
+            Kind::Secret if !self.providers.is_empty() => {
+                (Kind::Provider, self.providers_of_secret(&key))
+            }
+            _ => return,
+        };
+        keys.extend(dependents.iter().map(|k| object_key(kind, k)));
     }
 
     fn touched_sync(&self, sync: &str, keys: &mut BTreeSet<ObjectKey>) {

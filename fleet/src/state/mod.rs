@@ -18,7 +18,9 @@
 //! [`source_wait`] (Syncs that wait on their source, not their cluster), [`pull`] (pull
 //! Clusters registered by their agents),
 //! [`invariants`] (the checks of design section 5 that the state machine alone can break),
-//! [`inventories`] (one copy of each distinct inventory), [`actionable`] (which Syncs a node
+//! [`inventories`] (one copy of each distinct inventory), [`notify`] (notification events,
+//! matched to Alerts and queued per Provider), [`notify_specs`] (Providers and Alerts as
+//! specs, with their `Ready`), [`actionable`] (which Syncs a node
 //! may start, indexed by owner), [`view`] (read-only projections with status), [`changes`]
 //! (which objects a command changed, for watchers), [`planning`] (which Syncs may have become
 //! startable, for the planners).
@@ -38,6 +40,7 @@ mod key_set;
 mod labels;
 mod members;
 pub mod notify;
+mod notify_specs;
 pub mod planning;
 mod pull;
 pub mod quota;
@@ -71,6 +74,7 @@ pub use installation::{ADOPTED_CONDITION, FOREIGN_CLASS, OWNED_BY_ANOTHER_INSTAL
 pub use invariants::InvariantViolation;
 pub use key_set::KeySet;
 pub use labels::StoredLabels;
+pub use notify_specs::{PROVIDER_NOT_FOUND, READY_CONDITION, SECRET_NOT_FOUND};
 pub use pull::{AGENT_ANNOTATION, AGENT_LABELS_ANNOTATION, RegisterPolicy, RegisterRefusal};
 pub use recovery::RecoveredSync;
 pub use retire::{DELETION_POLICY_ANNOTATION, PRUNE_CONDITION};
@@ -736,6 +740,8 @@ impl FleetState {
             Kind::Sync => self.syncs.contains_key(&k),
             Kind::SyncGroup => self.groups.contains_key(&k),
             Kind::Secret => self.secrets.contains_key(&k),
+            Kind::Provider => self.providers.contains_key(&k),
+            Kind::Alert => self.alerts.contains_key(&k),
         }
     }
 }

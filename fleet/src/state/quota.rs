@@ -9,7 +9,7 @@
 //! ```
 //!
 //! What counts: the objects clients write (Sources, Clusters, Syncs of their own, SyncGroups,
-//! Secrets), not the Syncs a SyncGroup generates (bounded by its clusters). Bytes are the JSON
+//! Secrets, Providers, Alerts), not the Syncs a SyncGroup generates (bounded by its clusters). Bytes are the JSON
 //! of the spec, or a Secret's keys and values: what a client controls, not status. The limits
 //! travel in the command (the proposing replica's `--quota-objects`, `--quota-bytes`), so
 //! every replica decides alike; commands without one (the operator's ingest, whose API server
@@ -88,6 +88,8 @@ fn resource_bytes(resource: &Resource) -> u64 {
         Resource::Sync(object) => json_len(&object.spec),
         Resource::SyncGroup(object) => json_len(&object.spec),
         Resource::Secret(object) => secret_bytes(object),
+        Resource::Provider(object) => json_len(&object.spec),
+        Resource::Alert(object) => json_len(&object.spec),
     }
 }
 
@@ -125,6 +127,8 @@ impl FleetState {
                 .map(|e| json_len(&e.object.spec)),
             Kind::SyncGroup => self.groups.get(key).map(|e| json_len(&e.object.spec)),
             Kind::Secret => self.secrets.get(key).map(|s| secret_bytes(&s.secret())),
+            Kind::Provider => self.providers.get(key).map(|e| json_len(&e.object.spec)),
+            Kind::Alert => self.alerts.get(key).map(|e| json_len(&e.object.spec)),
         }
     }
 
@@ -188,6 +192,12 @@ impl FleetState {
         }
         for key in self.secrets.keys() {
             add(key, self.charge(Kind::Secret, key));
+        }
+        for key in self.providers.keys() {
+            add(key, self.charge(Kind::Provider, key));
+        }
+        for key in self.alerts.keys() {
+            add(key, self.charge(Kind::Alert, key));
         }
         usage
     }

@@ -1,7 +1,8 @@
-//! Specs: creating, changing and deleting the four resources (and Secrets), stamping their
-//! metadata (`generation` bumped on spec changes only, `resourceVersion` from the state's
-//! revision), and expanding every SyncGroup into one Sync per selected cluster. What a
-//! source's owner records (revisions, failures, poll requests) is in [`super::sources`].
+//! Specs: creating, changing and deleting the four resources and Secrets (Providers and Alerts
+//! in [`super::notify_specs`]), stamping their metadata (`generation` bumped on spec changes
+//! only, `resourceVersion` from the state's revision), and expanding every SyncGroup into one
+//! Sync per selected cluster. What a source's owner records (revisions, failures, poll
+//! requests) is in [`super::sources`].
 //!
 //! Long because a spec's upsert, deletion and SyncGroup expansion share their bookkeeping
 //! (indexes, generations, refiling) and must be changed together.
@@ -35,7 +36,7 @@ fn namespace_of(meta: &ObjectMeta) -> &str {
 
 /// Stamps the metadata of an incoming object against the stored one. Returns `Unchanged` when
 /// neither the spec nor labels/annotations differ (the caller then keeps the stored object).
-fn stamp(
+pub(super) fn stamp(
     incoming: &mut ObjectMeta,
     existing: Option<&ObjectMeta>,
     spec_changed: bool,
@@ -72,13 +73,13 @@ fn stamp(
 }
 
 /// The `namespace/name` key of an incoming object.
-fn object_key(meta: &ObjectMeta) -> Key {
+pub(super) fn object_key(meta: &ObjectMeta) -> Key {
     key_of(namespace_of(meta), meta.name.as_deref().unwrap_or(""))
 }
 
 /// [`stamp`] of an incoming object against the stored one (metadata and spec), deciding
 /// whether the spec changed.
-fn stamp_against<S: PartialEq>(
+pub(super) fn stamp_against<S: PartialEq>(
     incoming: &mut ObjectMeta,
     spec: &S,
     stored: Option<(&ObjectMeta, &S)>,
@@ -123,7 +124,7 @@ pub(super) fn set_condition(
 }
 
 impl FleetState {
-    pub(super) fn upsert_spec(&mut self, resource: Resource, _at: &str) -> Outcome {
+    pub(super) fn upsert_spec(&mut self, resource: Resource, at: &str) -> Outcome {
         if let Err(error) = resource.validate() {
             return Outcome::Rejected {
                 message: error.to_string(),
@@ -152,10 +153,15 @@ impl FleetState {
                     self.revision,
                 );
                 if result != ApplyResult::Unchanged {
-                    self.secrets.insert(key, StoredSecret::new(&object));
+                    self.secrets.insert(key.clone(), StoredSecret::new(&object));
+                }
+                if result == ApplyResult::Created {
+                    self.secret_appeared_or_went(&key, at);
                 }
                 Outcome::Applied(result)
             }
+            Resource::Provider(object) => self.upsert_provider(object, at),
+            Resource::Alert(object) => self.upsert_alert(object, at),
         };
         let after = self.charge(kind, &key);
         self.recharge(&key, before, after);
@@ -208,8 +214,15 @@ impl FleetState {
             }
             Kind::Secret => {
                 self.uncharge(Kind::Secret, &k);
-                self.secrets.remove(&k).is_some()
+                let existed = self.secrets.remove(&k).is_some();
+                if existed {
+                    let at = self.clock.clone();
+                    self.secret_appeared_or_went(&k, &at);
+                }
+                existed
             }
+            Kind::Provider => self.delete_provider(&k),
+            Kind::Alert => self.delete_alert(&k),
         };
         Outcome::Deleted { existed }
     }

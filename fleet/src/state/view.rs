@@ -1,6 +1,6 @@
 //! Read-only projections of the state as API objects, with their status filled in: what
 //! `starling get`, `starling status` and the operator's status writer show. Secrets come back
-//! without their data.
+//! without their data; a Provider holds only references to its Secrets, never their values.
 
 use super::rollout::SyncState;
 use super::{FleetState, Key, key_of};
@@ -25,6 +25,14 @@ impl FleetState {
                 .secrets
                 .get(&k)
                 .map(|s| Resource::Secret(redacted(&s.secret()))),
+            Kind::Provider => self
+                .providers
+                .get(&k)
+                .map(|e| Resource::Provider(self.provider_view(&k, e))),
+            Kind::Alert => self
+                .alerts
+                .get(&k)
+                .map(|e| Resource::Alert(e.object.clone())),
         }
     }
 
@@ -66,7 +74,32 @@ impl FleetState {
                 .filter(|(k, _)| in_namespace(k))
                 .map(|(_, s)| Resource::Secret(redacted(&s.secret())))
                 .collect(),
+            Kind::Provider => self
+                .providers
+                .iter()
+                .filter(|(k, _)| in_namespace(k))
+                .map(|(k, e)| Resource::Provider(self.provider_view(k, e)))
+                .collect(),
+            Kind::Alert => self
+                .alerts
+                .iter()
+                .filter(|(k, _)| in_namespace(k))
+                .map(|(_, e)| Resource::Alert(e.object.clone()))
+                .collect(),
         }
+    }
+
+    /// A Provider with the notifications dropped because too many waited for it.
+    fn provider_view(
+        &self,
+        key: &str,
+        entry: &super::notify::ProviderEntry,
+    ) -> crate::resources::Provider {
+        let mut object = entry.object.clone();
+        if let Some(queue) = self.notifications.get(key).filter(|q| q.dropped > 0) {
+            object.status.get_or_insert_with(Default::default).dropped = Some(queue.dropped);
+        }
+        object
     }
 
     /// A Cluster with its status, and the condition `RecoveryPending` while `starling

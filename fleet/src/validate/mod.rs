@@ -3,7 +3,8 @@
 //! and the bad value.
 //!
 //! ```text
-//! Resource::validate --> per kind (validate_source, validate_cluster, validate_sync, validate_sync_group)
+//! Resource::validate --> per kind (validate_source, validate_cluster, validate_sync, validate_sync_group,
+//!                        validate_provider, validate_alert)
 //!                        ├─ metadata: DNS-1123 names, labels, annotations within 256 KiB
 //!                        ├─ spec: refs, urls, paths, selectors, durations, variables, budgets
 //!                        └─ size: the object within 1.5 MiB as JSON (a Secret's data within 1 MiB)
@@ -18,11 +19,13 @@
 //! validate.rs        the error, the per-kind validators, the checks of whole sections
 //! validate/rules.rs  single-field rules: names, git url and ref, semver, commit, path, selector
 //! validate/render.rs the render spec: Helm fields, release name, values, overrides
+//! validate/notify.rs the notification kinds: Provider urls and time-out, Alert sources and filters
 //! validate/defaults.rs  resolved values: maxUnavailable budget, intervals, time-outs
 //! validate/size.rs   size limits, the same as a Kubernetes API server's
 //! ```
 
 mod defaults;
+mod notify;
 mod render;
 mod rules;
 mod size;
@@ -33,6 +36,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 pub use defaults::*;
+pub use notify::{
+    EVENT_SOURCE_KINDS, check_notify_url, check_regex, validate_alert, validate_provider,
+};
 pub use render::{MAX_RELEASE_NAME, check_release_name};
 pub use rules::*;
 pub use size::{
@@ -144,6 +150,20 @@ pub enum ValidationError {
     },
     #[error("{field}: {reason}")]
     Render { field: String, reason: String },
+    /// A Provider's `address` or `proxy` that is not an http(s) url (the value is not
+    /// repeated: it may carry a token).
+    #[error("{field}: {reason}")]
+    NotifyUrl { field: String, reason: String },
+    #[error(
+        "{field}: unknown kind {value:?}: expected SyncGroup, Sync, Source, Cluster, Replica or *"
+    )]
+    EventSourceKind { field: String, value: String },
+    #[error("{field}: {value:?} is not a valid regular expression: {reason}")]
+    Regex {
+        field: String,
+        value: String,
+        reason: String,
+    },
     /// A Source that names no kind, or several, or a malformed Helm or OCI field.
     #[error("{field}: {reason}")]
     Source { field: String, reason: String },

@@ -90,6 +90,45 @@ spec:
     maxFailures: 2
 "#;
 
+pub const PROVIDER: &str = r#"
+apiVersion: starling.dev/v1alpha1
+kind: Provider
+metadata:
+  name: chat
+  namespace: fleet
+spec:
+  type: slack
+  address: https://hooks.example.com/services
+  secretRef:
+    name: chat-webhook
+  proxy: http://proxy.example.com:3128
+  timeout: 20s
+  channel: deploys
+"#;
+
+pub const ALERT: &str = r#"
+apiVersion: starling.dev/v1alpha1
+kind: Alert
+metadata:
+  name: rollouts
+  namespace: fleet
+spec:
+  providerRef:
+    name: chat
+  eventSeverity: error
+  eventSources:
+    - kind: SyncGroup
+      name: web
+    - kind: Cluster
+      matchLabels:
+        region: eu
+    - kind: "*"
+  inclusionList:
+    - "^Rollout"
+  exclusionList:
+    - "canary-[0-9]+"
+"#;
+
 /// Replaces one line of a good manifest (matched by its exact text) with another.
 pub fn edit(manifest: &str, line: &str, replacement: &str) -> String {
     assert!(manifest.contains(line), "the manifest has no line {line:?}");

@@ -139,7 +139,8 @@ pub(crate) async fn collect_import(
 
 /// The commands that load a backup into a new installation, in order: recovery on, the specs
 /// (Secrets and Sources before what uses them; generated Syncs come from their SyncGroups,
-/// pins wait for the history they refer to), the histories, then pins and pauses.
+/// pins wait for the history they refer to; Providers before their Alerts), the histories,
+/// then pins and pauses. What was still to be sent to a Provider is not brought back.
 pub(crate) fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, usize, usize) {
     let mut specs = Vec::new();
     specs.extend(
@@ -193,6 +194,18 @@ pub(crate) fn import_commands(backup: &FleetState, at: &str) -> (Vec<Command>, u
             .filter(|e| e.group.is_none() && e.retired_from.is_none())
             .map(|e| Resource::Sync(e.object.clone())),
     );
+    specs.extend(
+        backup
+            .providers
+            .values()
+            .map(|e| Resource::Provider(e.object.clone())),
+    );
+    specs.extend(
+        backup
+            .alerts
+            .values()
+            .map(|e| Resource::Alert(e.object.clone())),
+    );
     let (objects, restored) = (specs.len(), histories.len());
     let mut commands = vec![Command::SetRecovery { active: true }];
     // The installation keeps its identity: its fences on the targets stay its own.
@@ -234,6 +247,8 @@ fn without_server_fields(mut resource: Resource) -> Resource {
         Resource::Cluster(o) => clear!(o),
         Resource::Sync(o) => clear!(o),
         Resource::SyncGroup(o) => clear!(o),
+        Resource::Provider(o) => clear!(o),
+        Resource::Alert(o) => clear!(o),
         Resource::Secret(o) => {
             o.metadata.resource_version = None;
             o.metadata.uid = None;
@@ -249,6 +264,8 @@ pub(crate) fn holds_specs(state: &FleetState) -> usize {
         + state.syncs.len()
         + state.groups.len()
         + state.secrets.len()
+        + state.providers.len()
+        + state.alerts.len()
 }
 
 /// Proposes commands in batches; any rejection fails the whole call with its message.
@@ -536,5 +553,30 @@ mod tests {
             restored.apply(command);
         }
         assert_eq!(restored.tokens.get("abc"), Some(&entry));
+    }
+
+    #[test]
+    fn an_import_brings_providers_and_alerts_back() {
+        let manifests = "apiVersion: starling.dev/v1alpha1\nkind: Provider\nmetadata: {name: chat, namespace: team-a}\nspec: {type: generic, address: \"https://hooks.example.com/x\"}\n---\napiVersion: starling.dev/v1alpha1\nkind: Alert\nmetadata: {name: rollouts, namespace: team-a}\nspec:\n  providerRef: {name: chat}\n  eventSources: [{kind: SyncGroup}]\n";
+        let mut backup = FleetState::default();
+        for resource in fleet::manifest::parse_manifests(manifests).unwrap() {
+            backup.apply(Command::UpsertSpec {
+                resource: Box::new(resource),
+                at: "2026-11-26T00:00:00Z".into(),
+            });
+        }
+        let (commands, objects, _) = import_commands(&backup, "2026-11-26T00:00:00Z");
+        assert_eq!(objects, 2);
+        let mut restored = FleetState::default();
+        for command in commands {
+            restored.apply(command);
+        }
+        assert_eq!(holds_specs(&restored), 2);
+        let alert = &restored.alerts.get("team-a/rollouts").unwrap().object;
+        let ready = &alert.status.as_ref().unwrap().conditions[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "ProviderFound")
+        );
     }
 }

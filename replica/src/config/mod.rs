@@ -148,6 +148,10 @@ pub struct NodeArgs {
     /// --http-listen, --advertise and --peers all loopback addresses).
     #[arg(long, env = "STARLING_INSECURE")]
     pub insecure: bool,
+    /// The address users reach the fleet view at (`https://starling.example`): notifications
+    /// and commit statuses link to it. Unset: they carry no link.
+    #[arg(long, env = "STARLING_EXTERNAL_URL", value_name = "URL")]
+    pub external_url: Option<String>,
     /// Check the flags and environment and the files they name (the admin token, the TLS
     /// certificate, key and CA, read as a start reads them), print the resulting configuration
     /// on one line and exit without starting anything (non-zero when anything is invalid).
@@ -194,6 +198,8 @@ pub struct NodeConfig {
     pub token_use_interval: Duration,
     /// Per-namespace limits (`--quota-objects`, `--quota-bytes`).
     pub quota: fleet::state::quota::Quota,
+    /// Where the fleet view is reached (`--external-url`), for the links in notifications.
+    pub external_url: Option<String>,
 }
 
 /// A size in bytes: a count, or a count with `Ki`, `Mi` or `Gi` (powers of 1024).
@@ -500,6 +506,7 @@ impl NodeArgs {
                 objects: self.quota_objects,
                 bytes: self.quota_bytes,
             },
+            external_url: self.external_url.clone(),
         })
     }
 

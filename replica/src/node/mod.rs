@@ -22,6 +22,7 @@ pub(crate) mod detector;
 pub(crate) mod heartbeat;
 pub(crate) mod leader;
 pub(crate) mod lease;
+pub(crate) mod notifier;
 pub(crate) mod stopping;
 pub(crate) mod tickets;
 pub(crate) mod token_uses;

@@ -620,6 +620,8 @@ mod installation;
 mod inventories;
 mod members;
 mod monorepo;
+mod notify_events;
+mod notify_specs;
 mod pull;
 mod quota;
 mod recovery;
