@@ -49,6 +49,12 @@ VARIANTS = [
     ("Cluster API", "starling", NAMESPACE, {"operator": {"capi": True}}),
     ("5 replicas", "starling", NAMESPACE, {"replicaCount": 5}),
     ("disaster recovery", "starling", NAMESPACE, {"node": {"recovery": True}}),
+    (
+        "links in notifications",
+        "starling",
+        NAMESPACE,
+        {"node": {"externalUrl": "https://starling.example.com"}},
+    ),
     ("API tokens", "starling", NAMESPACE, {"auth": {"adminTokenSecret": "starling-admin"}}),
     (
         "API tokens, /metrics behind them",
@@ -338,6 +344,7 @@ def check_schema_rejects_bad_values():
         ("a malformed duration", {"node": {"downAfter": "three seconds"}}),
         ("maxVoters above 9", {"node": {"maxVoters": 10}}),
         ("a malformed maxRtt", {"node": {"maxRtt": "far"}}),
+        ("an externalUrl that is not http(s)", {"node": {"externalUrl": "starling.example.com"}}),
         ("a port out of range", {"ports": {"grpc": 70000}}),
         ("an unknown podAntiAffinity", {"podAntiAffinity": "sometimes"}),
         ("an unknown resources key", {"resources": {"requests": {"gpu": 1}}}),
@@ -478,6 +485,12 @@ def check_statefulset():
         expect(
             ("--recovery" in container["args"]) == effective["node"]["recovery"],
             f"{where}: --recovery only when asked for",
+        )
+        external = effective["node"]["externalUrl"]
+        expect(
+            (f"--external-url={external}" in container["args"]) == bool(external)
+            and sum(a.startswith("--external-url") for a in container["args"]) == bool(external),
+            f"{where}: --external-url only with node.externalUrl",
         )
         token_secret = effective["auth"]["adminTokenSecret"]
         token_flag = "--admin-token-file=/etc/starling/auth/token"

@@ -23,7 +23,7 @@ mod render;
 
 pub use notify::{
     Alert, AlertSpec, AlertStatus, EventSeverity, EventSource, Provider, ProviderSpec,
-    ProviderStatus, ProviderType,
+    ProviderStatus, ProviderType, SYSTEM_NAMESPACE,
 };
 
 pub use render::{HelmSpec, RenderSpec, RenderType, ValuesKind, ValuesOverride, ValuesReference};

@@ -44,6 +44,7 @@ fn to_api(error: FleetSimError) -> ApiError {
         FleetSimError::ClusterExists(_) => ApiError::new(409, "AlreadyExists", error.to_string()),
         FleetSimError::Api { code, message, .. } => {
             let reason = match code {
+                403 => "Forbidden",
                 404 => "NotFound",
                 409 => "Conflict",
                 422 => "Invalid",

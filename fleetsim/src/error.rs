@@ -247,6 +247,19 @@ impl ApiError {
                 "the server was unable to return a response in the time allotted, but may still be processing the request",
             ),
             409 => ("Conflict", "the server reported a conflict"),
+            401 => (
+                "Unauthorized",
+                "the server has asked for the client to provide credentials",
+            ),
+            // A real API server names the user and the verb: "forbidden: User … cannot …".
+            403 => (
+                "Forbidden",
+                "forbidden: the user may not perform this request (injected fault)",
+            ),
+            404 => (
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
             _ if code >= 500 => (
                 "InternalError",
                 "an error on the server (\"injected fault\") has prevented the request from succeeding",

@@ -84,6 +84,47 @@ pub(crate) async fn apply(
     Ok(())
 }
 
+/// A receiver that never answers, and what it was sent.
+struct Hanging {
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Hanging {
+    fn report(&self) -> serde_json::Value {
+        serde_json::json!({
+            "connections_accepted": self.connections.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+}
+
+/// Starts a loopback receiver that accepts connections and never answers (each is held open),
+/// and applies a generic Provider sending there and an Alert on every event of the default
+/// namespace.
+async fn hang_an_alert(
+    fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
+) -> anyhow::Result<Hanging> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            held.push(socket);
+        }
+    });
+    apply(
+        fleet,
+        format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Provider\nmetadata: {{name: hanging}}\nspec: {{type: generic, address: \"http://{address}/hook\", timeout: 30s}}\n---\napiVersion: starling.dev/v1alpha1\nkind: Alert\nmetadata: {{name: everything}}\nspec:\n  providerRef: {{name: hanging}}\n  eventSources: [{{kind: \"*\"}}]\n"
+        ),
+    )
+    .await?;
+    eprintln!("a Provider whose receiver ({address}) never answers, and an Alert on every event");
+    Ok(Hanging { connections })
+}
+
 /// Clusters per Apply request (a Secret with a kubeconfig and a Cluster each).
 const APPLY_CHUNK: usize = 500;
 
@@ -241,7 +282,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
                 sim,
                 repo,
                 procs,
-                fleet: _,
+                mut fleet,
                 _dir: dir,
                 memory,
             },
@@ -284,6 +325,11 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
             "writes_to_targets": writes,
             "seconds_until_every_cluster_reports_it": seconds,
         }))
+    } else {
+        None
+    };
+    let hanging = if args.hanging_alert {
+        Some(hang_an_alert(&mut fleet).await?)
     } else {
         None
     };
@@ -512,6 +558,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "git_fetches_per_replica_max": most_fetches,
         "git_fetches_per_replica_limit": 1.0,
         "unrelated_commit": unrelated,
+        "hanging_alert": hanging.as_ref().map(|h| h.report()),
         "per_node": nodes,
         "timeline": timeline.iter().map(|p| [p.0, p.1 as f64, p.2 as f64]).collect::<Vec<_>>(),
         "memory_mib_over_time": memory_samples.iter().map(|s| [s.0, s.1 as f64, s.2]).collect::<Vec<_>>(),

@@ -2,7 +2,10 @@
 //! daemon`, and receivers on loopback standing in for a webhook and for GitHub's statuses API.
 //! An Alert on a SyncGroup gets the rollout's start, progress and completion; the leader is
 //! killed mid-rollout and every event still arrives (the queue is in the replicated state);
-//! the commit's status goes pending → success.
+//! the commit's status goes pending → success; a third Provider whose receiver never answers
+//! holds up neither the rollout nor the other two. Then a bad revision (clusters refusing
+//! every write) halts the rollout: the webhook hears `RolloutHalted` with the failing
+//! clusters and their messages, and the commit's status is failure.
 
 mod harness;
 
@@ -13,10 +16,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Uri};
+use fleetsim::Fault;
 use harness::{Group, Options, demo_fixture, demo_manifests, wait_until};
 use serde_json::Value;
 
-const CLUSTERS: usize = 30;
+const CLUSTERS: usize = 50;
 
 /// What a receiver got: path, headers and the JSON body of each request.
 #[derive(Clone, Default)]
@@ -78,11 +82,37 @@ impl Receiver {
         counts
     }
 
+    fn event(&self, reason: &str, revision: &str) -> Option<Value> {
+        self.events()
+            .into_iter()
+            .find(|e| e["reason"] == reason && e["revision"].as_str() == Some(revision))
+    }
+
     fn has(&self, reason: &str, revision: &str) -> bool {
         self.events()
             .iter()
             .any(|e| e["reason"] == reason && e["revision"].as_str() == Some(revision))
     }
+}
+
+/// A receiver that accepts connections and never answers, holding each one open.
+async fn hanging_receiver() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    address
+}
+
+/// A Provider whose receiver hangs, and an Alert that sends it everything of the group.
+fn stuck_manifests(address: &str) -> String {
+    format!(
+        "---\napiVersion: starling.dev/v1alpha1\nkind: Provider\nmetadata: {{name: stuck}}\nspec: {{type: generic, address: \"{address}/hook\", timeout: 5s}}\n---\napiVersion: starling.dev/v1alpha1\nkind: Alert\nmetadata: {{name: stuck}}\nspec:\n  providerRef: {{name: stuck}}\n  eventSources: [{{kind: \"*\"}}]\n"
+    )
 }
 
 fn notification_manifests(address: &str) -> String {
@@ -100,18 +130,27 @@ async fn an_alert_follows_a_rollout_through_a_leader_kill_and_the_commit_shows_t
     })
     .await;
     let (receiver, address) = Receiver::start().await;
+    let hanging = hanging_receiver().await;
     let mut group = Group::start_together(3, Options::default());
     group.wait_for_members(3).await;
     group
         .apply(
             1,
-            &demo_manifests(&fixture.sim, &fixture.url, "", "    maxUnavailable: 3\n"),
+            &demo_manifests(
+                &fixture.sim,
+                &fixture.url,
+                "",
+                "    maxUnavailable: 5\n    maxFailures: 2\n",
+            ),
         )
         .await
         .expect("specs applied");
     let first = group.wait_complete("demo", "", CLUSTERS as u32, 0).await;
     group
-        .apply(1, &notification_manifests(&address))
+        .apply(
+            1,
+            &(notification_manifests(&address) + &stuck_manifests(&hanging)),
+        )
         .await
         .expect("the Providers and Alerts are accepted");
 
@@ -155,15 +194,15 @@ async fn an_alert_follows_a_rollout_through_a_leader_kill_and_the_commit_shows_t
     assert_eq!(complete["counts"]["total"], CLUSTERS as u64);
     assert_eq!(complete["metadata"]["env"], "test");
 
-    // Nothing lost across the kill. Each event matches both Alerts, and the state numbers
-    // them in the Alerts' order (`commit`, then `demo`): the webhook's ids are every second
+    // Nothing lost across the kill. Each event matches the three Alerts, and the state numbers
+    // them in the Alerts' order (`commit`, `demo`, `stuck`): the webhook's ids are every third
     // number, without a gap. A duplicate (a delivery the dead leader never settled) is the
     // rare case the idempotency key is for.
     let counts = receiver.id_counts();
     let low = *counts.keys().next().unwrap();
     let high = *counts.keys().last().unwrap();
     let missing: Vec<u64> = (low..=high)
-        .step_by(2)
+        .step_by(3)
         .filter(|n| !counts.contains_key(n))
         .collect();
     assert!(missing.is_empty(), "events lost: {missing:?} of {counts:?}");
@@ -239,4 +278,82 @@ async fn an_alert_follows_a_rollout_through_a_leader_kill_and_the_commit_shows_t
     assert!(!shown.contains("ghp-test-token"), "{shown}");
     let described = group.cli(&["describe", "provider", "github"]);
     assert!(!described.contains("ghp-test-token"), "{described}");
+    // A bad revision: six clusters refuse every write, past maxFailures (2). The rollout
+    // halts, and the webhook hears it with the failing clusters and the API server's message.
+    let failing: Vec<String> = fixture.sim.cluster_names().into_iter().take(6).collect();
+    for name in &failing {
+        fixture
+            .sim
+            .set_fault(
+                name,
+                Fault::Errors {
+                    rate: 1.0,
+                    code: 403,
+                    retry_after_seconds: None,
+                },
+            )
+            .expect("fault");
+    }
+    fixture
+        .repo
+        .commit("v3", "nginx:1.29", "v3")
+        .expect("commit");
+    wait_until(
+        Duration::from_secs(90),
+        "the webhook hears the rollout halt",
+        || async {
+            receiver
+                .events()
+                .iter()
+                .any(|e| e["reason"] == "RolloutHalted" && e["revision"] != second.as_str())
+        },
+    )
+    .await;
+    let halted = receiver
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "RolloutHalted" && e["revision"] != second.as_str())
+        .unwrap();
+    let third = halted["revision"].as_str().unwrap().to_string();
+    assert_eq!(halted["severity"], "error", "{halted:#}");
+    assert!(
+        halted["counts"]["failed"].as_u64().unwrap() > 2,
+        "{halted:#}"
+    );
+    let named = halted["failing"].as_array().expect("failing clusters");
+    assert!(!named.is_empty(), "{halted:#}");
+    for entry in named {
+        let entry = entry.as_str().unwrap();
+        assert!(
+            failing
+                .iter()
+                .any(|name| entry.starts_with(&format!("{name}: "))),
+            "{entry} is not one of the refusing clusters {failing:?}"
+        );
+        assert!(
+            entry.contains("403") || entry.to_lowercase().contains("forbidden"),
+            "{entry}"
+        );
+    }
+    assert!(
+        receiver.event("SyncFailed", &third).is_some(),
+        "{:#?}",
+        receiver.events()
+    );
+    // The commit shows the halt.
+    let sha3 = third
+        .rsplit_once("sha1:")
+        .map_or(third.as_str(), |(_, s)| s)
+        .to_string();
+    wait_until(
+        Duration::from_secs(60),
+        "the commit status is failure",
+        || async {
+            receiver
+                .requests("/gh")
+                .last()
+                .is_some_and(|(path, _, body)| path.ends_with(&sha3) && body["state"] == "failure")
+        },
+    )
+    .await;
 }

@@ -302,6 +302,41 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         },
     )
     .await;
+    // Notification resources: a missing Secret, a missing Provider and a malformed address
+    // show on the objects' own `Ready` conditions, with the reason.
+    create_all(
+        &client,
+        "apiVersion: starling.dev/v1alpha1\nkind: Provider\nmetadata: {name: chat, namespace: default}\nspec: {type: slack, secretRef: {name: chat-webhook}}\n---\napiVersion: starling.dev/v1alpha1\nkind: Provider\nmetadata: {name: bad, namespace: default}\nspec: {type: generic, address: \"ftp://127.0.0.1/hook\"}\n---\napiVersion: starling.dev/v1alpha1\nkind: Alert\nmetadata: {name: web, namespace: default}\nspec: {providerRef: {name: nowhere}, eventSources: [{kind: SyncGroup}]}\n",
+    )
+    .await;
+    let providers = starling_api(&client, "Provider");
+    let alerts = starling_api(&client, "Alert");
+    let not_ready = |object: Option<Value>, reason: &str, text: &str| {
+        object.is_some_and(|object| {
+            condition(&object, "Ready").is_some_and(|c| {
+                c["status"] == "False"
+                    && c["reason"] == reason
+                    && c["message"].as_str().is_some_and(|m| m.contains(text))
+            })
+        })
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "Ready=False with the reason on the Providers and the Alert",
+        || async {
+            not_ready(
+                get(&providers, "chat").await,
+                "SecretNotFound",
+                "secret chat-webhook",
+            ) && not_ready(
+                get(&alerts, "web").await,
+                "ProviderNotFound",
+                "provider nowhere not found",
+            ) && not_ready(get(&providers, "bad").await, "InvalidSpec", "spec.address")
+        },
+    )
+    .await;
+
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), "default");
     wait_until(

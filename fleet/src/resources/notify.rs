@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Condition, LocalObjectReference};
 
+/// The namespace whose Alerts may watch installation events (`kind: Replica`: replicas marked
+/// Down, disaster recovery). A tenant's Alert cannot: those events are not its namespace's.
+pub const SYSTEM_NAMESPACE: &str = "starling-system";
+
 /// Where a Provider sends.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,

@@ -28,9 +28,7 @@ use crate::resources::{Alert, EventSeverity, Provider};
 /// Notifications waiting for one Provider, at most: beyond it the oldest is dropped (and
 /// counted in the Provider's status).
 pub const MAX_PENDING: usize = 1_000;
-/// The namespace whose Alerts may watch installation events (`kind: Replica`: replicas marked
-/// Down, disaster recovery).
-pub const SYSTEM_NAMESPACE: &str = "starling-system";
+pub use crate::resources::SYSTEM_NAMESPACE;
 /// Failing clusters an event names, at most.
 const FAILING_NAMED: usize = 5;
 

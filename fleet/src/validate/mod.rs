@@ -158,6 +158,11 @@ pub enum ValidationError {
         "{field}: unknown kind {value:?}: expected SyncGroup, Sync, Source, Cluster, Replica or *"
     )]
     EventSourceKind { field: String, value: String },
+    /// `kind: Replica` on an Alert outside the installation's namespace.
+    #[error(
+        "{field}: Replica events are the installation's, not namespace {namespace:?}'s: only an Alert in namespace starling-system may watch them"
+    )]
+    InstallationEvents { field: String, namespace: String },
     #[error("{field}: {value:?} is not a valid regular expression: {reason}")]
     Regex {
         field: String,

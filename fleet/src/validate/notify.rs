@@ -8,7 +8,7 @@
 
 use super::rules::check_object_name;
 use super::{Problems, ValidationError, check_duration, check_metadata};
-use crate::resources::{Alert, EventSource, Provider};
+use crate::resources::{Alert, EventSource, Provider, SYSTEM_NAMESPACE};
 use crate::selector::{check_label_key, check_label_value};
 
 /// The kinds an Alert's event source may name (`*`: every kind).
@@ -56,12 +56,16 @@ pub fn validate_alert(alert: &Alert) -> Result<(), ValidationError> {
             field: "spec.eventSources".into(),
         });
     }
+    let namespace = alert.metadata.namespace.as_deref().unwrap_or("default");
     for (index, source) in spec.event_sources.iter().enumerate() {
-        check_event_source(
-            &mut problems,
-            &format!("spec.eventSources[{index}]"),
-            source,
-        );
+        let prefix = format!("spec.eventSources[{index}]");
+        check_event_source(&mut problems, &prefix, source);
+        if source.kind == "Replica" && namespace != SYSTEM_NAMESPACE {
+            problems.push(ValidationError::InstallationEvents {
+                field: format!("{prefix}.kind"),
+                namespace: namespace.to_string(),
+            });
+        }
     }
     for (list, patterns) in [
         ("spec.inclusionList", &spec.inclusion_list),

@@ -202,6 +202,21 @@ pub struct NodeConfig {
     pub external_url: Option<String>,
 }
 
+/// The fleet view's address as users reach it: `http://` or `https://` with a host, kept
+/// without a trailing `/` (the links append their paths).
+fn check_external_url(url: &str) -> Result<String, ConfigError> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+    match host {
+        Some(host) if !host.is_empty() && !url.chars().any(char::is_whitespace) => {
+            Ok(url.trim_end_matches('/').to_string())
+        }
+        _ => Err(ConfigError::BadExternalUrl(url.to_string())),
+    }
+}
+
 /// A size in bytes: a count, or a count with `Ki`, `Mi` or `Gi` (powers of 1024).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
@@ -281,6 +296,10 @@ impl NodeConfig {
 /// A configuration that cannot work.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
+    #[error(
+        "--external-url {0:?} is not an http(s) url with a host, such as https://starling.example.com"
+    )]
+    BadExternalUrl(String),
     #[error("invalid node id {0:?}: expected a number or a StatefulSet pod name ending in -N")]
     BadId(String),
     #[error(
@@ -506,7 +525,11 @@ impl NodeArgs {
                 objects: self.quota_objects,
                 bytes: self.quota_bytes,
             },
-            external_url: self.external_url.clone(),
+            external_url: self
+                .external_url
+                .as_deref()
+                .map(check_external_url)
+                .transpose()?,
         })
     }
 

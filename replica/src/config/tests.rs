@@ -62,6 +62,30 @@ fn metrics_auth_needs_an_admin_token() {
     assert!(config.summary().contains(" auth tokens metrics-auth "));
 }
 
+#[test]
+fn the_external_url_is_an_http_url_with_a_host() {
+    for bad in [
+        "starling.example.com",
+        "https://",
+        "ftp://host",
+        "https://a b",
+    ] {
+        assert_eq!(
+            args(&["--external-url", bad]).validate().unwrap_err(),
+            ConfigError::BadExternalUrl(bad.to_string()),
+            "{bad}"
+        );
+    }
+    let config = args(&["--external-url", "https://starling.example.com/fleet/"])
+        .validate()
+        .unwrap();
+    assert_eq!(
+        config.external_url.as_deref(),
+        Some("https://starling.example.com/fleet")
+    );
+    assert_eq!(args(&[]).validate().unwrap().external_url, None);
+}
+
 /// Regression (issue 32, part 2): `--insecure` refused a non-loopback `--listen` but accepted
 /// an advertised address, peers and an HTTP port off the host, so Raft traffic could leave it
 /// in plain text.
