@@ -7,6 +7,7 @@
 
 pub mod crd;
 pub mod duration;
+pub mod fieldpath;
 pub mod manifest;
 pub mod names;
 pub mod resources;
