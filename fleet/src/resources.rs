@@ -418,6 +418,11 @@ pub struct SyncTemplate {
     /// changed on the cluster. Taken back by default (git wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftPolicy>,
+    /// Fields of the applied objects left to others (an autoscaler's `spec.replicas`, a
+    /// webhook's sidecar), as Argo CD's `ignoreDifferences` spells them: never sent in the
+    /// apply, never counted as drift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_differences: Vec<IgnoreDifference>,
     /// Drift correction period; 10m when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
@@ -449,6 +454,38 @@ pub struct DriftPolicy {
     /// the managers.
     #[serde(default)]
     pub mode: DriftMode,
+}
+
+/// Fields of matching objects that Starling leaves to other writers (Argo CD's
+/// `ignoreDifferences`): left out of every apply, so another controller keeps them and they
+/// never count as drift.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IgnoreDifference {
+    /// API group of the objects: `apps`, `""` (or unset) for the core group, `*` for any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind of the objects (`Deployment`), or `*` for any.
+    pub kind: String,
+    /// Only the object of this name; every name when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Only objects in this namespace; every namespace when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// RFC 6901 pointers to the fields: `/spec/replicas`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_pointers: Vec<String>,
+    /// jq path expressions, in the subset of field access, `[N]`, `[]`, `|` and
+    /// `select(PATH == LITERAL)` (or `!=`): `.spec.template.spec.containers[] |
+    /// select(.name == "istio-proxy")`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jq_path_expressions: Vec<String>,
+    /// Field managers whose fields are theirs: a field of the object that one of them owns on
+    /// the cluster with another value than git's is left to it (`kube-controller-manager` for
+    /// an HPA's `spec.replicas`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_fields_managers: Vec<String>,
 }
 
 /// See [`DriftPolicy`].

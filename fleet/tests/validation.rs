@@ -416,6 +416,36 @@ fn sync_durations_must_parse() {
     );
 }
 
+#[test]
+fn ignore_differences_need_a_kind_a_field_and_paths_that_parse() {
+    let with_rules = |rules: &str| edit(SYNC, "  interval: 10m", &format!("{rules}  interval: 10m"));
+    let good = with_rules(
+        "  ignoreDifferences:\n  - group: apps\n    kind: Deployment\n    jsonPointers: [/spec/replicas]\n  - kind: \"*\"\n    managedFieldsManagers: [kube-controller-manager]\n  - group: \"*\"\n    kind: MyResource\n    jqPathExpressions: ['.spec.containers[] | select(.name == \"istio-proxy\")']\n",
+    );
+    assert_accepted(&good);
+    assert_rejected(
+        &with_rules("  ignoreDifferences:\n  - kind: Deployment\n    jsonPointers: [spec/replicas]\n"),
+        &[
+            "spec.ignoreDifferences[0].jsonPointers[0]: \"spec/replicas\" at character 0",
+            "starts with /",
+        ],
+    );
+    assert_rejected(
+        &with_rules(
+            "  ignoreDifferences:\n  - kind: Deployment\n    jqPathExpressions: ['.spec | keys']\n",
+        ),
+        &["spec.ignoreDifferences[0].jqPathExpressions[0]", "at character 8"],
+    );
+    assert_rejected(
+        &with_rules("  ignoreDifferences:\n  - kind: Deployment\n"),
+        &["spec.ignoreDifferences[0]: names no field"],
+    );
+    assert_rejected(
+        &with_rules("  ignoreDifferences:\n  - kind: \"\"\n    jsonPointers: [/spec]\n"),
+        &["spec.ignoreDifferences[0].kind: must name a kind"],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // SyncGroups
 // ---------------------------------------------------------------------------------------------

@@ -194,6 +194,16 @@ impl Shared {
 
     /// Creates or replaces an object outside any client (drift), audited as `admin`.
     pub fn set_object(&self, name: &str, object: Value) -> Result<Value, FleetSimError> {
+        self.set_object_as(name, DRIFT_MANAGER, object)
+    }
+
+    /// [`Shared::set_object`] as field manager `manager`.
+    pub fn set_object_as(
+        &self,
+        name: &str,
+        manager: &str,
+        object: Value,
+    ) -> Result<Value, FleetSimError> {
         let cluster = self.cluster(name)?;
         let text = |pointer: &str| {
             object
@@ -225,7 +235,7 @@ impl Shared {
             info: info.clone(),
             namespace: namespace.clone(),
             write,
-            manager: Some(DRIFT_MANAGER.to_string()),
+            manager: Some(manager.to_string()),
             dry_run: false,
             actor: Actor::of(Origin::Admin),
         };
@@ -537,6 +547,17 @@ impl FleetSim {
     /// subresource. Watchers see the change.
     pub fn set_object(&self, cluster: &str, object: Value) -> Result<Value, FleetSimError> {
         self.shared.set_object(cluster, object)
+    }
+
+    /// [`FleetSim::set_object`] as another field manager: an autoscaler
+    /// (`kube-controller-manager`) or a webhook writing beside Starling.
+    pub fn set_object_as(
+        &self,
+        cluster: &str,
+        manager: &str,
+        object: Value,
+    ) -> Result<Value, FleetSimError> {
+        self.shared.set_object_as(cluster, manager, object)
     }
 
     /// Deletes an object; false when it did not exist.

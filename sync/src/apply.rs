@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use fleet::fieldpath::IgnoreRules;
 use fleet::resources::{DriftMode, ObjectRef, ResourceStatus};
 use kube::api::{Patch, PatchParams};
 use serde_json::Value;
@@ -167,10 +168,15 @@ pub(crate) struct Applied {
 /// Server-side applies one object. Fields another manager changed (drift) are taken back with
 /// a forced apply under [`DriftMode::Correct`], or left to that manager under
 /// [`DriftMode::Report`] by applying the object without them; either way they are reported.
+///
+/// Fields the `ignoreDifferences` rules name are left out of the manifest before any write;
+/// a conflict with one of the rules' `managedFieldsManagers` leaves that field to its manager
+/// (applied again without it) and is not drift.
 pub(crate) async fn apply_one(
     session: &Session,
     planned: &Planned,
     mode: DriftMode,
+    rules: &IgnoreRules,
 ) -> Result<Applied, SyncError> {
     let Some(resolved) = &planned.resolved else {
         return Err(SyncError::Invalid {
@@ -189,6 +195,14 @@ pub(crate) async fn apply_one(
             }
         }
     }
+    let reference = &planned.reference;
+    let ignored = rules.for_object(
+        &reference.api_version,
+        &reference.kind,
+        reference.namespace.as_deref(),
+        &reference.name,
+    );
+    ignored.strip(&mut manifest);
     let api = session.api(resolved, planned.reference.namespace.as_deref());
     let write =
         |manifest: Value, force: bool| server_side_apply(session, &api, planned, manifest, force);
@@ -197,6 +211,27 @@ pub(crate) async fn apply_one(
         Err((error, fields)) if fields.is_empty() => return Err(error),
         Err(conflict) => conflict,
     };
+    let (left, drifted): (Vec<DriftedField>, Vec<DriftedField>) = fields
+        .into_iter()
+        .partition(|field| ignored.leaves_to(&field.manager));
+    if !left.is_empty() {
+        let paths: Vec<&str> = left.iter().map(|f| f.field.as_str()).collect();
+        // A path this build cannot find in the manifest: keep the conflict as the error.
+        let Some(trimmed) = without_fields(&manifest, &paths) else {
+            return Err(error);
+        };
+        tracing::debug!(
+            object = %describe(reference),
+            fields = ?left.iter().map(|f| (&f.manager, &f.field)).collect::<Vec<_>>(),
+            "fields left to the managers ignoreDifferences names"
+        );
+        manifest = trimmed;
+        if drifted.is_empty() {
+            let live = write(manifest, false).await.map_err(|(error, _)| error)?;
+            return Ok(Applied { live, drift: None });
+        }
+    }
+    let fields = drifted;
     let drift = |corrected: bool| Drift {
         object: planned.reference.clone(),
         fields: fields.clone(),

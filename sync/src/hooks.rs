@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use fleet::fieldpath::IgnoreRules;
 use fleet::resources::{DriftMode, ResourceStatus};
 use kube::api::DeleteParams;
 use starling_render::{HookDeletePolicy, HookPhase};
@@ -127,7 +128,7 @@ fn named(error: SyncError, phase: &str, hook: &Planned) -> SyncError {
 
 /// Applies one hook and waits for it when it is a Job or a Pod.
 async fn run_one(session: &Session, hook: &Planned, limit: Instant) -> Result<(), SyncError> {
-    let applied = apply_one(session, hook, DriftMode::Correct).await?;
+    let applied = apply_one(session, hook, DriftMode::Correct, &IgnoreRules::default()).await?;
     let waits = matches!(
         (
             hook.reference.api_version.as_str(),

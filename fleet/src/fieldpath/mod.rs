@@ -20,6 +20,7 @@
 
 mod jq;
 mod pointer;
+mod rules;
 
 use std::fmt;
 
@@ -27,6 +28,7 @@ use serde_json::Value;
 
 pub use jq::JqPath;
 pub use pointer::Pointer;
+pub use rules::{IgnoreRules, Ignored, RuleError};
 
 /// One step into a JSON value: a key of an object or an index of an array.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

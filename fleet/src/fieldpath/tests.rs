@@ -205,3 +205,66 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn rules_match_by_group_kind_name_and_namespace_and_strip_their_fields() {
+    use crate::resources::IgnoreDifference;
+    let rules = [
+        IgnoreDifference {
+            group: Some("apps".to_owned()),
+            kind: "Deployment".to_owned(),
+            json_pointers: vec!["/spec/replicas".to_owned()],
+            ..IgnoreDifference::default()
+        },
+        IgnoreDifference {
+            group: Some("*".to_owned()),
+            kind: "*".to_owned(),
+            namespace: Some("shop".to_owned()),
+            jq_path_expressions: vec![
+                ".spec.template.spec.containers[] | select(.name == \"istio-proxy\")".to_owned(),
+            ],
+            managed_fields_managers: vec!["kube-controller-manager".to_owned()],
+            ..IgnoreDifference::default()
+        },
+    ];
+    let rules = IgnoreRules::compile("spec.ignoreDifferences", &rules).expect("they parse");
+    let mut object = deployment();
+    let in_shop = rules.for_object("apps/v1", "Deployment", Some("shop"), "web");
+    assert_eq!(in_shop.strip(&mut object), 2);
+    assert_eq!(object["spec"].get("replicas"), None);
+    let containers = object["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    assert_eq!(containers.len(), 2);
+    assert!(in_shop.leaves_to("kube-controller-manager"));
+    assert!(!in_shop.leaves_to("kubectl-edit"));
+
+    // Elsewhere only the first rule applies; the core group matches neither `apps` rule.
+    let elsewhere = rules.for_object("apps/v1", "Deployment", Some("web"), "web");
+    assert!(!elsewhere.leaves_to("kube-controller-manager"));
+    assert_eq!(elsewhere.fields(&deployment()).len(), 1);
+    let core = rules.for_object("v1", "ConfigMap", Some("web"), "web");
+    assert!(core.is_empty());
+}
+
+#[test]
+fn rule_paths_that_do_not_parse_are_named_by_their_field() {
+    use crate::resources::IgnoreDifference;
+    let rules = [IgnoreDifference {
+        kind: "Deployment".to_owned(),
+        json_pointers: vec!["/spec/replicas".to_owned(), "spec/x".to_owned()],
+        jq_path_expressions: vec![".spec | length".to_owned()],
+        ..IgnoreDifference::default()
+    }];
+    let errors = IgnoreRules::compile("spec.ignoreDifferences", &rules).expect_err("malformed");
+    let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown[0].starts_with("spec.ignoreDifferences[0].jsonPointers[1]: \"spec/x\" at character 0"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].starts_with("spec.ignoreDifferences[0].jqPathExpressions[0]: \".spec | length\" at character 8"),
+        "{shown:?}"
+    );
+}

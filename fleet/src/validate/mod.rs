@@ -47,7 +47,10 @@ pub use size::{
 };
 
 use crate::duration::{DurationError, parse_duration};
-use crate::resources::{Cluster, RolloutPolicy, Source, SourceSpec, Sync, SyncGroup, SyncTemplate};
+use crate::fieldpath::IgnoreRules;
+use crate::resources::{
+    Cluster, IgnoreDifference, RolloutPolicy, Source, SourceSpec, Sync, SyncGroup, SyncTemplate,
+};
 use crate::selector::{SelectorError, check_label_key, check_label_value};
 use crate::vars::{self, VarError};
 
@@ -172,6 +175,12 @@ pub enum ValidationError {
     /// A Source that names no kind, or several, or a malformed Helm or OCI field.
     #[error("{field}: {reason}")]
     Source { field: String, reason: String },
+    /// An `ignoreDifferences` path that does not parse, with the position.
+    #[error(transparent)]
+    IgnorePath(#[from] crate::fieldpath::RuleError),
+    /// An `ignoreDifferences` rule that names no objects or gives away no field.
+    #[error("{field}: {reason}")]
+    IgnoreRule { field: String, reason: String },
     #[error("{}", join(.0))]
     Several(Vec<ValidationError>),
 }
@@ -487,6 +496,7 @@ fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate
             });
         }
     }
+    check_ignore_differences(problems, prefix, &template.ignore_differences);
     check_duration(
         problems,
         &format!("{prefix}.interval"),
@@ -499,6 +509,41 @@ fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate
         template.timeout.as_deref(),
         false,
     );
+}
+
+fn check_ignore_differences(problems: &mut Problems, prefix: &str, rules: &[IgnoreDifference]) {
+    let prefix = format!("{prefix}.ignoreDifferences");
+    for (index, rule) in rules.iter().enumerate() {
+        let field = format!("{prefix}[{index}]");
+        if rule.kind.is_empty() {
+            problems.push(ValidationError::IgnoreRule {
+                field: format!("{field}.kind"),
+                reason: "must name a kind (Deployment), or * for any".to_owned(),
+            });
+        }
+        if rule.json_pointers.is_empty()
+            && rule.jq_path_expressions.is_empty()
+            && rule.managed_fields_managers.is_empty()
+        {
+            problems.push(ValidationError::IgnoreRule {
+                field,
+                reason: "names no field: set jsonPointers, jqPathExpressions or managedFieldsManagers".to_owned(),
+            });
+        }
+        for (at, manager) in rule.managed_fields_managers.iter().enumerate() {
+            if manager.is_empty() || manager.len() > 128 {
+                problems.push(ValidationError::IgnoreRule {
+                    field: format!("{prefix}[{index}].managedFieldsManagers[{at}]"),
+                    reason: "a field manager's name has 1 to 128 characters".to_owned(),
+                });
+            }
+        }
+    }
+    if let Err(errors) = IgnoreRules::compile(&prefix, rules) {
+        for error in errors {
+            problems.push(error.into());
+        }
+    }
 }
 
 fn check_rollout(problems: &mut Problems, prefix: &str, rollout: &RolloutPolicy) {

@@ -25,6 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fleet::fieldpath::IgnoreRules;
 use fleet::resources::{ObjectRef, RenderType, SyncTemplate};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -312,6 +313,16 @@ impl SyncEngine {
         } else {
             self.render(request, &session).await?
         };
+        // Validation refuses a malformed path at apply time; this is the engine's own guard.
+        let ignored = IgnoreRules::compile("ignoreDifferences", &request.template.ignore_differences)
+            .map_err(|errors| SyncError::Invalid {
+                operation: "read the sync's ignoreDifferences".to_owned(),
+                message: errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            })?;
         let system = self.config.system_namespace.as_str();
         let ours = FenceState {
             generation: request.generation,
@@ -405,7 +416,7 @@ impl SyncEngine {
             if index == planned.len() {
                 break;
             }
-            let applied = apply_one(&session, &planned[index], drift_mode).await?;
+            let applied = apply_one(&session, &planned[index], drift_mode, &ignored).await?;
             progress.applied += 1;
             drift.extend(applied.drift);
             let (status, message) = status_of(&applied.live);

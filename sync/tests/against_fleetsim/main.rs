@@ -6,5 +6,6 @@ mod common;
 mod apply;
 mod faults;
 mod fencing;
+mod ignore;
 mod readiness;
 mod tls;
