@@ -423,6 +423,14 @@ pub struct SyncTemplate {
     /// apply, never counted as drift.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore_differences: Vec<IgnoreDifference>,
+    /// Create the namespaces the rendered objects name and the target lacks, before applying
+    /// them (Argo CD's `CreateNamespace=true`). Off by default: a missing namespace fails the
+    /// sync. A namespace is in the inventory, and pruned, only when this Sync created it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_namespace: bool,
+    /// Labels and annotations of the namespaces `createNamespace` creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_metadata: Option<NamespaceMetadata>,
     /// Drift correction period; 10m when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
@@ -454,6 +462,16 @@ pub struct DriftPolicy {
     /// the managers.
     #[serde(default)]
     pub mode: DriftMode,
+}
+
+/// The labels and annotations of a namespace Starling creates (`createNamespace`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Fields of matching objects that Starling leaves to other writers (Argo CD's

@@ -418,13 +418,16 @@ fn sync_durations_must_parse() {
 
 #[test]
 fn ignore_differences_need_a_kind_a_field_and_paths_that_parse() {
-    let with_rules = |rules: &str| edit(SYNC, "  interval: 10m", &format!("{rules}  interval: 10m"));
+    let with_rules =
+        |rules: &str| edit(SYNC, "  interval: 10m", &format!("{rules}  interval: 10m"));
     let good = with_rules(
         "  ignoreDifferences:\n  - group: apps\n    kind: Deployment\n    jsonPointers: [/spec/replicas]\n  - kind: \"*\"\n    managedFieldsManagers: [kube-controller-manager]\n  - group: \"*\"\n    kind: MyResource\n    jqPathExpressions: ['.spec.containers[] | select(.name == \"istio-proxy\")']\n",
     );
     assert_accepted(&good);
     assert_rejected(
-        &with_rules("  ignoreDifferences:\n  - kind: Deployment\n    jsonPointers: [spec/replicas]\n"),
+        &with_rules(
+            "  ignoreDifferences:\n  - kind: Deployment\n    jsonPointers: [spec/replicas]\n",
+        ),
         &[
             "spec.ignoreDifferences[0].jsonPointers[0]: \"spec/replicas\" at character 0",
             "starts with /",
@@ -434,7 +437,10 @@ fn ignore_differences_need_a_kind_a_field_and_paths_that_parse() {
         &with_rules(
             "  ignoreDifferences:\n  - kind: Deployment\n    jqPathExpressions: ['.spec | keys']\n",
         ),
-        &["spec.ignoreDifferences[0].jqPathExpressions[0]", "at character 8"],
+        &[
+            "spec.ignoreDifferences[0].jqPathExpressions[0]",
+            "at character 8",
+        ],
     );
     assert_rejected(
         &with_rules("  ignoreDifferences:\n  - kind: Deployment\n"),
@@ -443,6 +449,22 @@ fn ignore_differences_need_a_kind_a_field_and_paths_that_parse() {
     assert_rejected(
         &with_rules("  ignoreDifferences:\n  - kind: \"\"\n    jsonPointers: [/spec]\n"),
         &["spec.ignoreDifferences[0].kind: must name a kind"],
+    );
+}
+
+#[test]
+fn namespace_metadata_needs_create_namespace_and_valid_labels() {
+    let with = |lines: &str| edit(SYNC, "  interval: 10m", &format!("{lines}  interval: 10m"));
+    assert_accepted(&with(
+        "  createNamespace: true\n  namespaceMetadata:\n    labels: {team: shop}\n    annotations: {example.com/owner: platform}\n",
+    ));
+    assert_rejected(
+        &with("  namespaceMetadata:\n    labels: {team: shop}\n"),
+        &["spec.namespaceMetadata: has no effect without createNamespace: true"],
+    );
+    assert_rejected(
+        &with("  createNamespace: true\n  namespaceMetadata:\n    labels: {team: \"not ok\"}\n"),
+        &["spec.namespaceMetadata.labels[\"team\"]"],
     );
 }
 

@@ -24,6 +24,7 @@ mod health;
 mod hooks;
 pub mod inventory;
 mod job;
+pub mod namespaces;
 pub mod object;
 pub mod order;
 mod outcome;

@@ -53,10 +53,12 @@ impl IgnoreRules {
             let pointers = parse_all(&rule.json_pointers, Pointer::parse, &mut errors, |at| {
                 field("jsonPointers", at)
             });
-            let expressions =
-                parse_all(&rule.jq_path_expressions, JqPath::parse, &mut errors, |at| {
-                    field("jqPathExpressions", at)
-                });
+            let expressions = parse_all(
+                &rule.jq_path_expressions,
+                JqPath::parse,
+                &mut errors,
+                |at| field("jqPathExpressions", at),
+            );
             compiled.push(Rule {
                 group: rule.group.clone().unwrap_or_default(),
                 kind: rule.kind.clone(),

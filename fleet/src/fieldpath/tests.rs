@@ -260,11 +260,14 @@ fn rule_paths_that_do_not_parse_are_named_by_their_field() {
     let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
     assert_eq!(shown.len(), 2, "{shown:?}");
     assert!(
-        shown[0].starts_with("spec.ignoreDifferences[0].jsonPointers[1]: \"spec/x\" at character 0"),
+        shown[0]
+            .starts_with("spec.ignoreDifferences[0].jsonPointers[1]: \"spec/x\" at character 0"),
         "{shown:?}"
     );
     assert!(
-        shown[1].starts_with("spec.ignoreDifferences[0].jqPathExpressions[0]: \".spec | length\" at character 8"),
+        shown[1].starts_with(
+            "spec.ignoreDifferences[0].jqPathExpressions[0]: \".spec | length\" at character 8"
+        ),
         "{shown:?}"
     );
 }

@@ -49,7 +49,8 @@ pub use size::{
 use crate::duration::{DurationError, parse_duration};
 use crate::fieldpath::IgnoreRules;
 use crate::resources::{
-    Cluster, IgnoreDifference, RolloutPolicy, Source, SourceSpec, Sync, SyncGroup, SyncTemplate,
+    Cluster, IgnoreDifference, NamespaceMetadata, RolloutPolicy, Source, SourceSpec, Sync,
+    SyncGroup, SyncTemplate,
 };
 use crate::selector::{SelectorError, check_label_key, check_label_value};
 use crate::vars::{self, VarError};
@@ -178,6 +179,8 @@ pub enum ValidationError {
     /// An `ignoreDifferences` path that does not parse, with the position.
     #[error(transparent)]
     IgnorePath(#[from] crate::fieldpath::RuleError),
+    #[error("{field}: {reason}")]
+    NamespaceMetadata { field: String, reason: String },
     /// An `ignoreDifferences` rule that names no objects or gives away no field.
     #[error("{field}: {reason}")]
     IgnoreRule { field: String, reason: String },
@@ -497,6 +500,9 @@ fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate
         }
     }
     check_ignore_differences(problems, prefix, &template.ignore_differences);
+    if let Some(metadata) = &template.namespace_metadata {
+        check_namespace_metadata(problems, prefix, template.create_namespace, metadata);
+    }
     check_duration(
         problems,
         &format!("{prefix}.interval"),
@@ -509,6 +515,47 @@ fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate
         template.timeout.as_deref(),
         false,
     );
+}
+
+fn check_namespace_metadata(
+    problems: &mut Problems,
+    prefix: &str,
+    create: bool,
+    metadata: &NamespaceMetadata,
+) {
+    let field = format!("{prefix}.namespaceMetadata");
+    if !create {
+        problems.push(ValidationError::NamespaceMetadata {
+            field: field.clone(),
+            reason: "has no effect without createNamespace: true".to_owned(),
+        });
+    }
+    for (key, value) in &metadata.labels {
+        let field = format!("{field}.labels[{key:?}]");
+        if let Err(reason) = check_label_key(key) {
+            problems.push(ValidationError::Label {
+                field: field.clone(),
+                value: key.clone(),
+                reason,
+            });
+        }
+        if let Err(reason) = check_label_value(value) {
+            problems.push(ValidationError::Label {
+                field,
+                value: value.clone(),
+                reason,
+            });
+        }
+    }
+    for key in metadata.annotations.keys() {
+        if let Err(reason) = check_label_key(key) {
+            problems.push(ValidationError::Label {
+                field: format!("{field}.annotations[{key:?}]"),
+                value: key.clone(),
+                reason,
+            });
+        }
+    }
 }
 
 fn check_ignore_differences(problems: &mut Problems, prefix: &str, rules: &[IgnoreDifference]) {
@@ -527,7 +574,9 @@ fn check_ignore_differences(problems: &mut Problems, prefix: &str, rules: &[Igno
         {
             problems.push(ValidationError::IgnoreRule {
                 field,
-                reason: "names no field: set jsonPointers, jqPathExpressions or managedFieldsManagers".to_owned(),
+                reason:
+                    "names no field: set jsonPointers, jqPathExpressions or managedFieldsManagers"
+                        .to_owned(),
             });
         }
         for (at, manager) in rule.managed_fields_managers.iter().enumerate() {

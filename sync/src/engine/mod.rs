@@ -38,6 +38,7 @@ use crate::fence::{self, FENCE_NAME, FenceState};
 use crate::health::{observe_all, version_of, wait_ready};
 use crate::hooks::run_hooks;
 use crate::inventory::{self, Mirror, normalized, removed, same};
+use crate::namespaces;
 use crate::order::Phase;
 use crate::prune::{PruneOutcome, prune};
 use crate::readiness::{ObjectHealth, least_status, status_of};
@@ -314,15 +315,16 @@ impl SyncEngine {
             self.render(request, &session).await?
         };
         // Validation refuses a malformed path at apply time; this is the engine's own guard.
-        let ignored = IgnoreRules::compile("ignoreDifferences", &request.template.ignore_differences)
-            .map_err(|errors| SyncError::Invalid {
-                operation: "read the sync's ignoreDifferences".to_owned(),
-                message: errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            })?;
+        let ignored =
+            IgnoreRules::compile("ignoreDifferences", &request.template.ignore_differences)
+                .map_err(|errors| SyncError::Invalid {
+                    operation: "read the sync's ignoreDifferences".to_owned(),
+                    message: errors
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })?;
         let system = self.config.system_namespace.as_str();
         let ours = FenceState {
             generation: request.generation,
@@ -354,7 +356,22 @@ impl SyncEngine {
                 .await?
                 .into_iter()
                 .partition(|p| p.object.hook.is_some());
-        let current = normalized(planned.iter().map(|p| p.reference.clone()));
+        // Namespaces on request: created before anything is applied into them, and in the
+        // inventory only when this Sync created them.
+        let created = if request.template.create_namespace && !request.retire {
+            let needed = namespaces::needed(planned.iter().chain(hooks.iter()));
+            namespaces::ensure(
+                &session,
+                &request.sync,
+                &needed,
+                &previous,
+                request.template.namespace_metadata.as_ref(),
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
+        let current = normalized(planned.iter().map(|p| p.reference.clone()).chain(created));
         let pending = normalized(previous.iter().chain(current.iter()).cloned());
         progress.inventory = Some(pending.clone());
         if stored
@@ -416,7 +433,18 @@ impl SyncEngine {
             if index == planned.len() {
                 break;
             }
-            let applied = apply_one(&session, &planned[index], drift_mode, &ignored).await?;
+            let applied = match apply_one(&session, &planned[index], drift_mode, &ignored).await {
+                Ok(applied) => applied,
+                Err(error @ SyncError::Invalid { .. }) => {
+                    // An apply into a namespace the target lacks: say which option helps.
+                    let missing = match &planned[index].reference.namespace {
+                        Some(namespace) => namespaces::explain_missing(&session, namespace).await,
+                        None => None,
+                    };
+                    return Err(missing.unwrap_or(error));
+                }
+                Err(error) => return Err(error),
+            };
             progress.applied += 1;
             drift.extend(applied.drift);
             let (status, message) = status_of(&applied.live);

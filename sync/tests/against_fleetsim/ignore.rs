@@ -98,7 +98,10 @@ async fn a_replicas_pointer_leaves_the_autoscaler_its_field_and_new_images_still
 
     // A new revision changes the image and still leaves the replicas.
     let second = web(2, "nginx:1.28");
-    let files = [("app/ns.yaml", NAMESPACE), ("app/web.yaml", second.as_str())];
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/web.yaml", second.as_str()),
+    ];
     let report = sync(&sim, &engine, &files, std::slice::from_ref(&pointer)).await;
     let live = live_web(&sim);
     assert_eq!(live["spec"]["replicas"], 5);
@@ -135,7 +138,10 @@ async fn managed_fields_managers_keep_their_fields_and_other_drift_is_still_take
     let sim = fleet(1, Duration::from_millis(20)).await;
     let engine = engine();
     let manifest = web(2, "nginx:1.27");
-    let files = [("app/ns.yaml", NAMESPACE), ("app/web.yaml", manifest.as_str())];
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/web.yaml", manifest.as_str()),
+    ];
     sync(&sim, &engine, &files, &[]).await;
     let by_manager = IgnoreDifference {
         managed_fields_managers: vec![HPA.to_owned()],
@@ -149,10 +155,12 @@ async fn managed_fields_managers_keep_their_fields_and_other_drift_is_still_take
     });
     let report = sync(&sim, &engine, &files, std::slice::from_ref(&by_manager)).await;
     let live = live_web(&sim);
-    assert_eq!(live["spec"]["replicas"], 6, "the autoscaler's field is its own");
     assert_eq!(
-        live["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nginx:1.27",
+        live["spec"]["replicas"], 6,
+        "the autoscaler's field is its own"
+    );
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27",
         "the hand edit is taken back"
     );
     let fields = drifted_fields(&report);
@@ -174,7 +182,10 @@ async fn a_jq_rule_leaves_one_containers_resources_and_an_injected_sidecar_survi
     let sim = fleet(1, Duration::from_millis(20)).await;
     let engine = engine();
     let manifest = web(2, "nginx:1.27");
-    let files = [("app/ns.yaml", NAMESPACE), ("app/web.yaml", manifest.as_str())];
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/web.yaml", manifest.as_str()),
+    ];
     sync(&sim, &engine, &files, &[]).await;
 
     // A webhook injects a sidecar under its own manager; a vertical autoscaler raises the
@@ -206,7 +217,11 @@ async fn a_jq_rule_leaves_one_containers_resources_and_an_injected_sidecar_survi
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names, ["web", "istio-proxy"], "the sidecar survives the sync");
+    assert_eq!(
+        names,
+        ["web", "istio-proxy"],
+        "the sidecar survives the sync"
+    );
     assert_eq!(containers[0]["resources"]["requests"]["cpu"], "750m");
 
     // Without the rule, git takes the request back and the sidecar still survives: SSA

@@ -7,5 +7,6 @@ mod apply;
 mod faults;
 mod fencing;
 mod ignore;
+mod namespaces;
 mod readiness;
 mod tls;
