@@ -8,6 +8,7 @@
 pub mod crd;
 pub mod duration;
 pub mod fieldpath;
+pub mod health;
 pub mod manifest;
 pub mod names;
 pub mod resources;

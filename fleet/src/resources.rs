@@ -423,6 +423,10 @@ pub struct SyncTemplate {
     /// apply, never counted as drift.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignore_differences: Vec<IgnoreDifference>,
+    /// Readiness rules for kinds kstatus does not know (Flux's `healthCheckExprs`): CEL
+    /// expressions on the object that decide when it is current, in progress or failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_checks: Vec<HealthCheck>,
     /// Create the namespaces the rendered objects name and the target lacks, before applying
     /// them (Argo CD's `CreateNamespace=true`). Off by default: a missing namespace fails the
     /// sync. A namespace is in the inventory, and pruned, only when this Sync created it.
@@ -462,6 +466,26 @@ pub struct DriftPolicy {
     /// the managers.
     #[serde(default)]
     pub mode: DriftMode,
+}
+
+/// A readiness rule for one kind, in CEL (the expressions Flux's kustomize-controller
+/// accepts). The object is `self`, and its top-level fields (`metadata`, `spec`, `status`)
+/// are variables too. `inProgress`, then `failed`, then `current` are tried, and the first that
+/// holds decides; when none holds, the object is in progress.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// `group/version` of the kind (`example.com/v1`; `v1` for the core group).
+    pub api_version: String,
+    pub kind: String,
+    /// True when the object is ready: `status.phase == 'Ready'`.
+    pub current: String,
+    /// True while the object is still getting ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_progress: Option<String>,
+    /// True when the object failed: the sync fails with the object's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// The labels and annotations of a namespace Starling creates (`createNamespace`).

@@ -468,6 +468,30 @@ fn namespace_metadata_needs_create_namespace_and_valid_labels() {
     );
 }
 
+#[test]
+fn health_checks_compile_and_name_one_kind_once() {
+    let with = |lines: &str| edit(SYNC, "  interval: 10m", &format!("{lines}  interval: 10m"));
+    let rule = "  - apiVersion: example.com/v1\n    kind: Database\n    current: \"status.phase == 'Ready'\"\n    failed: \"status.phase == 'Failed'\"\n";
+    assert_accepted(&with(&format!("  healthChecks:\n{rule}")));
+    assert_rejected(
+        &with(&format!("  healthChecks:\n{rule}{rule}")),
+        &["spec.healthChecks[1]: a second rule for example.com/v1 Database"],
+    );
+    assert_rejected(
+        &with(
+            "  healthChecks:\n  - apiVersion: example.com/v1\n    kind: Database\n    current: \"status.phase ==\"\n",
+        ),
+        &[
+            "spec.healthChecks[0].current: \"status.phase ==\" does not compile",
+            "<input>:1:",
+        ],
+    );
+    assert_rejected(
+        &with("  healthChecks:\n  - apiVersion: \"\"\n    kind: Database\n    current: \"true\"\n"),
+        &["spec.healthChecks[0].apiVersion: must not be empty"],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // SyncGroups
 // ---------------------------------------------------------------------------------------------

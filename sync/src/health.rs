@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::client::Resolved;
 use crate::error::SyncError;
 use crate::object::describe;
-use crate::readiness::{ObjectHealth, least_ready, status_of};
+use crate::readiness::{ObjectHealth, least_ready};
 use crate::session::Session;
 
 const FIRST_POLL: Duration = Duration::from_millis(100);
@@ -70,14 +70,18 @@ pub(crate) async fn observe(
     else {
         return Ok(missing("not found"));
     };
-    health_of(object, &live).map_err(|message| SyncError::Invalid { operation, message })
+    health_of(session, object, &live).map_err(|message| SyncError::Invalid { operation, message })
 }
 
 /// Judges an object as the cluster returned it.
-fn health_of(object: &ObjectRef, live: &DynamicObject) -> Result<ObjectHealth, String> {
+fn health_of(
+    session: &Session,
+    object: &ObjectRef,
+    live: &DynamicObject,
+) -> Result<ObjectHealth, String> {
     let value =
         serde_json::to_value(live).map_err(|error| format!("unreadable answer: {error}"))?;
-    let (status, message) = status_of(&value);
+    let (status, message) = session.status_of(&value);
     Ok(ObjectHealth {
         object: object.clone(),
         status,
@@ -200,7 +204,7 @@ async fn watch_ready(
                 }
             }
             event = events.next() => match event {
-                Some((index, Ok(Seen::Live(live)))) => match health_of(&health[index].object, &live) {
+                Some((index, Ok(Seen::Live(live)))) => match health_of(session, &health[index].object, &live) {
                     Ok(fresh) => health[index] = fresh,
                     Err(why) => return Watched::Poll(why),
                 },

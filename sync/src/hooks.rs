@@ -24,7 +24,7 @@ use crate::apply::{Planned, apply_one};
 use crate::error::{SyncError, is_not_found};
 use crate::health::{version_of, wait_ready};
 use crate::object::{describe, install_rank};
-use crate::readiness::{ObjectHealth, status_of};
+use crate::readiness::ObjectHealth;
 use crate::session::Session;
 
 const FIRST_POLL: Duration = Duration::from_millis(50);
@@ -139,7 +139,7 @@ async fn run_one(session: &Session, hook: &Planned, limit: Instant) -> Result<()
     if !waits {
         return Ok(());
     }
-    let (status, message) = status_of(&applied.live);
+    let (status, message) = session.status_of(&applied.live);
     let health = vec![ObjectHealth {
         object: hook.reference.clone(),
         status,

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fleet::resources::ObjectRef;
+use fleet::health::HealthChecks;
+use fleet::resources::{ObjectRef, ResourceStatus};
 use kube::api::{Api, DynamicObject};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +30,8 @@ pub(crate) struct Session {
     deadline: Instant,
     /// The node's lease: no request starts after it ends, and none runs past it.
     pub lease: Option<crate::engine::LeaseEnd>,
+    /// The Sync's own readiness rules (`healthChecks`); kstatus for every other kind.
+    pub health_checks: Arc<HealthChecks>,
     key: u64,
     pub requests: AtomicU64,
     pub retries: AtomicU64,
@@ -52,6 +55,7 @@ impl Session {
             cancel,
             deadline,
             lease: None,
+            health_checks: Arc::default(),
             key,
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -64,6 +68,14 @@ impl Session {
 
     pub fn kube(&self) -> kube::Client {
         self.client.client.clone()
+    }
+
+    /// The readiness of an object as read back: by the Sync's health check for its kind, or
+    /// by kstatus.
+    pub fn status_of(&self, live: &serde_json::Value) -> (ResourceStatus, String) {
+        self.health_checks
+            .judge(live)
+            .unwrap_or_else(|| crate::readiness::status_of(live))
     }
 
     pub fn deadline(&self) -> Instant {

@@ -48,9 +48,10 @@ pub use size::{
 
 use crate::duration::{DurationError, parse_duration};
 use crate::fieldpath::IgnoreRules;
+use crate::health::HealthChecks;
 use crate::resources::{
-    Cluster, IgnoreDifference, NamespaceMetadata, RolloutPolicy, Source, SourceSpec, Sync,
-    SyncGroup, SyncTemplate,
+    Cluster, HealthCheck, IgnoreDifference, NamespaceMetadata, RolloutPolicy, Source, SourceSpec,
+    Sync, SyncGroup, SyncTemplate,
 };
 use crate::selector::{SelectorError, check_label_key, check_label_value};
 use crate::vars::{self, VarError};
@@ -181,6 +182,11 @@ pub enum ValidationError {
     IgnorePath(#[from] crate::fieldpath::RuleError),
     #[error("{field}: {reason}")]
     NamespaceMetadata { field: String, reason: String },
+    /// A `healthChecks` expression that does not compile, with the position.
+    #[error(transparent)]
+    HealthExpression(#[from] crate::health::CheckError),
+    #[error("{field}: {reason}")]
+    HealthCheck { field: String, reason: String },
     /// An `ignoreDifferences` rule that names no objects or gives away no field.
     #[error("{field}: {reason}")]
     IgnoreRule { field: String, reason: String },
@@ -500,6 +506,7 @@ fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate
         }
     }
     check_ignore_differences(problems, prefix, &template.ignore_differences);
+    check_health_checks(problems, prefix, &template.health_checks);
     if let Some(metadata) = &template.namespace_metadata {
         check_namespace_metadata(problems, prefix, template.create_namespace, metadata);
     }
@@ -515,6 +522,34 @@ fn check_template(problems: &mut Problems, prefix: &str, template: &SyncTemplate
         template.timeout.as_deref(),
         false,
     );
+}
+
+fn check_health_checks(problems: &mut Problems, prefix: &str, checks: &[HealthCheck]) {
+    let prefix = format!("{prefix}.healthChecks");
+    let mut seen = BTreeSet::new();
+    for (index, check) in checks.iter().enumerate() {
+        for (name, value) in [("apiVersion", &check.api_version), ("kind", &check.kind)] {
+            if value.is_empty() {
+                problems.push(ValidationError::Required {
+                    field: format!("{prefix}[{index}].{name}"),
+                });
+            }
+        }
+        if !seen.insert((&check.api_version, &check.kind)) {
+            problems.push(ValidationError::HealthCheck {
+                field: format!("{prefix}[{index}]"),
+                reason: format!(
+                    "a second rule for {} {}: one rule per kind",
+                    check.api_version, check.kind
+                ),
+            });
+        }
+    }
+    if let Err(errors) = HealthChecks::compile(&prefix, checks) {
+        for error in errors {
+            problems.push(error.into());
+        }
+    }
 }
 
 fn check_namespace_metadata(

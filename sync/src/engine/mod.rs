@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::fieldpath::IgnoreRules;
+use fleet::health::HealthChecks;
 use fleet::resources::{ObjectRef, RenderType, SyncTemplate};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -41,7 +42,7 @@ use crate::inventory::{self, Mirror, normalized, removed, same};
 use crate::namespaces;
 use crate::order::Phase;
 use crate::prune::{PruneOutcome, prune};
-use crate::readiness::{ObjectHealth, least_status, status_of};
+use crate::readiness::{ObjectHealth, least_status};
 use crate::render::{HookPhase, RenderOptions, Rendered};
 use crate::session::Session;
 
@@ -224,6 +225,13 @@ impl SyncEngine {
             deadline,
         );
         session.lease = request.lease.clone();
+        // Validation refuses an expression that does not compile; this is the engine's guard.
+        let checks = HealthChecks::compile("healthChecks", &request.template.health_checks)
+            .map_err(|errors| SyncError::Invalid {
+                operation: "read the sync's healthChecks".to_owned(),
+                message: joined(&errors),
+            })?;
+        session.health_checks = Arc::new(checks);
         Ok(Arc::new(session))
     }
 
@@ -319,11 +327,7 @@ impl SyncEngine {
             IgnoreRules::compile("ignoreDifferences", &request.template.ignore_differences)
                 .map_err(|errors| SyncError::Invalid {
                     operation: "read the sync's ignoreDifferences".to_owned(),
-                    message: errors
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; "),
+                    message: joined(&errors),
                 })?;
         let system = self.config.system_namespace.as_str();
         let ours = FenceState {
@@ -447,7 +451,7 @@ impl SyncEngine {
             };
             progress.applied += 1;
             drift.extend(applied.drift);
-            let (status, message) = status_of(&applied.live);
+            let (status, message) = session.status_of(&applied.live);
             health.push(ObjectHealth {
                 object: planned[index].reference.clone(),
                 status,
@@ -633,6 +637,15 @@ fn protected(object: &ObjectRef, system: &str) -> bool {
         || (in_system
             && object.kind == "ConfigMap"
             && (object.name == FENCE_NAME || object.name.starts_with("starling-inventory-")))
+}
+
+/// Errors of a spec's rules, for one message.
+fn joined(errors: &[impl ToString]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]

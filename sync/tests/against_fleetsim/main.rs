@@ -6,6 +6,7 @@ mod common;
 mod apply;
 mod faults;
 mod fencing;
+mod health_checks;
 mod ignore;
 mod namespaces;
 mod readiness;
