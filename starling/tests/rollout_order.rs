@@ -338,3 +338,122 @@ async fn depends_on_orders_two_sync_groups_on_every_cluster() {
     wait_complete(&group, "infra", &first, CLUSTERS).await;
     assert_eq!(check_order(sim, since), CLUSTERS);
 }
+
+const DATABASE_CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: databases.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {kind: Database, plural: databases, singular: database, listKind: DatabaseList}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    subresources: {status: {}}\n    schema:\n      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n";
+
+/// The database's status on `cluster`, as its operator writes it.
+fn set_database_status(sim: &FleetSim, cluster: &str, status: Value) {
+    let mut live = sim
+        .get_object(cluster, "example.com/v1", "Database", Some("demo-infra"), "orders")
+        .expect("the cluster exists")
+        .expect("the database exists");
+    live["status"] = status;
+    sim.set_object_as(cluster, "database-operator", live)
+        .expect("the operator writes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_holds_dependants_until_the_custom_resource_is_ready() {
+    const CLUSTERS: usize = 6;
+    let fixture = demo_fixture(fleetsim::Config {
+        clusters: CLUSTERS,
+        ready_delay: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let (sim, demo, url) = (&fixture.sim, &fixture.repo, fixture.url.clone());
+    let infra = vec![
+        ("infra/crd.yaml", DATABASE_CRD.to_string()),
+        (
+            "infra/namespace.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo-infra\n".to_string(),
+        ),
+        (
+            "infra/database.yaml",
+            "apiVersion: example.com/v1\nkind: Database\nmetadata:\n  name: orders\n  namespace: demo-infra\nspec:\n  size: small\n".to_string(),
+        ),
+    ];
+    demo.commit_files(&infra, "a database").expect("committed");
+    let group = Group::start(3, Options::default()).await;
+    // kstatus alone would call the database current as soon as it exists (no conditions).
+    let infra_group = "---\napiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata: {name: infra}\nspec:\n  sourceRef: {name: demo}\n  clusterSelector: {}\n  template:\n    path: infra\n    timeout: 3m\n    healthChecks:\n      - apiVersion: example.com/v1\n        kind: Database\n        inProgress: \"!has(self.status) || status.phase == 'Provisioning'\"\n        failed: \"status.phase == 'Failed'\"\n        current: \"status.phase == 'Ready'\"\n  rollout:\n    maxUnavailable: \"100%\"\n    maxFailures: 0\n";
+    let manifests = demo_manifests(
+        sim,
+        &url,
+        "    dependsOn:\n      - name: infra\n",
+        "    maxUnavailable: \"100%\"\n",
+    ) + infra_group;
+    group.apply(1, &manifests).await.expect("specs applied");
+
+    let clusters = sim.cluster_names();
+    wait_until(
+        Duration::from_secs(120),
+        "the database on every cluster",
+        || async {
+            clusters.iter().all(|cluster| {
+                sim.get_object(cluster, "example.com/v1", "Database", Some("demo-infra"), "orders")
+                    .is_ok_and(|object| object.is_some())
+            })
+        },
+    )
+    .await;
+    for cluster in &clusters {
+        set_database_status(sim, cluster, serde_json::json!({"phase": "Provisioning"}));
+    }
+    // Every cluster but the last gets ready; the last one fails, with its operator's message.
+    let (failing, ready) = clusters.split_last().expect("clusters");
+    for cluster in ready {
+        set_database_status(sim, cluster, serde_json::json!({"phase": "Ready"}));
+    }
+    set_database_status(
+        sim,
+        failing,
+        serde_json::json!({"phase": "Failed", "conditions": [{"type": "Ready", "status": "False", "reason": "DiskFull", "message": "volume orders-0 is full"}]}),
+    );
+
+    let app_writes = |cluster: &str| -> Vec<u64> {
+        writes_since(sim, 0)
+            .into_iter()
+            .filter(|r| r.cluster == cluster && r.origin == Origin::Api && !r.dry_run)
+            .filter(|r| r.namespace.as_deref() == Some("demo") || r.name.as_deref() == Some("demo"))
+            .map(|r| r.seq)
+            .collect()
+    };
+    wait_until(
+        Duration::from_secs(120),
+        "the app on every ready cluster",
+        || async { ready.iter().all(|cluster| !app_writes(cluster).is_empty()) },
+    )
+    .await;
+    wait_until(Duration::from_secs(60), "infra halted", || async {
+        group
+            .rollout("infra")
+            .await
+            .is_some_and(|r| r.phase == "Halted" && r.summary.is_some_and(|s| s.failed == 1))
+    })
+    .await;
+
+    // On every ready cluster the app came after the operator's Ready; never on the failed one.
+    for cluster in ready {
+        let became_ready = writes_since(sim, 0)
+            .into_iter()
+            .filter(|r| r.cluster == *cluster && r.kind == "Database")
+            .filter(|r| r.field_manager.as_deref() == Some("database-operator"))
+            .map(|r| r.seq)
+            .max()
+            .expect("the operator wrote");
+        let first = app_writes(cluster)[0];
+        assert!(
+            first > became_ready,
+            "{cluster}: the app was written (#{first}) before the database was ready (#{became_ready})"
+        );
+    }
+    assert!(app_writes(failing).is_empty(), "{failing}: its dependency failed");
+    let syncs: Value =
+        serde_json::from_str(&group.cli(&["get", "syncs", "-o", "json"])).expect("json");
+    let failed = syncs.to_string();
+    assert!(
+        failed.contains("volume orders-0 is full"),
+        "the failed sync says why: {failed}"
+    );
+}
