@@ -26,7 +26,10 @@ pub use notify::{
     ProviderStatus, ProviderType, SYSTEM_NAMESPACE,
 };
 
-pub use render::{HelmSpec, RenderSpec, RenderType, ValuesKind, ValuesOverride, ValuesReference};
+pub use render::{
+    HelmSpec, KustomizeImage, KustomizePatch, KustomizePostRenderer, PatchTarget, PostRenderer,
+    RenderSpec, RenderType, ValuesKind, ValuesOverride, ValuesReference,
+};
 
 /// The API group of every Starling resource.
 pub const GROUP: &str = "starling.dev";

@@ -33,6 +33,7 @@ pub mod hooks;
 pub mod kustomize;
 pub mod object;
 mod parse;
+mod post_render;
 pub mod probe;
 pub mod process;
 
@@ -433,6 +434,7 @@ fn render_helm(
             &namespace,
             &options.kube_version,
             &layers,
+            helm_spec.map(|helm| &helm.post_renderers),
         ),
     );
     let output = options.engines.cache.get_or_render(key, || {
@@ -457,6 +459,13 @@ fn render_helm(
                     .or(Some(Path::new(&root))),
             },
         )?;
+        let post_renderers = helm_spec.map_or(&[][..], |helm| &helm.post_renderers);
+        let output = if post_renderers.is_empty() {
+            output
+        } else {
+            let kubectl = kustomize::find_kubectl(options.engines.kubectl.as_deref())?;
+            post_render::post_render(&kubectl, output, post_renderers, &options.engines.limits)?
+        };
         let bytes = output.size();
         Ok::<_, RenderError>((Cached::Helm(Arc::new(output)), bytes))
     })?;

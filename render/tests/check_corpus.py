@@ -19,7 +19,8 @@ CORPUS = HERE / "corpus"
 REFERENCE = HERE / "reference.py"
 CASE_KEYS = {
     "kustomize": {"path", "expectError"},
-    "helm": {"release", "namespace", "values", "valuesFiles", "kubeVersion", "expectError"},
+    "helm": {"release", "namespace", "values", "valuesFiles", "kubeVersion", "expectError",
+             "postRenderers"},
 }
 REQUIRED_KEYS = {"kustomize": {"path"}, "helm": {"release", "namespace"}}
 

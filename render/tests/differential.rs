@@ -363,6 +363,11 @@ fn options_for(kind: &str, case: &Value, reference_text: &str, engines: &Engines
             namespace: case["namespace"].as_str().map(str::to_owned),
             values_files,
             values: case.get("values").filter(|v| !v.is_null()).cloned(),
+            post_renderers: case
+                .get("postRenderers")
+                .filter(|v| !v.is_null())
+                .map(|v| serde_json::from_value(v.clone()).expect("postRenderers parse"))
+                .unwrap_or_default(),
             ..HelmSpec::default()
         }),
         overrides: Vec::new(),

@@ -245,7 +245,29 @@ def render_helm(case_dir: Path, spec: dict) -> dict:
             else:
                 objects.append(doc)
     crds = [doc for f in crd_files for doc in load_docs(f["data"])]
+    for index, renderer in enumerate(spec.get("postRenderers") or []):
+        objects = post_render(objects, renderer["kustomize"])
+        if isinstance(objects, str):
+            return result(error=f"postRenderers[{index}]: {objects}")
     return result(objects=objects, crds=crds, hooks=hooks)
+
+
+def post_render(objects: list, kustomize: dict) -> list | str:
+    """`kubectl kustomize` over the chart's objects (not its crds/ nor its hooks), with the
+    post-renderer's patches and images, as Flux's helm-controller runs it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        Path(scratch, "helm-output.yaml").write_text(yaml.safe_dump_all(objects))
+        kustomization = {"resources": ["helm-output.yaml"]}
+        for field in ("patches", "images"):
+            if kustomize.get(field):
+                kustomization[field] = kustomize[field]
+        Path(scratch, "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+        proc = run_kubectl("kustomize", scratch)
+        if proc.returncode != 0:
+            return kubectl_error(proc.stderr)
+        return load_docs(proc.stdout)
 
 
 # --------------------------------------------------------------------------- main

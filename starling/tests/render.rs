@@ -2,10 +2,10 @@
 //! all at once, fleetsim and a git repository over `git daemon`, every effect checked on the
 //! targets (fleetsim's objects and audit log):
 //! - a SyncGroup renders a chart (`tests/render_fixture/charts/web`) with Helm's engine over
-//!   every cluster: per-cluster values (`${cluster.name}`, `${cluster.labels.region}`) and a
-//!   selector's `overrides` land on the targets; the pre-install hook Job runs (to completion)
-//!   before the release's objects and the post-install hook after them; the `test` hook is
-//!   never applied;
+//!   every cluster: per-cluster values (`${cluster.name}`, `${cluster.labels.region}`), a
+//!   selector's `overrides` and a kustomize post-renderer's patch land on the targets; the
+//!   pre-install hook Job runs (to completion) before the release's objects and the
+//!   post-install hook after them; the `test` hook is never applied;
 //! - another renders a Kustomize overlay (`kust/overlays/prod`: a base, a generator merged with
 //!   a per-cluster literal, an image, a JSON 6902 patch, a namespace and a prefix);
 //! - a new chart version and a values change roll out, the pre-upgrade hook running again;
@@ -60,6 +60,14 @@ spec:
         values:
           region: "${cluster.labels.region}"
           cluster: "${cluster.name}"
+        postRenderers:
+          - kustomize:
+              patches:
+                - target: {kind: Deployment, name: web}
+                  patch: |
+                    - op: add
+                      path: /metadata/annotations
+                      value: {example.com/post-rendered: "yes"}
       overrides:
         - clusterSelector: {matchLabels: {region: r0}}
           values: {replicas: 3}
@@ -115,6 +123,10 @@ async fn charts_and_overlays_render_per_cluster_and_roll_out() {
         let deployment = object(sim, cluster, "apps/v1", "Deployment", "web", "web");
         let replicas = if region == "r0" { 3 } else { 1 };
         assert_eq!(deployment["spec"]["replicas"], replicas, "{cluster}");
+        assert_eq!(
+            deployment["metadata"]["annotations"]["example.com/post-rendered"], "yes",
+            "{cluster}: the post-renderer's patch"
+        );
         // The overlay: prefix, namespace, image, patch and the generated ConfigMap it names.
         let app = object(sim, cluster, "apps/v1", "Deployment", "kust", "prod-app");
         assert_eq!(app["spec"]["replicas"], 2, "{cluster}");

@@ -344,7 +344,13 @@ const DATABASE_CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomRes
 /// The database's status on `cluster`, as its operator writes it.
 fn set_database_status(sim: &FleetSim, cluster: &str, status: Value) {
     let mut live = sim
-        .get_object(cluster, "example.com/v1", "Database", Some("demo-infra"), "orders")
+        .get_object(
+            cluster,
+            "example.com/v1",
+            "Database",
+            Some("demo-infra"),
+            "orders",
+        )
         .expect("the cluster exists")
         .expect("the database exists");
     live["status"] = status;
@@ -391,8 +397,14 @@ async fn a_health_check_holds_dependants_until_the_custom_resource_is_ready() {
         "the database on every cluster",
         || async {
             clusters.iter().all(|cluster| {
-                sim.get_object(cluster, "example.com/v1", "Database", Some("demo-infra"), "orders")
-                    .is_ok_and(|object| object.is_some())
+                sim.get_object(
+                    cluster,
+                    "example.com/v1",
+                    "Database",
+                    Some("demo-infra"),
+                    "orders",
+                )
+                .is_ok_and(|object| object.is_some())
             })
         },
     )
@@ -448,7 +460,10 @@ async fn a_health_check_holds_dependants_until_the_custom_resource_is_ready() {
             "{cluster}: the app was written (#{first}) before the database was ready (#{became_ready})"
         );
     }
-    assert!(app_writes(failing).is_empty(), "{failing}: its dependency failed");
+    assert!(
+        app_writes(failing).is_empty(),
+        "{failing}: its dependency failed"
+    );
     let syncs: Value =
         serde_json::from_str(&group.cli(&["get", "syncs", "-o", "json"])).expect("json");
     let failed = syncs.to_string();

@@ -9,6 +9,8 @@
 //!     valuesFiles: [values/prod.yaml]
 //!     valuesFrom: [{kind: Secret, name: web-values, key: values.yaml}]
 //!     values: {replicaCount: 3}
+//!     postRenderers:           # kustomize over the chart's output, in order
+//!       - kustomize: {images: [{name: nginx, newTag: "1.27"}]}
 //!   overrides:                 # Helm values per cluster selector, applied in order
 //!     - clusterSelector: {matchLabels: {tier: edge}}
 //!       values: {replicaCount: 1}
@@ -86,6 +88,75 @@ pub struct HelmSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<Value>,
+    /// Kustomize runs over the chart's output, in order, as Flux's helm-controller does: its
+    /// templates' objects, not its `crds/` nor its hooks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_renderers: Vec<PostRenderer>,
+}
+
+/// One post-renderer of a chart's output.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostRenderer {
+    /// Kustomize's own engine over the output, with these patches and images.
+    pub kustomize: KustomizePostRenderer,
+}
+
+/// A kustomization over a chart's output: the fields are kustomize's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizePostRenderer {
+    /// Strategic merge or JSON 6902 patches, inline, each for the objects its target picks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<KustomizePatch>,
+    /// Image names, tags and digests to set, as kustomize's `images`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<KustomizeImage>,
+}
+
+/// An inline patch and the objects it applies to (every object its content names when the
+/// target is unset).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizePatch {
+    /// The patch, in YAML: a strategic merge patch or a JSON 6902 list of operations.
+    pub patch: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<PatchTarget>,
+}
+
+/// Which objects a patch applies to; the names may be regular expressions, as kustomize's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchTarget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation_selector: Option<String>,
+}
+
+/// An image to rewrite, as kustomize's `images` entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeImage {
+    /// The image name as the objects spell it (`nginx`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// Where a values document is kept.

@@ -1,6 +1,6 @@
 //! Rules for a template's `render`: the Helm fields only where Helm renders, a release name and
 //! namespace Helm accepts, values that are objects, values files inside the source, references
-//! to ConfigMaps and Secrets with valid names and keys, and valid override selectors.
+//! to ConfigMaps and Secrets with valid names and keys, valid override selectors, and post-renderers whose patches are YAML.
 
 use serde_json::Value;
 
@@ -9,7 +9,7 @@ use super::rules::{
     check_selector, name_error,
 };
 use super::{Problems, ValidationError};
-use crate::resources::{RenderSpec, RenderType};
+use crate::resources::{KustomizePostRenderer, RenderSpec, RenderType};
 
 /// Helm's limit on release names (`helm install` refuses longer ones).
 pub const MAX_RELEASE_NAME: usize = 53;
@@ -85,6 +85,45 @@ pub(super) fn check_render(problems: &mut Problems, prefix: &str, render: &Rende
     if let Some(values) = &helm.values {
         check_object(problems, &format!("{prefix}.values"), values);
     }
+    for (index, renderer) in helm.post_renderers.iter().enumerate() {
+        check_post_renderer(
+            problems,
+            &format!("{prefix}.postRenderers[{index}].kustomize"),
+            &renderer.kustomize,
+        );
+    }
+}
+
+fn check_post_renderer(problems: &mut Problems, prefix: &str, kustomize: &KustomizePostRenderer) {
+    let mut refuse = |field: String, reason: &str| {
+        problems.push(ValidationError::Render {
+            field,
+            reason: reason.to_owned(),
+        });
+    };
+    if kustomize.patches.is_empty() && kustomize.images.is_empty() {
+        refuse(prefix.to_owned(), "names no patch and no image");
+    }
+    for (index, patch) in kustomize.patches.iter().enumerate() {
+        let field = format!("{prefix}.patches[{index}].patch");
+        match serde_yaml_ng::from_str::<Value>(&patch.patch) {
+            Ok(Value::Object(_) | Value::Array(_)) => {}
+            Ok(_) => refuse(
+                field,
+                "must be a strategic merge patch (a mapping) or a JSON 6902 patch (a list)",
+            ),
+            Err(error) => refuse(field, &format!("is not YAML: {error}")),
+        }
+    }
+    for (index, image) in kustomize.images.iter().enumerate() {
+        let field = format!("{prefix}.images[{index}]");
+        if image.name.is_empty() {
+            refuse(format!("{field}.name"), "must name the image");
+        }
+        if image.new_name.is_none() && image.new_tag.is_none() && image.digest.is_none() {
+            refuse(field, "sets nothing: give newName, newTag or digest");
+        }
+    }
 }
 
 /// A release name as Helm checks it: a DNS-1123 subdomain of at most 53 characters.
@@ -138,6 +177,7 @@ mod tests {
                     optional: false,
                 }],
                 values: Some(serde_json::json!({"replicaCount": 2})),
+                post_renderers: Vec::new(),
             }),
             overrides: vec![ValuesOverride {
                 cluster_selector: Default::default(),
@@ -176,5 +216,57 @@ mod tests {
         }
         assert!(check_release_name(&"a".repeat(54)).is_err());
         assert!(check_release_name(&"a".repeat(53)).is_ok());
+    }
+
+    #[test]
+    fn post_renderers_need_yaml_patches_and_images_that_set_something() {
+        use crate::resources::{KustomizeImage, KustomizePatch, PostRenderer};
+        let with = |kustomize: KustomizePostRenderer| RenderSpec {
+            type_: RenderType::Helm,
+            helm: Some(HelmSpec {
+                post_renderers: vec![PostRenderer { kustomize }],
+                ..HelmSpec::default()
+            }),
+            ..RenderSpec::default()
+        };
+        let good = KustomizePostRenderer {
+            patches: vec![KustomizePatch {
+                patch: "- op: add\n  path: /metadata/labels\n  value: {a: b}\n".to_owned(),
+                target: None,
+            }],
+            images: vec![KustomizeImage {
+                name: "nginx".to_owned(),
+                new_tag: Some("1.27".to_owned()),
+                ..KustomizeImage::default()
+            }],
+        };
+        assert_eq!(problems_of(&with(good)), Vec::<String>::new());
+        let problems = problems_of(&with(KustomizePostRenderer {
+            patches: vec![KustomizePatch {
+                patch: "just words".to_owned(),
+                target: None,
+            }],
+            images: vec![KustomizeImage {
+                name: "nginx".to_owned(),
+                ..KustomizeImage::default()
+            }],
+        }));
+        let prefix = "spec.render.helm.postRenderers[0].kustomize";
+        assert!(
+            problems.iter().any(|p| p.starts_with(&format!(
+                "{prefix}.patches[0].patch: must be a strategic merge patch"
+            ))),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with(&format!("{prefix}.images[0]: sets nothing"))),
+            "{problems:?}"
+        );
+        assert_eq!(
+            problems_of(&with(KustomizePostRenderer::default())),
+            [format!("{prefix}: names no patch and no image")]
+        );
     }
 }
