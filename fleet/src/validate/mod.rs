@@ -447,8 +447,21 @@ fn check_metadata(problems: &mut Problems, metadata: &ObjectMeta) {
         ));
     }
     problems.check(check_annotations_size(metadata));
-    for (key, value) in metadata.labels.iter().flatten() {
-        let field = format!("metadata.labels[{key:?}]");
+    check_labels(
+        problems,
+        "metadata.labels",
+        metadata.labels.iter().flatten(),
+    );
+}
+
+/// Each label's key and value, named `{field}["key"]`.
+fn check_labels<'a>(
+    problems: &mut Problems,
+    field: &str,
+    labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+) {
+    for (key, value) in labels {
+        let field = format!("{field}[{key:?}]");
         if let Err(reason) = check_label_key(key) {
             problems.push(ValidationError::Label {
                 field: field.clone(),
@@ -565,23 +578,7 @@ fn check_namespace_metadata(
             reason: "has no effect without createNamespace: true".to_owned(),
         });
     }
-    for (key, value) in &metadata.labels {
-        let field = format!("{field}.labels[{key:?}]");
-        if let Err(reason) = check_label_key(key) {
-            problems.push(ValidationError::Label {
-                field: field.clone(),
-                value: key.clone(),
-                reason,
-            });
-        }
-        if let Err(reason) = check_label_value(value) {
-            problems.push(ValidationError::Label {
-                field,
-                value: value.clone(),
-                reason,
-            });
-        }
-    }
+    check_labels(problems, &format!("{field}.labels"), &metadata.labels);
     for key in metadata.annotations.keys() {
         if let Err(reason) = check_label_key(key) {
             problems.push(ValidationError::Label {
