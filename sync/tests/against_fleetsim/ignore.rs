@@ -59,6 +59,20 @@ fn drifted_fields(report: &SyncReport) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A fleetsim whose c0 holds `shop/web` (2 replicas, nginx:1.27) applied by node-a, and the
+/// manifest it was applied from.
+async fn deployed() -> (FleetSim, SyncEngine, String) {
+    let sim = fleet(1, Duration::from_millis(20)).await;
+    let engine = engine();
+    let manifest = web(2, "nginx:1.27");
+    let files = [
+        ("app/ns.yaml", NAMESPACE),
+        ("app/web.yaml", manifest.as_str()),
+    ];
+    sync(&sim, &engine, &files, &[]).await;
+    (sim, engine, manifest)
+}
+
 fn rule(kind: &str) -> IgnoreDifference {
     IgnoreDifference {
         group: Some("apps".to_owned()),
@@ -135,14 +149,11 @@ async fn a_replicas_pointer_leaves_the_autoscaler_its_field_and_new_images_still
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_fields_managers_keep_their_fields_and_other_drift_is_still_taken_back() {
-    let sim = fleet(1, Duration::from_millis(20)).await;
-    let engine = engine();
-    let manifest = web(2, "nginx:1.27");
+    let (sim, engine, manifest) = deployed().await;
     let files = [
         ("app/ns.yaml", NAMESPACE),
         ("app/web.yaml", manifest.as_str()),
     ];
-    sync(&sim, &engine, &files, &[]).await;
     let by_manager = IgnoreDifference {
         managed_fields_managers: vec![HPA.to_owned()],
         ..rule("*")
@@ -179,14 +190,11 @@ async fn managed_fields_managers_keep_their_fields_and_other_drift_is_still_take
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jq_rule_leaves_one_containers_resources_and_an_injected_sidecar_survives() {
-    let sim = fleet(1, Duration::from_millis(20)).await;
-    let engine = engine();
-    let manifest = web(2, "nginx:1.27");
+    let (sim, engine, manifest) = deployed().await;
     let files = [
         ("app/ns.yaml", NAMESPACE),
         ("app/web.yaml", manifest.as_str()),
     ];
-    sync(&sim, &engine, &files, &[]).await;
 
     // A webhook injects a sidecar under its own manager; a vertical autoscaler raises the
     // web container's CPU request.
