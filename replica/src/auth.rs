@@ -1,10 +1,10 @@
 //! Who is calling, and what they may do: bearer tokens on the Fleet and Admin APIs.
 //!
 //! ```text
-//!   authorization: Bearer <token> ──Authenticator (interceptor)──► Principal in the request
+//!   authorization: Bearer <token> ──RequireToken (Authenticator)──► Principal in the request
 //!        ├─ the admin token (--admin-token-file)        → admin of every namespace
 //!        ├─ stl_<id>_<secret>, digest in FleetState.tokens → its role and tenants
-//!        └─ missing or unknown                           → Unauthenticated
+//!        └─ missing or unknown (after CATCH_UP)          → Unauthenticated
 //!   handler ──Principal::require(role, namespace)──► PermissionDenied, with the reason
 //! ```
 //!
@@ -293,7 +293,7 @@ pub(crate) fn read_admin_token(path: &std::path::Path) -> Result<String, TokenFi
     Ok(token)
 }
 
-/// Authenticates every request of a service (a tonic interceptor) and records the caller.
+/// Authenticates the bearer token of every client call ([`RequireToken`] runs it) and records the caller.
 #[derive(Clone)]
 pub struct Authenticator {
     /// `None`: the API is open.
@@ -326,15 +326,43 @@ impl Authenticator {
         self.credentials.is_some()
     }
 
-    /// The caller a bearer token stands for.
+    /// The caller a bearer token stands for, judged on this replica's applied state now.
     pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, Status> {
+        self.judge(bearer).map_err(Refusal::into_status)
+    }
+
+    /// As [`Authenticator::authenticate`], but a well-formed token this replica does not know
+    /// yet gets up to [`CATCH_UP`] for its entry to be applied here: a token created through
+    /// another replica works on this one at once, although a follower applies a few
+    /// milliseconds behind the leader. Unknown tokens are refused after the wait.
+    pub async fn authenticate_waiting(&self, bearer: Option<&str>) -> Result<Principal, Status> {
+        let refusal = match self.judge(bearer) {
+            Ok(principal) => return Ok(principal),
+            Err(refusal @ Refusal::Unknown) => refusal,
+            Err(refusal) => return Err(refusal.into_status()),
+        };
+        let Some(state) = &self.state else {
+            return Err(refusal.into_status());
+        };
+        let mut applied = state.watch_applied();
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        while let Ok(Ok(())) = tokio::time::timeout_at(deadline, applied.changed()).await {
+            match self.judge(bearer) {
+                Err(Refusal::Unknown) => continue,
+                verdict => return verdict.map_err(Refusal::into_status),
+            }
+        }
+        Err(Refusal::Unknown.into_status())
+    }
+
+    fn judge(&self, bearer: Option<&str>) -> Result<Principal, Refusal> {
         let Some(credentials) = &self.credentials else {
             return Ok(Principal::anonymous());
         };
         let Some(token) = bearer else {
-            return Err(refused(ApiError::unauthenticated(
+            return Err(Refusal::Other(refused(ApiError::unauthenticated(
                 "this installation requires a token: pass --token or set STARLING_TOKEN (an admin makes one with `starling token create`)",
-            )));
+            ))));
         };
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let admin = credentials
@@ -345,29 +373,115 @@ impl Authenticator {
         if bool::from(presented.ct_eq(&admin)) {
             return Ok(Principal::admin_token());
         }
-        let invalid = || refused(ApiError::unauthenticated("invalid or revoked token"));
-        let (id, secret) = parse_token(token).ok_or_else(invalid)?;
+        let (id, secret) = parse_token(token).ok_or(Refusal::Invalid)?;
         let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
-        let state = self.state.as_ref().ok_or_else(invalid)?;
+        let state = self.state.as_ref().ok_or(Refusal::Invalid)?;
         let now = unix_now();
-        let verdict = state.read(|state| {
-            let entry = state.tokens.get(id)?;
-            let stored = hex::decode(&entry.digest).ok()?;
+        let principal = state.read(|state| {
+            let entry = state.tokens.get(id).ok_or(Refusal::Unknown)?;
+            let stored = hex::decode(&entry.digest).map_err(|_| Refusal::Invalid)?;
             if !bool::from(stored.as_slice().ct_eq(&digest)) {
-                return None;
+                return Err(Refusal::Invalid);
             }
-            Some(if entry.expired_at(now) {
-                Err(refused(ApiError::unauthenticated(format!(
+            if entry.expired_at(now) {
+                return Err(Refusal::Other(refused(ApiError::unauthenticated(format!(
                     "token {id} expired at {}: an admin makes a new one with `starling token create`",
                     entry.expires.as_deref().unwrap_or_default()
-                ))))
-            } else {
-                Ok(Principal::of_token(id, entry))
-            })
-        });
-        let principal = verdict.ok_or_else(invalid)??;
+                )))));
+            }
+            Ok(Principal::of_token(id, entry))
+        })?;
         credentials.note_use(id, now);
         Ok(principal)
+    }
+}
+
+/// How long [`Authenticator::authenticate_waiting`] waits for a token it does not know yet.
+pub(crate) const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Why a token was refused: [`Refusal::Unknown`] may only be early (its entry not applied
+/// here yet); the others are final.
+enum Refusal {
+    Unknown,
+    Invalid,
+    Other(Status),
+}
+
+impl Refusal {
+    fn into_status(self) -> Status {
+        match self {
+            Refusal::Unknown | Refusal::Invalid => {
+                refused(ApiError::unauthenticated("invalid or revoked token"))
+            }
+            Refusal::Other(status) => status,
+        }
+    }
+}
+
+/// The client APIs' guard: every call carries the [`Principal`] its bearer token stands for,
+/// or is answered with the refusal. A service around the gRPC service rather than a tonic
+/// interceptor, because [`Authenticator::authenticate_waiting`] waits.
+#[derive(Clone)]
+pub(crate) struct RequireToken<S> {
+    inner: S,
+    authenticator: Authenticator,
+}
+
+impl<S> RequireToken<S> {
+    pub(crate) fn new(inner: S, authenticator: Authenticator) -> RequireToken<S> {
+        RequireToken {
+            inner,
+            authenticator,
+        }
+    }
+}
+
+impl<S> tonic::server::NamedService for RequireToken<S>
+where
+    S: tonic::server::NamedService,
+{
+    const NAME: &'static str = S::NAME;
+}
+
+type GrpcRequest = http::Request<tonic::body::Body>;
+type GrpcResponse = http::Response<tonic::body::Body>;
+
+impl<S> tonic::codegen::Service<GrpcRequest> for RequireToken<S>
+where
+    S: tonic::codegen::Service<GrpcRequest, Response = GrpcResponse> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = GrpcResponse;
+    type Error = S::Error;
+    type Future = tonic::codegen::BoxFuture<GrpcResponse, S::Error>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: GrpcRequest) -> Self::Future {
+        // The clone that was polled ready serves this call; the new clone waits for the next.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let authenticator = self.authenticator.clone();
+        Box::pin(async move {
+            let bearer = request
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.strip_prefix("Bearer "))
+                .map(|token| token.trim().to_string());
+            match authenticator.authenticate_waiting(bearer.as_deref()).await {
+                Ok(principal) => {
+                    request.extensions_mut().insert(principal);
+                    inner.call(request).await
+                }
+                Err(status) => Ok(status.into_http()),
+            }
+        })
     }
 }
 
@@ -387,20 +501,6 @@ impl Authenticator {
         let text = String::from_utf8(decoded).ok()?;
         text.split_once(':')
             .map(|(_, password)| password.to_string())
-    }
-}
-
-impl tonic::service::Interceptor for Authenticator {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let bearer = request
-            .metadata()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim);
-        let principal = self.authenticate(bearer)?;
-        request.extensions_mut().insert(principal);
-        Ok(request)
     }
 }
 

@@ -80,9 +80,10 @@ pub async fn start(
     let (stop_grpc, stopped) = oneshot::channel::<()>();
     // The client APIs authenticate every call; the replicas' own services (Raft, Node,
     // Artifacts) are for peers, which present a client certificate when TLS is on.
+    use crate::auth::RequireToken;
     use tonic::service::interceptor::InterceptedService;
-    let fleet = InterceptedService::new(fleet, authenticator.clone());
-    let agent = InterceptedService::new(
+    let fleet = RequireToken::new(fleet, authenticator.clone());
+    let agent = RequireToken::new(
         proto::agent_server::AgentServer::new(api::agent::AgentService::new(
             replica.clone(),
             agents.clone(),
@@ -92,7 +93,7 @@ pub async fn start(
         .max_encoding_message_size(limit),
         authenticator.clone(),
     );
-    let admin = InterceptedService::new(admin, authenticator);
+    let admin = RequireToken::new(admin, authenticator);
     let peers_only = starling_transport::tls::PeersOnly {
         enforce: replica.tls.is_some(),
     };

@@ -173,6 +173,20 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
     assert!(wrong.contains("invalid or revoked token"), "{wrong}");
 
     let writer_a = create_token(&group, "team-a", "writer");
+    // A token made through one replica works on every replica at once: a follower that has
+    // not applied it yet waits for it rather than refusing it (regression: an agent token used
+    // on a follower right after `token create` was "invalid or revoked").
+    for id in [2, 3, 1] {
+        ok(
+            starling(
+                &group,
+                id,
+                Some(&writer_a),
+                &["get", "clusters", "-n", "team-a"],
+            ),
+            "a new token on another replica",
+        );
+    }
     let reader_a = create_token(&group, "team-a", "reader");
     let writer_b = create_token(&group, "team-b", "writer");
     let agent_a = create_token(&group, "team-a", "agent");

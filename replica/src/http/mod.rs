@@ -133,7 +133,7 @@ async fn metrics(
 ) -> axum::response::Response {
     if state.replica.config.metrics_auth
         && let Some(refusal) =
-            ui::refuse_unless_reader(&state.replica, &headers, "read the metrics")
+            ui::refuse_unless_reader(&state.replica, &headers, "read the metrics").await
     {
         return refusal;
     }

@@ -65,15 +65,16 @@ async fn require_viewer(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    match refuse_unless_reader(&replica, request.headers(), "open the fleet view") {
+    match refuse_unless_reader(&replica, request.headers(), "open the fleet view").await {
         None => next.run(request).await,
         Some(refusal) => refusal,
     }
 }
 
 /// `None` when the request may read every namespace (or the installation is open); otherwise
-/// the 401 to answer, saying why. The fleet view and `--metrics-auth` share it.
-pub(crate) fn refuse_unless_reader(
+/// the 401 to answer, saying why. The fleet view and `--metrics-auth` share it. A token this
+/// replica has not applied yet gets [`crate::auth::CATCH_UP`] to arrive.
+pub(crate) async fn refuse_unless_reader(
     replica: &Replica,
     headers: &axum::http::HeaderMap,
     what: &str,
@@ -88,7 +89,8 @@ pub(crate) fn refuse_unless_reader(
         .and_then(|value| value.to_str().ok());
     let bearer = crate::auth::Authenticator::http_bearer(header);
     let verdict = authenticator
-        .authenticate(bearer.as_deref())
+        .authenticate_waiting(bearer.as_deref())
+        .await
         .and_then(|caller| caller.require(fleet::state::Role::Reader, None, what));
     let status = verdict.err()?;
     Some(
@@ -394,7 +396,10 @@ async fn events(
             tokio::time::sleep(MIN_PERIOD).await;
         }
         loop {
-            if refuse_unless_reader(&replica, &headers, "open the fleet view").is_some() {
+            if refuse_unless_reader(&replica, &headers, "open the fleet view")
+                .await
+                .is_some()
+            {
                 tracing::info!("a fleet view stream ended: its token no longer opens the view");
                 return None;
             }
