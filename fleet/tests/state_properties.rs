@@ -41,23 +41,26 @@ fn group(index: u8, budget: u8, max_failures: u8, canary: bool) -> Command {
     } else {
         String::new()
     };
-    // Group 2 counts unreachable clusters against its budget; group 1 skips them.
+    // Group 2 counts unreachable clusters against its budget; group 1 skips them. Group 2's
+    // values come from a file of Source `config`.
+    let mut values = "";
     if index == 2 {
         partitions.push_str("    unreachable: Count\n");
+        values = "    render:\n      helm:\n        valuesFrom:\n          - {kind: Source, name: config, path: envs/values.yaml}\n";
     }
     Command::UpsertSpec {
         resource: Box::new(manifest(&format!(
-            "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: g{index}\n  namespace: fleet\nspec:\n  sourceRef:\n    name: repo\n  clusterSelector:\n    matchExpressions:\n      - key: tier\n        operator: In\n        values: [t0, t{index}]\n  template:\n    path: apps\n  rollout:\n    maxUnavailable: {budget}\n    maxFailures: {max_failures}\n{partitions}"
+            "apiVersion: starling.dev/v1alpha1\nkind: SyncGroup\nmetadata:\n  name: g{index}\n  namespace: fleet\nspec:\n  sourceRef:\n    name: repo\n  clusterSelector:\n    matchExpressions:\n      - key: tier\n        operator: In\n        values: [t0, t{index}]\n  template:\n    path: apps\n{values}  rollout:\n    maxUnavailable: {budget}\n    maxFailures: {max_failures}\n{partitions}"
         ))),
         at: AT.into(),
     }
 }
 
-fn source() -> Command {
+fn source(name: &str) -> Command {
     Command::UpsertSpec {
-        resource: Box::new(manifest(
-            "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: repo\n  namespace: fleet\nspec:\n  git:\n    url: https://git.example/repo.git\n    ref:\n      branch: main\n",
-        )),
+        resource: Box::new(manifest(&format!(
+            "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: {name}\n  namespace: fleet\nspec:\n  git:\n    url: https://git.example/{name}.git\n    ref:\n      branch: main\n",
+        ))),
         at: AT.into(),
     }
 }
@@ -253,15 +256,26 @@ fn concretise(state: &FleetState, step: &Step, revisions: &mut u32) -> Command {
             if r > 0 {
                 *revisions += 1;
             }
+            // 3: the values Source, whose file changes every other revision (the others are
+            // carried forward).
+            let (source, inputs) = if r == 3 {
+                let file = (
+                    "envs/values.yaml".to_string(),
+                    format!("sha256:v{}", *revisions / 2),
+                );
+                ("fleet/config", BTreeMap::from([file]))
+            } else {
+                ("fleet/repo", BTreeMap::new())
+            };
             Command::SourceResolved {
-                source: "fleet/repo".into(),
+                source: source.into(),
                 revision: format!("main@sha1:{:04}", *revisions),
                 artifact: Some(fleet::resources::ArtifactRef {
                     digest: format!("sha256:{:04}", *revisions),
                     size: 1,
                 }),
                 expected: fleet::ExpectedRevision::Any,
-                inputs: Default::default(),
+                inputs,
                 at: AT.into(),
             }
         }
@@ -620,7 +634,8 @@ fn applied_seqs(state: &FleetState) -> BTreeMap<Key, u64> {
 
 fn run(steps: &[Step]) -> Result<(Vec<Command>, FleetState), TestCaseError> {
     let mut state = FleetState::default();
-    state.apply(source());
+    state.apply(source("repo"));
+    state.apply(source("config"));
     let mut revisions = 0;
     let mut commands = Vec::new();
     for step in steps {
@@ -878,7 +893,8 @@ proptest! {
         let (commands, state) = run(&steps)?;
         // Replaying the log from scratch.
         let mut replayed = FleetState::default();
-        replayed.apply(source());
+        replayed.apply(source("repo"));
+        replayed.apply(source("config"));
         for command in &commands {
             replayed.apply(command.clone());
         }
@@ -886,7 +902,8 @@ proptest! {
         // Restoring a snapshot taken part-way, then applying the rest.
         let cut = cut.index(commands.len() + 1);
         let mut prefix = FleetState::default();
-        prefix.apply(source());
+        prefix.apply(source("repo"));
+        prefix.apply(source("config"));
         for command in &commands[..cut] {
             prefix.apply(command.clone());
         }

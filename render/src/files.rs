@@ -499,6 +499,26 @@ pub fn read_manifests(
     tree.manifests_under(path)
 }
 
+/// The text of one file of a tree (`path` normalised; symlinks inside the tree followed), or
+/// `None` when the tree has no such file: a values file read from another Source.
+pub fn read_file(
+    source: &ArtifactSource,
+    path: &str,
+    limits: &ReadLimits,
+) -> Result<Option<String>, RenderError> {
+    let path = normalize_path(Some(path))?;
+    let tree = read_tree(source, true, limits)?;
+    let Some(bytes) = tree.file(&path)? else {
+        return Ok(None);
+    };
+    String::from_utf8(bytes.to_vec())
+        .map(Some)
+        .map_err(|_| RenderError::Values {
+            what: format!("file {path} of {}", source.describe()),
+            message: "not valid utf-8".to_owned(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use flate2::Compression;
@@ -566,6 +586,23 @@ mod tests {
             missing.to_string().contains("path \"apps/db\" not found"),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn one_file_is_read_through_links_or_found_missing() {
+        let bytes = archive(&[
+            Entry::File("envs/prod/values.yaml", "replicas: 3\n"),
+            Entry::Link("envs/live.yaml", "prod/values.yaml"),
+        ]);
+        let source = ArtifactSource::ArchiveBytes(bytes);
+        let limits = ReadLimits::default();
+        let read = |path: &str| read_file(&source, path, &limits).unwrap();
+        assert_eq!(
+            read("envs/prod/values.yaml").as_deref(),
+            Some("replicas: 3\n")
+        );
+        assert_eq!(read("./envs/live.yaml").as_deref(), Some("replicas: 3\n"));
+        assert_eq!(read("envs/other.yaml"), None);
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub use cache::{CacheStats, RenderCache};
 pub use engines::{DEFAULT_CONCURRENT_RENDERS, EngineSlots, Engines, WorkerCommand};
 pub use files::{
     ArtifactSource, MAX_VISIBLE_MANIFESTS, ManifestFile, ReadLimits, is_manifest, normalize_path,
-    read_manifests,
+    read_file, read_manifests,
 };
 pub use helm::ValuesDocument;
 pub use hooks::{Hook, HookDeletePolicy, HookEvent, HookPhase};

@@ -603,3 +603,162 @@ async fn charts_from_a_helm_repository_and_a_registry_roll_out() {
         "the repository's password reached a status"
     );
 }
+
+/// Issue 55, part 4: a chart from the loopback Helm repository takes its values from a file of
+/// a git Source (`valuesFrom: [{kind: Source}]`) over 20 clusters. A commit that changes the
+/// file rolls out; one that leaves it alone writes nothing; a file that is not YAML fails the
+/// syncs with the engine's message and its line, and halts the rollout without a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chart_from_a_repository_takes_its_values_from_git() {
+    const VALUES: &str = "envs/prod/values.yaml";
+    let fixture = harness::demo_fixture(fleetsim::Config {
+        clusters: 20,
+        ready_delay: Duration::from_millis(20),
+        ..Default::default()
+    })
+    .await;
+    let sim = &fixture.sim;
+    fixture
+        .repo
+        .commit_files(&[(VALUES, "greeting: hola\n".to_owned())], "prod values")
+        .expect("commit the values");
+    let repository = HelmRepository::start().await;
+    repository.publish("1.0.0", package("1.0.0", |_, content| content));
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "chart-repository", "namespace": "default"},
+        "stringData": {"username": USER, "password": PASSWORD, "ca.crt": repository.ca_pem},
+    });
+    let mut manifests = format!(
+        r#"{secret}
+---
+apiVersion: starling.dev/v1alpha1
+kind: Source
+metadata: {{name: charts}}
+spec:
+  interval: 1s
+  secretRef: {{name: chart-repository}}
+  helm: {{url: "{url}", chart: web, version: "^1"}}
+---
+apiVersion: starling.dev/v1alpha1
+kind: Source
+metadata: {{name: config}}
+spec:
+  interval: 1s
+  git: {{url: "{git}", ref: {{branch: main}}}}
+---
+apiVersion: starling.dev/v1alpha1
+kind: SyncGroup
+metadata: {{name: web}}
+spec:
+  sourceRef: {{name: charts}}
+  clusterSelector: {{}}
+  template:
+    render:
+      helm:
+        namespace: web
+        valuesFrom:
+          - {{kind: Source, name: config, path: {VALUES}}}
+        values: {{region: "${{cluster.labels.region}}", cluster: "${{cluster.name}}"}}
+  rollout:
+    maxUnavailable: 5
+    maxFailures: 2
+"#,
+        url = repository.url,
+        git = fixture.url,
+    );
+    manifests.push_str(&harness::cluster_manifests(sim));
+    let group = Group::start_together(3, Options::default());
+    group.wait_for_members(3).await;
+    group.apply(1, &manifests).await.expect("specs applied");
+    let names = sim.cluster_names();
+    assert_eq!(group.wait_complete("web", "", 20, 0).await, "web@1.0.0");
+    assert!(every_config_holds(
+        sim, &names, "web", "web", "greeting", "hola"
+    ));
+    assert!(every_config_holds(
+        sim, &names, "web", "web", "chart", "1.0.0"
+    ));
+
+    let config_revision = || {
+        let source = group.cli(&["get", "source", "config", "-o", "json"]);
+        let source: serde_json::Value = serde_json::from_str(&source).expect("source json");
+        source["status"]["revision"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let wait_for_config = |commit: String| {
+        let config_revision = &config_revision;
+        async move {
+            wait_until(
+                Duration::from_secs(60),
+                "the values Source at the new commit",
+                || async { config_revision().ends_with(&commit) },
+            )
+            .await;
+        }
+    };
+
+    // A commit that leaves the values file alone: nothing written anywhere.
+    let since = last_seq(sim);
+    let unrelated = fixture
+        .repo
+        .commit_files(
+            &[("README.md", "config for the fleet\n".to_owned())],
+            "docs",
+        )
+        .expect("commit elsewhere");
+    wait_for_config(unrelated).await;
+    group.wait_complete("web", "", 20, 0).await;
+    let message = sync_message(&group, &format!("web-{}", names[0]));
+    assert!(message.contains("changes nothing at"), "{message}");
+    assert_no_writes_since(sim, "web", since);
+
+    // A values commit rolls out at the same chart version.
+    let changed = fixture
+        .repo
+        .commit_files(&[(VALUES, "greeting: ciao\n".to_owned())], "ciao")
+        .expect("commit the values");
+    wait_for_config(changed).await;
+    wait_until(
+        Duration::from_secs(120),
+        "the new values on every cluster",
+        || async { every_config_holds(sim, &names, "web", "web", "greeting", "ciao") },
+    )
+    .await;
+    group.wait_complete("web", "", 20, 0).await;
+
+    // A values file that is not YAML: the engine's message, with the file and the line.
+    let since = last_seq(sim);
+    let broken = fixture
+        .repo
+        .commit_files(
+            &[(VALUES, "greeting: ciao\nreplicas: [2\n".to_owned())],
+            "broken",
+        )
+        .expect("commit broken values");
+    wait_for_config(broken).await;
+    wait_until(
+        Duration::from_secs(90),
+        "the web rollout halted",
+        || async {
+            group
+                .rollout("web")
+                .await
+                .is_some_and(|s| s.phase == "Halted")
+        },
+    )
+    .await;
+    let messages: Vec<String> = names
+        .iter()
+        .map(|cluster| sync_message(&group, &format!("web-{cluster}")))
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains(VALUES) && m.contains("line")),
+        "a failed sync names the values file and the line: {messages:?}"
+    );
+    assert_no_writes_since(sim, "web", since);
+}

@@ -165,6 +165,10 @@ pub enum ValuesKind {
     #[default]
     ConfigMap,
     Secret,
+    /// A file in another Source of the Sync's namespace (a chart from a Helm repository with
+    /// its values from git): `path` names it, and a new revision of that Source that changes
+    /// the file rolls out.
+    Source,
 }
 
 impl ValuesKind {
@@ -172,20 +176,25 @@ impl ValuesKind {
         match self {
             ValuesKind::ConfigMap => "ConfigMap",
             ValuesKind::Secret => "Secret",
+            ValuesKind::Source => "Source",
         }
     }
 }
 
-/// A values document in a ConfigMap or Secret of the Sync's namespace.
+/// A values document in a ConfigMap or Secret of the Sync's namespace (`key`), or a file of a
+/// Source there (`path`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValuesReference {
     pub kind: ValuesKind,
     pub name: String,
-    /// The key holding a YAML values document; `values.yaml` when unset.
+    /// The key holding a YAML values document; `values.yaml` when unset (not for a Source).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// A missing object or key is skipped instead of failing the sync.
+    /// The values file in the Source's tree (a Source only, where it is required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A missing object, key or file is skipped instead of failing the sync.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
 }

@@ -391,6 +391,10 @@ pub struct FleetState {
     pub cluster_syncs: BTreeMap<Key, KeySet>,
     /// Index: source key → keys of the Syncs using it (whether or not the source exists).
     pub source_syncs: BTreeMap<Key, BTreeSet<Key>>,
+    /// Index: source key → keys of the Syncs whose Helm values come from a file of it
+    /// (`valuesFrom` of kind Source).
+    #[serde(default)]
+    pub values_syncs: BTreeMap<Key, BTreeSet<Key>>,
     /// Kubeconfig and credential Secrets (standalone mode), as text. Never printed back.
     pub secrets: SharedMap<StoredSecret>,
     pub cluster_placement: shard::Placement,
@@ -719,7 +723,26 @@ impl FleetState {
                 seq: pin.seq,
             });
         }
-        self.source_target(&source_key_of(&entry.object))
+        let mut target = self.source_target(&source_key_of(&entry.object))?;
+        // Values from other Sources: a new revision of any of them is a new target. Each
+        // Source's seq only grows, so neither does their sum (a spec edit that drops one is a
+        // new generation).
+        // One that exists and has no revision yet is waited for, unless optional; one that does
+        // not exist fails the render with its name.
+        for (source, reference) in values_sources_of(&entry.object) {
+            if let Some(values) = self.sources.get(&source) {
+                let resolved = values
+                    .object
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.revision.is_some());
+                if !resolved && !reference.optional {
+                    return None;
+                }
+                target.seq += values.seq;
+            }
+        }
+        Some(target)
     }
 
     fn source_target(&self, source: &str) -> Option<Target> {
@@ -761,6 +784,24 @@ pub(crate) fn source_key_of(sync: &Sync) -> Key {
         sync.metadata.namespace.as_deref().unwrap_or("default"),
         &sync.spec.source_ref.name,
     )
+}
+
+/// The Sources a Sync's Helm values come from (`valuesFrom` of kind Source, in the Sync's
+/// namespace), each with its entry.
+pub(crate) fn values_sources_of(
+    sync: &Sync,
+) -> impl Iterator<Item = (Key, &crate::resources::ValuesReference)> {
+    let namespace = sync.metadata.namespace.as_deref().unwrap_or("default");
+    sync.spec
+        .template
+        .render
+        .as_ref()
+        .and_then(|render| render.helm.as_ref())
+        .map(|helm| helm.values_from.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|reference| reference.kind == crate::resources::ValuesKind::Source)
+        .map(move |reference| (key_of(namespace, &reference.name), reference))
 }
 
 #[cfg(test)]

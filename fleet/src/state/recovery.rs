@@ -35,15 +35,21 @@ pub struct RecoveredSync {
 
 impl FleetState {
     /// A digest of everything a Sync's render depends on besides the artifact's content: the
-    /// target revision, the template's path and substitutions, and the cluster's identity and
-    /// labels. Written to the target's inventory mirror by each completed sync, and compared
+    /// target revision (and its values Sources' revisions), the template's path and
+    /// substitutions, and the cluster's identity and labels. Written to the target's inventory mirror by each completed sync, and compared
     /// by recovery: equal digests at the same revision render the same objects.
     pub fn render_digest(&self, sync: &str) -> Option<String> {
         let entry = self.syncs.get(sync)?;
         let target = self.target_of(sync)?;
         let cluster = self.clusters.get(&cluster_key_of(&entry.object))?;
         let template = &entry.object.spec.template;
-        let input = serde_json::json!([
+        let values: Vec<Option<&str>> = super::values_sources_of(&entry.object)
+            .map(|(source, _)| {
+                let status = self.sources.get(&source)?.object.status.as_ref()?;
+                status.revision.as_deref()
+            })
+            .collect();
+        let mut input = serde_json::json!([
             target.revision,
             template.path,
             template.substitute,
@@ -51,6 +57,12 @@ impl FleetState {
             cluster.object.metadata.namespace,
             cluster.labels().to_map(),
         ]);
+        // The values Sources' revisions, when there are any (digests without them are as before).
+        if !values.is_empty()
+            && let Some(items) = input.as_array_mut()
+        {
+            items.push(serde_json::json!(values));
+        }
         let bytes = serde_json::to_vec(&input).ok()?;
         Some(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)))
     }

@@ -9,17 +9,21 @@ use super::{ExpectedRevision, FleetState, Key, Outcome};
 use crate::resources::{ArtifactRef, RolloutTrigger};
 
 impl FleetState {
-    /// The paths the Syncs of a source render (as their specs spell them), at most
-    /// [`super::INPUT_PATHS_PER_SOURCE`]: the owner digests their inputs at each new revision.
+    /// The paths the Syncs of a source render (as their specs spell them), and the values files
+    /// Syncs read from it, at most [`super::INPUT_PATHS_PER_SOURCE`]: the owner digests their
+    /// inputs at each new revision.
     pub fn source_paths(&self, source: &str) -> Vec<String> {
         let mut paths = BTreeSet::new();
-        for sync in self.source_syncs.get(source).into_iter().flatten() {
-            if let Some(entry) = self.syncs.get(sync) {
-                paths.insert(entry.object.spec.template.path.clone().unwrap_or_default());
-                if paths.len() >= super::INPUT_PATHS_PER_SOURCE {
-                    break;
-                }
+        for sync in self.syncs_reading(source) {
+            if paths.len() >= super::INPUT_PATHS_PER_SOURCE {
+                break;
             }
+            if let Some(entry) = self.syncs.get(&sync) {
+                paths.extend(paths_read(&entry.object, source));
+            }
+        }
+        while paths.len() > super::INPUT_PATHS_PER_SOURCE {
+            paths.pop_last();
         }
         paths.into_iter().collect()
     }
@@ -29,6 +33,14 @@ impl FleetState {
             .get(source)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The Syncs that read a source: those it is the source of, and those taking values files
+    /// from it.
+    fn syncs_reading(&self, source: &str) -> BTreeSet<Key> {
+        let mut syncs: BTreeSet<Key> = self.syncs_of_source(source).into_iter().collect();
+        syncs.extend(self.values_syncs.get(source).into_iter().flatten().cloned());
+        syncs
     }
 
     pub(super) fn source_resolved(
@@ -82,9 +94,14 @@ impl FleetState {
         status.artifact = artifact;
         status.observed_generation = entry.object.metadata.generation;
         let previous_inputs = std::mem::replace(&mut entry.inputs, inputs);
-        entry.seq += 1;
-        let seq = entry.seq;
-        let syncs = self.syncs_of_source(source);
+        let syncs: Vec<Key> = self.syncs_reading(source).into_iter().collect();
+        let before: BTreeMap<Key, u64> = syncs
+            .iter()
+            .filter_map(|sync| Some((sync.clone(), self.target_of(sync)?.seq)))
+            .collect();
+        if let Some(entry) = self.sources.get_mut(source) {
+            entry.seq += 1;
+        }
         // The mono-repository rule: a Sync applied at the revision before, whose path's input
         // is the same at this one, is at this one already. It moves forward without a write.
         let unchanged: BTreeSet<String> = previous_inputs
@@ -94,7 +111,9 @@ impl FleetState {
             .collect();
         if !unchanged.is_empty() {
             for sync in &syncs {
-                self.carry_forward(sync, seq, &unchanged, &revision);
+                if let Some(&before) = before.get(sync) {
+                    self.carry_forward(sync, source, before, &unchanged, &revision);
+                }
             }
         }
         let mut groups = BTreeSet::new();
@@ -134,44 +153,56 @@ impl FleetState {
         Outcome::SourceRecorded { changed: true }
     }
 
-    /// Moves a Sync whose input did not change from the source's previous revision (`seq - 1`)
-    /// to this one: what it applied, or failed with, is what this revision gives.
-    fn carry_forward(&mut self, key: &str, seq: u64, unchanged: &BTreeSet<String>, revision: &str) {
+    /// Moves a Sync that reads nothing that changed at `source`'s new revision from its target
+    /// before (`before`, a seq) to its target now: what it applied, or failed with, is what
+    /// this revision gives.
+    fn carry_forward(
+        &mut self,
+        key: &str,
+        source: &str,
+        before: u64,
+        unchanged: &BTreeSet<String>,
+        revision: &str,
+    ) {
+        let Some(target) = self.target_of(key) else {
+            return;
+        };
         let Some(entry) = self.syncs.get_mut(key) else {
             return;
         };
-        let path = entry
-            .object
-            .spec
-            .template
-            .path
-            .as_deref()
-            .unwrap_or_default();
+        let read = paths_read(&entry.object, source);
         if entry.object.spec.pinned_revision.is_some()
             || entry.retiring
             || entry.rollout.ticket.is_some()
-            || !unchanged.contains(path)
+            || read.is_empty()
+            || !read.iter().all(|path| unchanged.contains(path))
         {
             return;
         }
         let generation = entry.object.metadata.generation.unwrap_or(1);
-        let before = (seq - 1, generation);
+        let (before, after) = ((before, generation), (target.seq, generation));
         let facts = &mut entry.rollout;
         if facts.applied == Some(before) {
-            facts.applied = Some((seq, generation));
+            facts.applied = Some(after);
             let status = entry.object.status.get_or_insert_with(Default::default);
-            status.last_applied_revision = Some(self.strings.share(revision));
+            status.last_applied_revision = Some(self.strings.share(&target.revision));
+            let what = read
+                .iter()
+                .map(|path| {
+                    if path.is_empty() {
+                        "the source's root".to_owned()
+                    } else {
+                        path.clone()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
             status.message = Some(format!(
-                "revision {revision} changes nothing at {}: nothing to apply",
-                if path.is_empty() {
-                    "the source's root"
-                } else {
-                    path
-                }
+                "revision {revision} of {source} changes nothing at {what}: nothing to apply"
             ));
         }
         if facts.failed == Some(before) {
-            facts.failed = Some((seq, generation));
+            facts.failed = Some(after);
         }
     }
 
@@ -249,4 +280,19 @@ impl FleetState {
         }
         Outcome::Ok
     }
+}
+
+/// What a Sync reads of `source`: its path when it is the Sync's source, and the values files
+/// it takes from it.
+fn paths_read(sync: &crate::resources::Sync, source: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    if super::source_key_of(sync) == source {
+        paths.push(sync.spec.template.path.clone().unwrap_or_default());
+    }
+    for (values, reference) in super::values_sources_of(sync) {
+        if values == source {
+            paths.push(reference.path.clone().unwrap_or_default());
+        }
+    }
+    paths
 }

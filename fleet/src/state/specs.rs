@@ -481,6 +481,12 @@ impl FleetState {
             .entry(source_key_of(sync))
             .or_default()
             .insert(key.to_string());
+        for (source, _) in super::values_sources_of(sync) {
+            self.values_syncs
+                .entry(source)
+                .or_default()
+                .insert(key.to_string());
+        }
     }
 
     fn unindex_sync(&mut self, key: &str, sync: &Sync) {
@@ -496,6 +502,14 @@ impl FleetState {
             set.remove(key);
             if set.is_empty() {
                 self.source_syncs.remove(&source);
+            }
+        }
+        for (source, _) in super::values_sources_of(sync) {
+            if let Some(set) = self.values_syncs.get_mut(&source) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.values_syncs.remove(&source);
+                }
             }
         }
     }

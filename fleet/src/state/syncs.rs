@@ -653,15 +653,16 @@ impl FleetState {
             return Err(path);
         }
         let source = source_key_of(&entry.object);
-        let target_seq = self.target_of(sync).map(|t| t.seq);
         for dependency in &entry.object.spec.template.depends_on {
             let required = dependency
                 .required_status
                 .unwrap_or(ResourceStatus::Current);
             let met = self
                 .resolve_dependency(sync, &dependency.name)
-                .and_then(|key| self.syncs.get(&key))
-                .is_some_and(|dep| {
+                .and_then(|key| Some((self.target_of(&key).map(|t| t.seq), self.syncs.get(&key)?)))
+                .is_some_and(|(target_seq, dep)| {
+                    // At the newest revision of the shared source (the dependency's own target,
+                    // which counts its values Sources too).
                     let current = source_key_of(&dep.object) != source
                         || dep
                             .rollout

@@ -1,6 +1,7 @@
 //! Rules for a template's `render`: the Helm fields only where Helm renders, a release name and
 //! namespace Helm accepts, values that are objects, values files inside the source, references
-//! to ConfigMaps and Secrets with valid names and keys, valid override selectors, and post-renderers whose patches are YAML.
+//! to Secrets with valid names and keys and to Sources' values files by a path inside their
+//! tree, valid override selectors, and post-renderers whose patches are YAML.
 
 use serde_json::Value;
 
@@ -9,7 +10,9 @@ use super::rules::{
     check_selector, name_error,
 };
 use super::{Problems, ValidationError};
-use crate::resources::{KustomizePostRenderer, RenderSpec, RenderType};
+use crate::resources::{
+    KustomizePostRenderer, RenderSpec, RenderType, ValuesKind, ValuesReference,
+};
 
 /// Helm's limit on release names (`helm install` refuses longer ones).
 pub const MAX_RELEASE_NAME: usize = 53;
@@ -81,6 +84,7 @@ pub(super) fn check_render(problems: &mut Problems, prefix: &str, render: &Rende
         if let Some(key) = &reference.key {
             problems.check(check_secret_key(&format!("{field}.key"), key));
         }
+        check_values_location(problems, &field, reference);
     }
     if let Some(values) = &helm.values {
         check_object(problems, &format!("{prefix}.values"), values);
@@ -91,6 +95,53 @@ pub(super) fn check_render(problems: &mut Problems, prefix: &str, render: &Rende
             &format!("{prefix}.postRenderers[{index}].kustomize"),
             &renderer.kustomize,
         );
+    }
+}
+
+/// A Source's values are a file (`path`, required); a ConfigMap's or Secret's are a key.
+fn check_values_location(problems: &mut Problems, field: &str, reference: &ValuesReference) {
+    let mut refuse = |field: String, reason: &str| {
+        problems.push(ValidationError::Render {
+            field,
+            reason: reason.to_owned(),
+        });
+    };
+    match (reference.kind, &reference.path) {
+        (ValuesKind::Source, None) => refuse(
+            format!("{field}.path"),
+            "is required for a Source: the values file in its tree (envs/prod/values.yaml)",
+        ),
+        (ValuesKind::Source, Some(path)) => {
+            if reference.key.is_some() {
+                refuse(
+                    format!("{field}.key"),
+                    "names a key of a ConfigMap or Secret; a Source's values file is its path",
+                );
+            }
+            let reason = if path.is_empty() || path.ends_with('/') {
+                Some("must name a file in the Source's tree")
+            } else if path.starts_with('/') || path.starts_with('\\') {
+                Some("must be relative to the Source's root, not absolute")
+            } else if path.contains('\0') {
+                Some("must not contain NUL")
+            } else if path.split('/').any(|part| part == "..") {
+                Some("must not climb out of the Source's tree (`..`)")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                problems.push(ValidationError::Path {
+                    field: format!("{field}.path"),
+                    value: path.clone(),
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+        (_, Some(_)) => refuse(
+            format!("{field}.path"),
+            "is for a Source's values file; a ConfigMap or Secret names its key",
+        ),
+        (_, None) => {}
     }
 }
 
@@ -148,7 +199,7 @@ fn check_object(problems: &mut Problems, field: &str, values: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use crate::resources::{HelmSpec, ValuesKind, ValuesOverride, ValuesReference};
+    use crate::resources::{HelmSpec, ValuesOverride};
 
     use super::*;
 
@@ -170,12 +221,20 @@ mod tests {
                 release_name: Some("web".into()),
                 namespace: Some("shop".into()),
                 values_files: vec!["values/prod.yaml".into(), "../shared/eu.yaml".into()],
-                values_from: vec![ValuesReference {
-                    kind: ValuesKind::Secret,
-                    name: "web-values".into(),
-                    key: Some("values.yaml".into()),
-                    optional: false,
-                }],
+                values_from: vec![
+                    ValuesReference {
+                        kind: ValuesKind::Secret,
+                        name: "web-values".into(),
+                        key: Some("values.yaml".into()),
+                        ..ValuesReference::default()
+                    },
+                    ValuesReference {
+                        kind: ValuesKind::Source,
+                        name: "config".into(),
+                        path: Some("envs/prod/values.yaml".into()),
+                        ..ValuesReference::default()
+                    },
+                ],
                 values: Some(serde_json::json!({"replicaCount": 2})),
                 post_renderers: Vec::new(),
             }),
@@ -216,6 +275,55 @@ mod tests {
         }
         assert!(check_release_name(&"a".repeat(54)).is_err());
         assert!(check_release_name(&"a".repeat(53)).is_ok());
+    }
+
+    #[test]
+    fn a_source_of_values_names_a_file_inside_its_tree() {
+        let with = |kind: ValuesKind, key: Option<&str>, path: Option<&str>| RenderSpec {
+            type_: RenderType::Helm,
+            helm: Some(HelmSpec {
+                values_from: vec![ValuesReference {
+                    kind,
+                    name: "config".into(),
+                    key: key.map(Into::into),
+                    path: path.map(Into::into),
+                    optional: false,
+                }],
+                ..HelmSpec::default()
+            }),
+            ..RenderSpec::default()
+        };
+        let field = "spec.render.helm.valuesFrom[0]";
+        for (render, expected) in [
+            (
+                with(ValuesKind::Source, None, None),
+                format!("{field}.path: is required for a Source"),
+            ),
+            (
+                with(ValuesKind::Source, Some("values.yaml"), Some("a.yaml")),
+                format!("{field}.key: names a key of a ConfigMap or Secret"),
+            ),
+            (
+                with(ValuesKind::Source, None, Some("../other/values.yaml")),
+                format!("{field}.path: \"../other/values.yaml\" is not a valid path"),
+            ),
+            (
+                with(ValuesKind::Source, None, Some("/etc/values.yaml")),
+                format!("{field}.path: \"/etc/values.yaml\" is not a valid path"),
+            ),
+            (
+                with(ValuesKind::Secret, None, Some("values.yaml")),
+                format!("{field}.path: is for a Source's values file"),
+            ),
+        ] {
+            let problems = problems_of(&render);
+            assert!(
+                problems.iter().any(|p| p.starts_with(&expected)),
+                "{expected:?} not in {problems:?}"
+            );
+        }
+        let good = with(ValuesKind::Source, None, Some("envs/prod/values.yaml"));
+        assert_eq!(problems_of(&good), Vec::<String>::new());
     }
 
     #[test]

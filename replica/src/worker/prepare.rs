@@ -111,38 +111,11 @@ pub(super) fn prepare(state: &FleetState, node: u64, sync: &str) -> Option<Prepa
     }
     let target = state.target_of(sync)?;
     let source_key = fleet::state::key_of(&namespace, &object.spec.source_ref.name);
-    let artifact = match state.sources.get(&source_key) {
-        None => Err(WorkerError::SourceMissing {
-            source_key: source_key.clone(),
-        }),
-        Some(source) => {
-            // The group's pinned artifact, or the source's newest.
-            let digest = state.artifact_of(sync).map(|a| a.digest);
-            match digest.as_deref().map(|d| (d, d.parse::<source::Digest>())) {
-                Some((_, Ok(digest))) => Ok(ArtifactNeed {
-                    digest,
-                    source: source_key.clone(),
-                    spec: source.object.spec.clone(),
-                    revision: target.revision.clone(),
-                    secret: source
-                        .object
-                        .spec
-                        .secret_ref
-                        .as_ref()
-                        .and_then(|r| state.secret(&namespace, &r.name))
-                        .map(secret_data),
-                }),
-                Some((text, Err(_))) => Err(WorkerError::MalformedDigest {
-                    source_key: source_key.clone(),
-                    digest: text.to_string(),
-                }),
-                None => Err(WorkerError::NoArtifact {
-                    source_key: source_key.clone(),
-                    revision: target.revision.clone(),
-                }),
-            }
-        }
-    };
+    // The group's pinned artifact, or the source's newest.
+    let pinned = state
+        .artifact_of(sync)
+        .map(|artifact| (artifact.digest, target.revision.clone()));
+    let artifact = artifact_need(state, &namespace, &source_key, Some(pinned));
     Some(Prepared {
         cluster: cluster_key,
         generation,
@@ -184,5 +157,54 @@ pub(crate) fn connection(
         name: format!("{namespace}/{secret_name}"),
         data: secret_data(secret),
         key,
+    })
+}
+
+/// Where a Source's artifact is, for a fetch. `chosen` is the digest and revision to use
+/// (`Some(None)`: the Sync's choice, and it has none); `None` takes the Source's newest.
+pub(crate) fn artifact_need(
+    state: &FleetState,
+    namespace: &str,
+    source_key: &str,
+    chosen: Option<Option<(String, String)>>,
+) -> Result<ArtifactNeed, WorkerError> {
+    let Some(source) = state.sources.get(source_key) else {
+        return Err(WorkerError::SourceMissing {
+            source_key: source_key.to_owned(),
+        });
+    };
+    let status = source.object.status.as_ref();
+    let revision_now = status
+        .and_then(|status| status.revision.clone())
+        .unwrap_or_default();
+    let chosen = chosen.unwrap_or_else(|| {
+        status
+            .and_then(|status| status.artifact.as_ref())
+            .map(|artifact| (artifact.digest.clone(), revision_now.clone()))
+    });
+    let Some((text, revision)) = chosen else {
+        return Err(WorkerError::NoArtifact {
+            source_key: source_key.to_owned(),
+            revision: revision_now,
+        });
+    };
+    let digest = text
+        .parse::<source::Digest>()
+        .map_err(|_| WorkerError::MalformedDigest {
+            source_key: source_key.to_owned(),
+            digest: text.clone(),
+        })?;
+    Ok(ArtifactNeed {
+        digest,
+        source: source_key.to_owned(),
+        spec: source.object.spec.clone(),
+        revision,
+        secret: source
+            .object
+            .spec
+            .secret_ref
+            .as_ref()
+            .and_then(|r| state.secret(namespace, &r.name))
+            .map(secret_data),
     })
 }

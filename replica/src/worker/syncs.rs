@@ -366,9 +366,9 @@ async fn apply(
         Err(error) => return fail(error),
     };
     let render = match &prepared.render {
-        Ok(render) => render.inputs.clone(),
+        Ok(render) => Some(render),
         Err(error) if !prepared.retire => return fail(error),
-        Err(_) => Default::default(),
+        Err(_) => None,
     };
     // The apply slot: held while fetching, rendering and applying; the engine gives it back
     // before it waits for readiness.
@@ -395,10 +395,20 @@ async fn apply(
             Err(error) => return fail(&error),
         }
     };
+    request.render = match render {
+        // Values files of other Sources are read once their artifacts are here.
+        Some(render) if !prepared.retire => {
+            match render.read_source_values(replica, &shared.fetches).await {
+                Ok(inputs) => inputs,
+                Err(error) => return fail(&error),
+            }
+        }
+        Some(render) => render.inputs.clone(),
+        None => Default::default(),
+    };
     request.apply_slot = slot;
     request.installation = prepared.installation.clone();
     request.adopt = prepared.adopt;
-    request.render = render;
     request.previous_inventory = prepared
         .object
         .status

@@ -5,8 +5,12 @@ use super::*;
 use crate::resources::RolloutOutcome;
 
 fn resolve_with(state: &mut FleetState, revision: &str, inputs: &[(&str, &str)]) {
+    resolve_source(state, "fleet/repo", revision, inputs);
+}
+
+fn resolve_source(state: &mut FleetState, source: &str, revision: &str, inputs: &[(&str, &str)]) {
     let outcome = state.apply(Command::SourceResolved {
-        source: "fleet/repo".into(),
+        source: source.into(),
         revision: revision.into(),
         artifact: None,
         expected: ExpectedRevision::Any,
@@ -105,4 +109,94 @@ fn a_failed_sync_keeps_its_failure_when_its_input_did_not_change() {
     // Still failed at the new revision (retried by their owners), not applied.
     assert_eq!(state.groups["fleet/app"].ledger.counts.failed, 4);
     assert!(applied_revisions(&state).iter().all(String::is_empty));
+}
+
+/// The values Source of the tests below, and a group whose chart (from `fleet/repo`) takes its
+/// values from `envs/prod/values.yaml` there.
+const CONFIG: &str = "apiVersion: starling.dev/v1alpha1\nkind: Source\nmetadata:\n  name: config\n  namespace: fleet\nspec:\n  git:\n    url: https://git.example/config.git\n    ref:\n      branch: main\n";
+
+fn values_fleet(clusters: usize, optional: bool) -> FleetState {
+    let mut state = fleet(clusters, "2", "");
+    upsert(&mut state, CONFIG);
+    let group = group_yaml("app", "2", "").replace(
+        "    path: apps\n",
+        &format!("    path: apps\n    render:\n      helm:\n        valuesFrom:\n          - {{kind: Source, name: config, path: envs/prod/values.yaml, optional: {optional}}}\n"),
+    );
+    upsert(&mut state, &group);
+    state.check_invariants().expect("invariants hold");
+    state
+}
+
+#[test]
+fn values_from_another_source_wait_for_it_and_roll_out_when_their_file_changes() {
+    let mut state = values_fleet(6, false);
+    assert_eq!(
+        state.source_paths("fleet/config"),
+        ["envs/prod/values.yaml"],
+        "the values Source's owner digests the values file"
+    );
+    // The chart's revision alone is not enough: the values Source has none yet.
+    resolve_with(&mut state, "web@1.0.0", &[("apps", "sha256:a")]);
+    assert!(state.actionable.is_empty(), "{:?}", state.actionable);
+    resolve_source(
+        &mut state,
+        "fleet/config",
+        "main@sha1:1",
+        &[("envs/prod/values.yaml", "sha256:v1")],
+    );
+    assert_eq!(state.actionable.len(), 2, "maxUnavailable 2");
+    roll_out(&mut state, "web@1.0.0");
+    let complete = |state: &FleetState| {
+        let status = state.group_status("fleet/app").unwrap();
+        (status.phase, status.summary.updated)
+    };
+    assert_eq!(complete(&state), (Some(RolloutPhase::Complete), 6));
+
+    // A values commit that leaves the file alone rolls out nothing.
+    resolve_source(
+        &mut state,
+        "fleet/config",
+        "main@sha1:2",
+        &[("envs/prod/values.yaml", "sha256:v1")],
+    );
+    assert!(state.actionable.is_empty(), "{:?}", state.actionable);
+    assert_eq!(complete(&state), (Some(RolloutPhase::Complete), 6));
+    assert_eq!(
+        applied_revisions(&state),
+        BTreeSet::from(["web@1.0.0".to_string()]),
+        "the Syncs report the chart's revision"
+    );
+
+    // A commit that changes it rolls out through the budget, at the same chart revision.
+    resolve_source(
+        &mut state,
+        "fleet/config",
+        "main@sha1:3",
+        &[("envs/prod/values.yaml", "sha256:v2")],
+    );
+    assert_eq!(state.actionable.len(), 2, "maxUnavailable 2");
+    roll_out(&mut state, "web@1.0.0");
+    assert_eq!(complete(&state), (Some(RolloutPhase::Complete), 6));
+
+    // A new chart version still rolls out, and one that changes nothing at the path does not.
+    resolve_with(&mut state, "web@1.1.0", &[("apps", "sha256:b")]);
+    assert_eq!(state.actionable.len(), 2);
+    roll_out(&mut state, "web@1.1.0");
+    resolve_with(&mut state, "web@1.1.1", &[("apps", "sha256:b")]);
+    assert!(state.actionable.is_empty(), "{:?}", state.actionable);
+    assert_eq!(complete(&state), (Some(RolloutPhase::Complete), 6));
+
+    // Dropping the values Source from the template is a spec change: it rolls out, and the
+    // index forgets the Sync.
+    upsert(&mut state, &group_yaml("app", "2", ""));
+    assert!(state.values_syncs.is_empty(), "{:?}", state.values_syncs);
+    assert!(state.source_paths("fleet/config").is_empty());
+    assert_eq!(state.actionable.len(), 2);
+}
+
+#[test]
+fn an_optional_values_source_without_a_revision_does_not_hold_the_rollout() {
+    let mut state = values_fleet(3, true);
+    resolve_with(&mut state, "web@1.0.0", &[("apps", "sha256:a")]);
+    assert_eq!(state.actionable.len(), 2);
 }
