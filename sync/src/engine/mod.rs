@@ -194,16 +194,16 @@ impl SyncEngine {
         generation: u64,
         cancel: CancellationToken,
         deadline: Instant,
-    ) -> Result<Arc<Session>, SyncError> {
+    ) -> Result<Session, SyncError> {
         let client = self.clients.get(cluster, writer, generation).await?;
-        Ok(Arc::new(Session::new(
+        Ok(Session::new(
             client,
             self.config.field_manager.clone(),
             self.config.clients.request_timeout,
             self.config.request_retry.clone(),
             cancel,
             deadline,
-        )))
+        ))
     }
 
     /// A session for a sync: also bounded by the node's lease.
@@ -225,13 +225,7 @@ impl SyncEngine {
             deadline,
         );
         session.lease = request.lease.clone();
-        // Validation refuses an expression that does not compile; this is the engine's guard.
-        let checks = HealthChecks::compile("healthChecks", &request.template.health_checks)
-            .map_err(|errors| SyncError::Invalid {
-                operation: "read the sync's healthChecks".to_owned(),
-                message: joined(&errors),
-            })?;
-        session.health_checks = Arc::new(checks);
+        session.health_checks = Arc::new(compile_health_checks(&request.template.health_checks)?);
         Ok(Arc::new(session))
     }
 
@@ -518,7 +512,7 @@ impl SyncEngine {
         request: HealthRequest,
     ) -> Result<HealthReport, SyncError> {
         let deadline = Instant::now() + self.config.default_timeout;
-        let session = self
+        let mut session = self
             .session(
                 &request.cluster,
                 &request.writer,
@@ -527,6 +521,8 @@ impl SyncEngine {
                 deadline,
             )
             .await?;
+        session.health_checks = Arc::new(compile_health_checks(&request.health_checks)?);
+        let session = Arc::new(session);
         let objects: Vec<(ObjectRef, Option<crate::client::Resolved>)> = request
             .inventory
             .into_iter()
@@ -646,6 +642,17 @@ fn joined(errors: &[impl ToString]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// A Sync's `healthChecks`, compiled. Validation refuses an expression that does not compile;
+/// this is the engine's guard.
+fn compile_health_checks(
+    checks: &[fleet::resources::HealthCheck],
+) -> Result<HealthChecks, SyncError> {
+    HealthChecks::compile("healthChecks", checks).map_err(|errors| SyncError::Invalid {
+        operation: "read the sync's healthChecks".to_owned(),
+        message: joined(&errors),
+    })
 }
 
 #[cfg(test)]

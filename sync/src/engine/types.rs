@@ -359,6 +359,8 @@ pub struct HealthRequest {
     pub writer: String,
     pub generation: u64,
     pub inventory: Vec<ObjectRef>,
+    /// The Sync's `healthChecks`: they judge the kinds they name, as in a sync.
+    pub health_checks: Vec<fleet::resources::HealthCheck>,
     pub cancel: CancellationToken,
 }
 

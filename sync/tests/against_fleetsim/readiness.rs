@@ -158,6 +158,7 @@ async fn dependency_waiting_reads_the_least_status() {
         writer: "node-a".into(),
         generation: 1,
         inventory: report.inventory.clone(),
+        health_checks: Vec::new(),
         cancel: CancellationToken::new(),
     };
     let least = engine.check_health(check()).await.expect("health").health;
