@@ -84,17 +84,9 @@ pub(crate) async fn apply(
     Ok(())
 }
 
-/// A receiver that never answers, and what it was sent.
-struct Hanging {
-    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Hanging {
-    fn report(&self) -> serde_json::Value {
-        serde_json::json!({
-            "connections_accepted": self.connections.load(std::sync::atomic::Ordering::Relaxed),
-        })
-    }
+/// What the receiver that never answers was sent.
+fn hanging_report(receiver: &chaos::harness::HangingReceiver) -> serde_json::Value {
+    serde_json::json!({"connections_accepted": receiver.accepted()})
 }
 
 /// Starts a loopback receiver that accepts connections and never answers (each is held open),
@@ -102,18 +94,9 @@ impl Hanging {
 /// namespace.
 async fn hang_an_alert(
     fleet: &mut proto::fleet_client::FleetClient<tonic::transport::Channel>,
-) -> anyhow::Result<Hanging> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = connections.clone();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            held.push(socket);
-        }
-    });
+) -> anyhow::Result<chaos::harness::HangingReceiver> {
+    let receiver = chaos::harness::HangingReceiver::start().await?;
+    let address = receiver.address;
     apply(
         fleet,
         format!(
@@ -122,7 +105,7 @@ async fn hang_an_alert(
     )
     .await?;
     eprintln!("a Provider whose receiver ({address}) never answers, and an Alert on every event");
-    Ok(Hanging { connections })
+    Ok(receiver)
 }
 
 /// Clusters per Apply request (a Secret with a kubeconfig and a Cluster each).
@@ -558,7 +541,7 @@ pub async fn run(args: RolloutArgs) -> anyhow::Result<()> {
         "git_fetches_per_replica_max": most_fetches,
         "git_fetches_per_replica_limit": 1.0,
         "unrelated_commit": unrelated,
-        "hanging_alert": hanging.as_ref().map(|h| h.report()),
+        "hanging_alert": hanging.as_ref().map(hanging_report),
         "per_node": nodes,
         "timeline": timeline.iter().map(|p| [p.0, p.1 as f64, p.2 as f64]).collect::<Vec<_>>(),
         "memory_mib_over_time": memory_samples.iter().map(|s| [s.0, s.1 as f64, s.2]).collect::<Vec<_>>(),

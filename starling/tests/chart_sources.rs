@@ -312,22 +312,9 @@ impl Registry {
 }
 
 fn manifests(sim: &FleetSim, repository: &HelmRepository, registry: &Registry) -> String {
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "chart-repository", "namespace": "default"},
-        "stringData": {"username": USER, "password": PASSWORD, "ca.crt": repository.ca_pem},
-    });
     let registry_url = registry.base.replace("http://", "oci://") + "/charts/web";
     let mut out = format!(
-        r#"{secret}
----
-apiVersion: starling.dev/v1alpha1
-kind: Source
-metadata: {{name: charts}}
-spec:
-  interval: 1s
-  secretRef: {{name: chart-repository}}
-  helm: {{url: "{url}", chart: web, version: "^1"}}
+        r#"{charts}
 ---
 apiVersion: starling.dev/v1alpha1
 kind: Source
@@ -372,10 +359,32 @@ spec:
   rollout:
     maxUnavailable: 5
 "#,
-        url = repository.url,
+        charts = chart_source(repository),
     );
     out.push_str(&harness::cluster_manifests(sim));
     out
+}
+
+/// Source `charts` on the test's Helm repository (chart `web`, `^1`), and the Secret with its
+/// credentials and CA.
+fn chart_source(repository: &HelmRepository) -> String {
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "chart-repository", "namespace": "default"},
+        "stringData": {"username": USER, "password": PASSWORD, "ca.crt": repository.ca_pem},
+    });
+    format!(
+        r#"{secret}
+---
+apiVersion: starling.dev/v1alpha1
+kind: Source
+metadata: {{name: charts}}
+spec:
+  interval: 1s
+  secretRef: {{name: chart-repository}}
+  helm: {{url: "{url}", chart: web, version: "^1"}}"#,
+        url = repository.url,
+    )
 }
 
 fn unix_micros() -> u64 {
@@ -624,21 +633,8 @@ async fn a_chart_from_a_repository_takes_its_values_from_git() {
         .expect("commit the values");
     let repository = HelmRepository::start().await;
     repository.publish("1.0.0", package("1.0.0", |_, content| content));
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "chart-repository", "namespace": "default"},
-        "stringData": {"username": USER, "password": PASSWORD, "ca.crt": repository.ca_pem},
-    });
     let mut manifests = format!(
-        r#"{secret}
----
-apiVersion: starling.dev/v1alpha1
-kind: Source
-metadata: {{name: charts}}
-spec:
-  interval: 1s
-  secretRef: {{name: chart-repository}}
-  helm: {{url: "{url}", chart: web, version: "^1"}}
+        r#"{charts}
 ---
 apiVersion: starling.dev/v1alpha1
 kind: Source
@@ -664,7 +660,7 @@ spec:
     maxUnavailable: 5
     maxFailures: 2
 "#,
-        url = repository.url,
+        charts = chart_source(&repository),
         git = fixture.url,
     );
     manifests.push_str(&harness::cluster_manifests(sim));

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Uri};
-use fleetsim::Fault;
 use harness::{Group, Options, demo_fixture, demo_manifests, wait_until};
 use serde_json::Value;
 
@@ -95,19 +94,6 @@ impl Receiver {
     }
 }
 
-/// A receiver that accepts connections and never answers, holding each one open.
-async fn hanging_receiver() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    address
-}
-
 /// A Provider whose receiver hangs, and an Alert that sends it everything of the group.
 fn stuck_manifests(address: &str) -> String {
     format!(
@@ -130,7 +116,8 @@ async fn an_alert_follows_a_rollout_through_a_leader_kill_and_the_commit_shows_t
     })
     .await;
     let (receiver, address) = Receiver::start().await;
-    let hanging = hanging_receiver().await;
+    let hanging = harness::HangingReceiver::start().await.expect("a receiver");
+    let hanging = format!("http://{}", hanging.address);
     let mut group = Group::start_together(3, Options::default());
     group.wait_for_members(3).await;
     group
@@ -281,19 +268,7 @@ async fn an_alert_follows_a_rollout_through_a_leader_kill_and_the_commit_shows_t
     // A bad revision: six clusters refuse every write, past maxFailures (2). The rollout
     // halts, and the webhook hears it with the failing clusters and the API server's message.
     let failing: Vec<String> = fixture.sim.cluster_names().into_iter().take(6).collect();
-    for name in &failing {
-        fixture
-            .sim
-            .set_fault(
-                name,
-                Fault::Errors {
-                    rate: 1.0,
-                    code: 403,
-                    retry_after_seconds: None,
-                },
-            )
-            .expect("fault");
-    }
+    harness::refuse_writes(&fixture.sim, &failing);
     fixture
         .repo
         .commit("v3", "nginx:1.29", "v3")

@@ -8,7 +8,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use fleetsim::{Fault, FleetSim};
+use fleetsim::FleetSim;
 use harness::{Group, Options, demo_fixture, demo_manifests, wait_until};
 
 const CLUSTERS: usize = 30;
@@ -172,17 +172,7 @@ async fn pause_prune_drift_halt_and_restart() {
 
     // Failing clusters past maxFailures (2) halt the rollout; a resume continues it.
     let failing: Vec<String> = sim.cluster_names().into_iter().take(6).collect();
-    for name in &failing {
-        sim.set_fault(
-            name,
-            Fault::Errors {
-                rate: 1.0,
-                code: 403,
-                retry_after_seconds: None,
-            },
-        )
-        .expect("fault");
-    }
+    harness::refuse_writes(sim, &failing);
     demo.commit("v4", "nginx:1.29", "v4").expect("commit");
     wait_until(Duration::from_secs(60), "rollout halted", || async {
         let status = group.rollout("demo").await;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 pub use starling_dev::demo::DemoRepo;
 
 mod demo;
+mod faults;
 mod http;
 pub mod pull;
 mod waits;
@@ -27,6 +28,7 @@ pub use demo::{
     DemoFixture, GitDaemon, cluster_manifests, config_versions, demo_fixture, demo_manifests,
     start_demo_group,
 };
+pub use faults::{HangingReceiver, refuse_writes};
 pub use http::{http_get, http_get_with, http_post, http_status, http_status_with};
 
 use proto::admin_client::AdminClient;
