@@ -1,5 +1,5 @@
 //! Readable scenarios, one rule each. The random-sequence properties live in
-//! `fleet/tests/state_properties.rs`.
+//! `fleet/tests/state_properties/`.
 //!
 //! Long because it is a list of short scenarios; the scenarios of each area past a few live in
 //! the submodules.
