@@ -100,11 +100,7 @@ pub fn status_of(live: &Value) -> (ResourceStatus, String) {
     {
         return (ResourceStatus::Terminating, "being deleted".to_owned());
     }
-    let generation = int(live, "/metadata/generation");
-    let observed = int(live, "/status/observedGeneration");
-    if let (Some(generation), Some(observed)) = (generation, observed)
-        && observed < generation
-    {
+    if let Some((generation, observed)) = fleet::health::generation_behind(live) {
         return in_progress(format!(
             "generation {generation} not yet observed by its controller (observed {observed})"
         ));

@@ -144,16 +144,21 @@ fn compile_one(text: &str) -> Result<Program, String> {
     Program::compile(text).map_err(|errors| errors.to_string().replace('\n', "; "))
 }
 
-fn judge(rule: &Rule, object: &Value) -> (ResourceStatus, String) {
+/// `(generation, observed)` when the object's controller has not seen its latest spec yet
+/// (`status.observedGeneration` behind `metadata.generation`): in progress whatever else its
+/// status says, for kstatus and for the rules alike.
+pub fn generation_behind(object: &Value) -> Option<(i64, i64)> {
     let generation = object
         .pointer("/metadata/generation")
-        .and_then(Value::as_i64);
+        .and_then(Value::as_i64)?;
     let observed = object
         .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64);
-    if let (Some(generation), Some(observed)) = (generation, observed)
-        && observed < generation
-    {
+        .and_then(Value::as_i64)?;
+    (observed < generation).then_some((generation, observed))
+}
+
+fn judge(rule: &Rule, object: &Value) -> (ResourceStatus, String) {
+    if let Some((generation, observed)) = generation_behind(object) {
         return (
             ResourceStatus::InProgress,
             format!("status.observedGeneration {observed} is behind generation {generation}"),
