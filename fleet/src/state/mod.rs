@@ -729,7 +729,7 @@ impl FleetState {
         // new generation).
         // One that exists and has no revision yet is waited for, unless optional; one that does
         // not exist fails the render with its name.
-        for (source, reference) in values_sources_of(&entry.object) {
+        for (source, reference) in sources::values_sources_of(&entry.object) {
             if let Some(values) = self.sources.get(&source) {
                 let resolved = values
                     .object
@@ -784,24 +784,6 @@ pub(crate) fn source_key_of(sync: &Sync) -> Key {
         sync.metadata.namespace.as_deref().unwrap_or("default"),
         &sync.spec.source_ref.name,
     )
-}
-
-/// The Sources a Sync's Helm values come from (`valuesFrom` of kind Source, in the Sync's
-/// namespace), each with its entry.
-pub(crate) fn values_sources_of(
-    sync: &Sync,
-) -> impl Iterator<Item = (Key, &crate::resources::ValuesReference)> {
-    let namespace = sync.metadata.namespace.as_deref().unwrap_or("default");
-    sync.spec
-        .template
-        .render
-        .as_ref()
-        .and_then(|render| render.helm.as_ref())
-        .map(|helm| helm.values_from.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .filter(|reference| reference.kind == crate::resources::ValuesKind::Source)
-        .map(move |reference| (key_of(namespace, &reference.name), reference))
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ impl FleetState {
         let target = self.target_of(sync)?;
         let cluster = self.clusters.get(&cluster_key_of(&entry.object))?;
         let template = &entry.object.spec.template;
-        let values: Vec<Option<&str>> = super::values_sources_of(&entry.object)
+        let values: Vec<Option<&str>> = super::sources::values_sources_of(&entry.object)
             .map(|(source, _)| {
                 let status = self.sources.get(&source)?.object.status.as_ref()?;
                 status.revision.as_deref()

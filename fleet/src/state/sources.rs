@@ -289,10 +289,28 @@ fn paths_read(sync: &crate::resources::Sync, source: &str) -> Vec<String> {
     if super::source_key_of(sync) == source {
         paths.push(sync.spec.template.path.clone().unwrap_or_default());
     }
-    for (values, reference) in super::values_sources_of(sync) {
+    for (values, reference) in values_sources_of(sync) {
         if values == source {
             paths.push(reference.path.clone().unwrap_or_default());
         }
     }
     paths
+}
+
+/// The Sources a Sync's Helm values come from (`valuesFrom` of kind Source, in the Sync's
+/// namespace), each with its entry.
+pub(crate) fn values_sources_of(
+    sync: &crate::resources::Sync,
+) -> impl Iterator<Item = (Key, &crate::resources::ValuesReference)> {
+    let namespace = sync.metadata.namespace.as_deref().unwrap_or("default");
+    sync.spec
+        .template
+        .render
+        .as_ref()
+        .and_then(|render| render.helm.as_ref())
+        .map(|helm| helm.values_from.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|reference| reference.kind == crate::resources::ValuesKind::Source)
+        .map(move |reference| (super::key_of(namespace, &reference.name), reference))
 }

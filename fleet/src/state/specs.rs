@@ -481,7 +481,7 @@ impl FleetState {
             .entry(source_key_of(sync))
             .or_default()
             .insert(key.to_string());
-        for (source, _) in super::values_sources_of(sync) {
+        for (source, _) in super::sources::values_sources_of(sync) {
             self.values_syncs
                 .entry(source)
                 .or_default()
@@ -504,7 +504,7 @@ impl FleetState {
                 self.source_syncs.remove(&source);
             }
         }
-        for (source, _) in super::values_sources_of(sync) {
+        for (source, _) in super::sources::values_sources_of(sync) {
             if let Some(set) = self.values_syncs.get_mut(&source) {
                 set.remove(key);
                 if set.is_empty() {
