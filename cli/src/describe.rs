@@ -16,6 +16,8 @@ use crate::client::{Client, ServerArgs, block_on};
 
 /// How many rollouts `describe syncgroup` lists.
 const ROLLOUTS_SHOWN: usize = 5;
+/// How many audit entries `describe` lists.
+const HISTORY_SHOWN: u32 = 10;
 
 #[derive(clap::Args, Debug)]
 pub struct DescribeArgs {
@@ -49,9 +51,42 @@ pub fn run(args: DescribeArgs) -> anyhow::Result<()> {
             }
             _ => Vec::new(),
         };
-        Ok(describe(args.kind, &object, &syncs))
+        let mut text = describe(args.kind, &object, &syncs);
+        text.push_str(&history(&client, &args).await);
+        Ok(text)
     })?;
     emit(&text)
+}
+
+/// The object's last changes from the audit log (who, what, when), as a section.
+async fn history(client: &Client, args: &DescribeArgs) -> String {
+    let request = proto::ListAuditRequest {
+        kind: args.kind.as_str().to_owned(),
+        namespace: args.namespace.clone(),
+        name: args.name.clone(),
+        limit: HISTORY_SHOWN,
+        ..Default::default()
+    };
+    let body = match client.list_audit(request).await {
+        Ok(response) if response.entries.is_empty() => "none recorded\n".to_owned(),
+        Ok(response) => {
+            let mut table = Table::new(["TIME", "WHO", "ACTION", "GENERATION", "DETAIL"]);
+            for entry in &response.entries {
+                table.push(vec![
+                    entry.at.clone(),
+                    entry.actor.clone(),
+                    entry.action.clone(),
+                    super::audit::generations(entry),
+                    entry.detail.clone(),
+                ]);
+            }
+            table.render()
+        }
+        Err(error) => format!("unavailable: {error}\n"),
+    };
+    let mut lines = Lines(String::new());
+    lines.section("History (starling audit)", &body);
+    lines.0
 }
 
 async fn get(client: &Client, kind: Kind, namespace: &str, name: &str) -> anyhow::Result<Value> {

@@ -11,6 +11,7 @@
 #![warn(unreachable_pub)]
 
 pub mod apply;
+pub mod audit;
 pub mod client;
 pub mod cluster;
 pub mod crds;

@@ -332,6 +332,7 @@ impl Dev {
                 metrics_auth: false,
                 token_use_interval: std::time::Duration::from_secs(60),
                 quota: Default::default(),
+                audit: Default::default(),
                 external_url: None,
             };
             let operator = self.management.as_ref().map(|m| OperatorConfig {

@@ -572,6 +572,7 @@ async fn admission(
             metrics_auth: false,
             token_use_interval: std::time::Duration::from_secs(60),
             quota: Default::default(),
+            audit: Default::default(),
             external_url: None,
         };
         nodes.push(starling_replica::serve::start(config, None).await?);

@@ -129,13 +129,15 @@ impl Operator {
 
     /// `starling rollout pause|resume|undo|unpin` and `starling cluster hold|release` in
     /// operator mode: a merge patch of the object's `spec` in the management cluster (which
-    /// stays the source of truth), under Starling's field manager. The watch brings the change
-    /// into the state.
+    /// stays the source of truth), under the field manager `manager`, which names who asked
+    /// (`starling:token-ci`), so that the object's `managedFields` and the management cluster's
+    /// audit log say it. The watch brings the change into the state.
     pub async fn patch_spec<K>(
         &self,
         namespace: &str,
         name: &str,
         spec: serde_json::Value,
+        manager: &str,
     ) -> Result<(), kube::Error>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -145,7 +147,7 @@ impl Operator {
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
-            field_manager: Some(status::FIELD_MANAGER.into()),
+            field_manager: Some(manager.into()),
             ..PatchParams::default()
         };
         api.patch(
@@ -175,6 +177,7 @@ impl SpecSource for Operator {
         name: &'a str,
         field: &'a str,
         spec: serde_json::Value,
+        manager: &'a str,
     ) -> BoxFuture<'a, Result<(), PatchError>> {
         Box::pin(async move {
             if !self.watches(namespace) {
@@ -184,19 +187,19 @@ impl SpecSource for Operator {
             }
             let result = match kind {
                 Kind::SyncGroup => {
-                    self.patch_spec::<fleet::resources::SyncGroup>(namespace, name, spec)
+                    self.patch_spec::<fleet::resources::SyncGroup>(namespace, name, spec, manager)
                         .await
                 }
                 Kind::Cluster => {
-                    self.patch_spec::<fleet::resources::Cluster>(namespace, name, spec)
+                    self.patch_spec::<fleet::resources::Cluster>(namespace, name, spec, manager)
                         .await
                 }
                 Kind::Sync => {
-                    self.patch_spec::<fleet::resources::Sync>(namespace, name, spec)
+                    self.patch_spec::<fleet::resources::Sync>(namespace, name, spec, manager)
                         .await
                 }
                 Kind::Source => {
-                    self.patch_spec::<fleet::resources::Source>(namespace, name, spec)
+                    self.patch_spec::<fleet::resources::Source>(namespace, name, spec, manager)
                         .await
                 }
                 other => {

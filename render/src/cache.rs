@@ -34,6 +34,8 @@ pub const DEFAULT_CACHE_BYTES: usize = 128 << 20;
 pub(crate) enum Cached {
     Kustomize(Arc<String>),
     Helm(Arc<crate::helm::protocol::Output>),
+    /// One file of an artifact (`valuesFrom` of kind Source), or its absence.
+    File(Option<Arc<str>>),
 }
 
 /// How often the cache answered, and how often an engine ran.
@@ -172,6 +174,30 @@ impl RenderCache {
         Ok(output)
     }
 
+    /// The text of file `path` in `source` ([`crate::files::read_file`]), read once per
+    /// artifact and path while it stays in the cache: a values file that 10,000 Syncs read
+    /// is unpacked once per node, not once per sync. A directory source is read every time.
+    pub fn read_file(
+        &self,
+        source: &ArtifactSource,
+        path: &str,
+        limits: &crate::files::ReadLimits,
+    ) -> Result<Option<Arc<str>>, crate::RenderError> {
+        let key = key_of(
+            artifact_identity(source),
+            &("file", path, limits.max_file_bytes),
+        );
+        let read = self.get_or_render(key, || {
+            let text = crate::files::read_file(source, path, limits)?;
+            let bytes = text.as_ref().map_or(0, String::len) + path.len();
+            Ok::<_, crate::RenderError>((Cached::File(text.map(Arc::from)), bytes))
+        })?;
+        match read {
+            Cached::File(text) => Ok(text),
+            Cached::Kustomize(_) | Cached::Helm(_) => Err(crate::cache_mixed_up()),
+        }
+    }
+
     /// Drops the least recently used slots (never `keep`) until both bounds hold.
     fn evict(&self, state: &mut State, keep: u128) {
         while state.slots.len() > self.max_entries || state.bytes > self.max_bytes {
@@ -231,7 +257,7 @@ mod tests {
     fn unwrap(output: Cached) -> String {
         match output {
             Cached::Kustomize(text) => text.to_string(),
-            Cached::Helm(_) => panic!("not kustomize output"),
+            Cached::Helm(_) | Cached::File(_) => panic!("not kustomize output"),
         }
     }
 

@@ -603,6 +603,16 @@ mod tests {
         );
         assert_eq!(read("./envs/live.yaml").as_deref(), Some("replicas: 3\n"));
         assert_eq!(read("envs/other.yaml"), None);
+
+        // Through a node's cache: read once per artifact and path, the absence too.
+        let cache = crate::RenderCache::new(8, 1 << 20);
+        for _ in 0..3 {
+            let text = cache.read_file(&source, "envs/prod/values.yaml", &limits);
+            assert_eq!(text.unwrap().as_deref(), Some("replicas: 3\n"));
+            let missing = cache.read_file(&source, "envs/other.yaml", &limits);
+            assert_eq!(missing.unwrap(), None);
+        }
+        assert_eq!((cache.stats().renders, cache.stats().hits), (2, 4));
     }
 
     #[test]

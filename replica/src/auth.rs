@@ -133,6 +133,26 @@ pub(crate) fn principal<T>(request: &Request<T>) -> Result<Principal, Status> {
         })
 }
 
+/// Who the audit log records for `request`: its principal (a token's id and tenants, never
+/// its secret), this replica, and the client's address.
+pub(crate) fn actor<T>(
+    request: &Request<T>,
+    replica: fleet::state::NodeId,
+) -> Result<fleet::state::audit::Actor, Status> {
+    let caller = principal(request)?;
+    Ok(fleet::state::audit::Actor {
+        name: caller.name,
+        tenants: caller.tenants,
+        replica,
+        address: request
+            .extensions()
+            .get::<starling_transport::tls::PeerInfo>()
+            .and_then(|peer| peer.remote)
+            .or_else(|| request.remote_addr())
+            .map(|address| address.to_string()),
+    })
+}
+
 /// A new token: `(id, token, digest of its secret)`. The token is shown once; only the id and
 /// the digest are kept.
 pub(crate) fn new_token() -> (String, String, String) {

@@ -60,11 +60,11 @@ impl ResolvedRender {
                 ..Default::default()
             };
             let path = values.path.clone();
-            let read = tokio::task::spawn_blocking(move || {
-                starling_sync::render::read_file(&archive, &path, &limits)
-            })
-            .await
-            .map_err(|error| WorkerError::RenderInputs(error.to_string()))?;
+            let files = replica.values_files.clone();
+            let read =
+                tokio::task::spawn_blocking(move || files.read_file(&archive, &path, &limits))
+                    .await
+                    .map_err(|error| WorkerError::RenderInputs(error.to_string()))?;
             let origin = format!(
                 "Source {} at {}, file {}",
                 values.need.source, values.need.revision, values.path
@@ -74,7 +74,7 @@ impl ResolvedRender {
                     let at = (values.position - skipped).min(inputs.values_from.len());
                     let document = ValuesDocument {
                         origin,
-                        text,
+                        text: text.to_string(),
                         secret: false,
                     };
                     inputs.values_from.insert(at, document);

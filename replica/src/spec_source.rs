@@ -50,7 +50,8 @@ pub trait SpecSource: Send + Sync + 'static {
     fn import_refusal(&self) -> &'static str;
 
     /// Sets `field` of an object's spec (a hold, a rollout pause, a pin) in the source of
-    /// truth, which then brings the change into the state like any other.
+    /// truth, which then brings the change into the state like any other. `manager` is the
+    /// field manager the write is made under: it names who asked ([`field_manager`]).
     fn patch_spec<'a>(
         &'a self,
         kind: Kind,
@@ -58,6 +59,7 @@ pub trait SpecSource: Send + Sync + 'static {
         name: &'a str,
         field: &'a str,
         spec: serde_json::Value,
+        manager: &'a str,
     ) -> BoxFuture<'a, Result<(), PatchError>>;
 
     /// Whether an agent's `Register` may create or update its pull Cluster through the API.
@@ -147,4 +149,18 @@ impl SpecHandle {
     pub fn quorum_formed(&self) -> bool {
         self.replica.write_quorum_formed()
     }
+}
+
+/// The field manager of a write made for `actor` in the source of truth: `starling:` and the
+/// actor's name (`starling:token-ci`, `starling:the-admin-token`), as Kubernetes takes it
+/// (printable ASCII, at most 128 characters).
+pub(crate) fn field_manager(actor: &fleet::state::audit::Actor) -> String {
+    let name: String = actor
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '-' })
+        .collect();
+    let mut manager = format!("starling:{name}");
+    manager.truncate(128);
+    manager
 }

@@ -106,6 +106,8 @@ enum Command {
     Recover(cli::recovery::RecoverArgs),
     /// Create, list or revoke API tokens (per tenant and role).
     Token(cli::token::TokenArgs),
+    /// Who changed what: applies, deletions, rollout commands, holds, tokens, recoveries.
+    Audit(cli::audit::AuditArgs),
     /// The Helm render worker: renders one chart from a request on stdin and exits. Started by
     /// replicas, agents and `starling render` so that Helm's engine (a Go runtime) never runs
     /// in their own process; not for people.
@@ -204,6 +206,7 @@ impl Command {
             | Command::Status(_)
             | Command::Members(_)
             | Command::Token(_)
+            | Command::Audit(_)
             | Command::BackupKey(_)
             | Command::Rollout(_)
             | Command::Source(_) => None,
@@ -301,6 +304,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::BackupKey(args) => cli::encryption::backup_key(args),
         Command::Recover(args) => cli::recovery::recover(args),
         Command::Token(args) => cli::token::run(args),
+        Command::Audit(args) => cli::audit::run(args),
         Command::RenderWorker => {
             if starling_render::helm::worker::worker_main() == std::process::ExitCode::SUCCESS {
                 Ok(())

@@ -458,6 +458,20 @@ async fn operator_mode_converges_writes_status_and_loses_nothing() {
         .expect("pause");
     let paused = get(&groups, "demo").await.expect("group");
     assert_eq!(paused["spec"]["rollout"]["paused"], true, "{paused}");
+    // Under a field manager that names who asked (issue 54): the management cluster's audit
+    // log and the object's managedFields say it.
+    let managers: Vec<String> = sim
+        .audit(&AuditFilter::default())
+        .into_iter()
+        .filter(|r| {
+            r.cluster == MANAGEMENT && r.verb == "patch" && r.name.as_deref() == Some("demo")
+        })
+        .filter_map(|r| r.field_manager)
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == "starling:anonymous"),
+        "{managers:?}"
+    );
     wait_until(
         Duration::from_secs(30),
         "the pause reaches the state",

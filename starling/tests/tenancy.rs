@@ -7,7 +7,9 @@
 //!   (`spec.allowedNamespaces`), and says which it could not select;
 //! - a Source in another namespace is refused at apply;
 //! - tokens are replicated: after the leader is killed, the others still know them;
-//! - no token and no Secret value appears in any node log or CLI output.
+//! - no token and no Secret value appears in any node log or CLI output;
+//! - the audit log records each change once with its actor, across the leader's kill, and a
+//!   tenant reads only its own namespaces' entries.
 
 mod harness;
 
@@ -457,6 +459,149 @@ async fn tenants_act_only_in_their_namespaces_with_their_tokens() {
         "a revoked token",
     );
     assert!(revoked.contains("invalid or revoked token"), "{revoked}");
+
+    // Issue 54, the audit: every change above left exactly one entry naming who made it and
+    // through which replica, across the leader's kill; a refused write left none; a tenant
+    // reads only its own namespaces' entries; no token or Secret value is recorded.
+    for args in [
+        ["rollout", "pause", "web", "-n", "team-a"],
+        ["cluster", "hold", "a1", "-n", "team-a"],
+    ] {
+        ok(
+            starling(&group, survivor, Some(ADMIN), &args),
+            "an operation",
+        );
+    }
+    let audit = |token: &str, args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["audit", "-o", "json"];
+        all.extend_from_slice(args);
+        let text = ok(starling(&group, survivor, Some(token), &all), "audit");
+        let parsed: serde_json::Value = serde_json::from_str(&text).expect("audit json");
+        parsed["entries"].as_array().expect("entries").clone()
+    };
+    let entries = audit(ADMIN, &[]);
+    let field =
+        |entry: &serde_json::Value, name: &str| entry[name].as_str().unwrap_or("").to_owned();
+    let matching = |action: &str, kind: &str, name: &str| -> Vec<serde_json::Value> {
+        entries
+            .iter()
+            .filter(|e| {
+                field(e, "action") == action && field(e, "kind") == kind && field(e, "name") == name
+            })
+            .cloned()
+            .collect()
+    };
+    let creates = entries
+        .iter()
+        .filter(|e| field(e, "action") == "token create");
+    assert!(
+        creates
+            .clone()
+            .all(|e| field(e, "actor") == "the admin token" && e["replica"] == 1),
+        "{entries:?}"
+    );
+    assert_eq!(creates.count(), 6, "one entry per token made: {entries:?}");
+    let writer_a_actor = format!("token {}", token_id(&writer_a));
+    for (kind, name) in [
+        ("Cluster", "a1"),
+        ("Cluster", "a2"),
+        ("Secret", "creds"),
+        ("SyncGroup", "web"),
+    ] {
+        let applied = matching("apply", kind, name);
+        assert_eq!(applied.len(), 1, "{kind} {name}: {entries:?}");
+        let entry = &applied[0];
+        assert_eq!(field(entry, "actor"), writer_a_actor);
+        assert_eq!(
+            (field(entry, "namespace"), field(entry, "detail")),
+            ("team-a".into(), "created".into())
+        );
+        assert_eq!(entry["replica"], 1);
+        assert!(field(entry, "address").starts_with("127.0.0.1:"), "{entry}");
+        assert_eq!(entry["generationAfter"], 1);
+    }
+    assert_eq!(matching("apply", "Secret", "creds")[0]["specDigest"], "");
+    let writer_b_actor = format!("token {}", token_id(&writer_b));
+    for name in ["b1", "b2"] {
+        let applied = matching("apply", "Cluster", name);
+        assert_eq!(applied.len(), 1, "{name}: {entries:?}");
+        assert_eq!(
+            (field(&applied[0], "actor"), applied[0]["replica"].clone()),
+            (writer_b_actor.clone(), 2.into())
+        );
+    }
+    assert!(
+        entries.iter().all(|e| field(e, "name") != "x"),
+        "a refused write was recorded"
+    );
+    let revoked = matching("token revoke", "Token", &token_id(&writer_a));
+    assert_eq!(revoked.len(), 1, "{entries:?}");
+    assert_eq!(
+        revoked[0]["replica"], survivor,
+        "taken by the replica the client called"
+    );
+    for (action, kind, name) in [
+        ("rollout pause", "SyncGroup", "web"),
+        ("cluster hold", "Cluster", "a1"),
+    ] {
+        let done = matching(action, kind, name);
+        assert_eq!(done.len(), 1, "{action}: {entries:?}");
+        assert_eq!(field(&done[0], "actor"), "the admin token");
+    }
+    // A tenant's reader sees team-a's entries and nothing else (no tokens, no team-b).
+    let seen = audit(&reader_ab, &["-n", "team-a"]);
+    assert!(
+        seen.len() >= 6 && seen.iter().all(|e| field(e, "namespace") == "team-a"),
+        "{seen:?}"
+    );
+    let refused_b = refused(
+        starling(
+            &group,
+            survivor,
+            Some(&reader_a),
+            &["audit", "-n", "team-b"],
+        ),
+        "another tenant's audit",
+    );
+    assert!(
+        refused_b.contains("may not read in namespace team-b"),
+        "{refused_b}"
+    );
+    let own = audit(&reader_a, &[]);
+    assert!(
+        !own.is_empty() && own.iter().all(|e| field(e, "namespace") == "team-a"),
+        "{own:?}"
+    );
+    // Filters, and the per-object history of `describe`.
+    let by_b = audit(ADMIN, &["--who", &token_id(&writer_b)]);
+    assert_eq!(by_b.len(), 2, "{by_b:?}");
+    let described = ok(
+        starling(
+            &group,
+            survivor,
+            Some(ADMIN),
+            &["describe", "syncgroup", "web", "-n", "team-a"],
+        ),
+        "describe",
+    );
+    assert!(
+        described.contains("History (starling audit):") && described.contains("rollout pause"),
+        "{described}"
+    );
+    let recorded = serde_json::to_string(&entries).expect("json");
+    for secret in [
+        ADMIN,
+        SECRET_VALUE,
+        &writer_a,
+        &reader_a,
+        &writer_b,
+        &agent_a,
+    ] {
+        assert!(
+            !recorded.contains(&secret[secret.len() - 16..]),
+            "the audit log holds a secret"
+        );
+    }
 
     // No secret in any log.
     for id in 1..=3 {

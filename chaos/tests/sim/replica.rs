@@ -197,6 +197,7 @@ fn node_config(host: &Host) -> NodeConfig {
         metrics_auth: false,
         token_use_interval: std::time::Duration::from_secs(60),
         quota: Default::default(),
+        audit: Default::default(),
         external_url: None,
     }
 }

@@ -167,6 +167,7 @@ impl Client {
     rpc!(fleet::cluster_hold(proto::ClusterHoldRequest) -> proto::ClusterHoldResponse);
     rpc!(fleet::cluster_adopt(proto::ClusterAdoptRequest) -> proto::ClusterAdoptResponse);
     rpc!(fleet::source_poll(proto::SourcePollRequest) -> proto::SourcePollResponse);
+    rpc!(fleet::list_audit(proto::ListAuditRequest) -> proto::ListAuditResponse);
     rpc!(admin::token_create(proto::TokenCreateRequest) -> proto::TokenCreateResponse);
     rpc!(admin::token_list() = proto::TokenListRequest {} => proto::TokenListResponse);
     rpc!(admin::token_revoke(proto::TokenRevokeRequest) -> proto::TokenRevokeResponse);

@@ -285,6 +285,13 @@ impl Fleet for CannedNode {
         // Nothing to wait for: the canned source has served every request.
         Ok(Response::new(proto::SourcePollResponse { request: 0 }))
     }
+
+    async fn list_audit(
+        &self,
+        _request: Request<proto::ListAuditRequest>,
+    ) -> Result<Response<proto::ListAuditResponse>, Status> {
+        Err(Status::unimplemented("list audit"))
+    }
 }
 
 pub(crate) fn canned_status() -> proto::StatusResponse {

@@ -99,6 +99,7 @@ impl Touch {
             }
             // Earlier commands of a batch may change what later ones generate, so those are
             // reported from the state after the whole batch as well.
+            Command::Audited { command, .. } => Touch::of(state, command),
             Command::Batch(inner) => Touch::Batch(
                 inner
                     .iter()

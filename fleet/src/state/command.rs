@@ -289,6 +289,16 @@ pub enum Command {
     },
     /// Several commands in one log entry, applied in order (throughput).
     Batch(Vec<Command>),
+    /// A command made on behalf of a person or a program through the API: applied as it is,
+    /// and recorded in the audit log when it changed something ([`super::audit`]).
+    Audited {
+        actor: super::audit::Actor,
+        /// When the replica took the request (RFC 3339).
+        at: String,
+        /// How much of the log to keep (the proposer's `--audit-entries`, `--audit-max-age`).
+        keep: super::audit::AuditRetention,
+        command: Box<Command>,
+    },
 }
 
 impl Command {
@@ -311,6 +321,7 @@ impl Command {
             | Command::AbandonOverduePrunes { at, .. }
             | Command::RegisterPullCluster { at, .. }
             | Command::SettleNotifications { at, .. }
+            | Command::Audited { at, .. }
             | Command::CheckProgress { at } => Some(at),
             _ => None,
         }

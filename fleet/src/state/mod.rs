@@ -30,6 +30,7 @@
 //! named above.
 
 mod actionable;
+pub mod audit;
 mod changes;
 mod command;
 mod history;
@@ -466,6 +467,9 @@ pub struct FleetState {
     /// What each Provider has still to be sent, by the Provider's key ([`notify`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub notifications: BTreeMap<Key, notify::ProviderQueue>,
+    /// Who changed what ([`audit`]), oldest first, bounded.
+    #[serde(default, skip_serializing_if = "audit::AuditLog::is_empty")]
+    pub audit: audit::AuditLog,
     /// The id of the last notification queued.
     #[serde(default)]
     pub next_notification: u64,
@@ -658,18 +662,14 @@ impl FleetState {
             Command::Batch(commands) => {
                 return Outcome::Batch(commands.into_iter().map(|c| self.apply(c)).collect());
             }
+            Command::Audited {
+                actor,
+                at,
+                keep,
+                command,
+            } => return self.audited(actor, at, keep, *command),
         };
-        if !matches!(
-            outcome,
-            Outcome::Rejected { .. }
-                | Outcome::Denied { .. }
-                | Outcome::StaleTicket
-                | Outcome::Applied(ApplyResult::Unchanged)
-                | Outcome::Deleted { existed: false }
-                | Outcome::SourceRecorded { changed: false }
-                | Outcome::RegisterRefused { .. }
-                | Outcome::Registered { changed: false, .. }
-        ) {
+        if audit::changed(&outcome) {
             self.revision += 1;
         }
         outcome

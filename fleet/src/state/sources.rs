@@ -95,13 +95,6 @@ impl FleetState {
         status.observed_generation = entry.object.metadata.generation;
         let previous_inputs = std::mem::replace(&mut entry.inputs, inputs);
         let syncs: Vec<Key> = self.syncs_reading(source).into_iter().collect();
-        let before: BTreeMap<Key, u64> = syncs
-            .iter()
-            .filter_map(|sync| Some((sync.clone(), self.target_of(sync)?.seq)))
-            .collect();
-        if let Some(entry) = self.sources.get_mut(source) {
-            entry.seq += 1;
-        }
         // The mono-repository rule: a Sync applied at the revision before, whose path's input
         // is the same at this one, is at this one already. It moves forward without a write.
         let unchanged: BTreeSet<String> = previous_inputs
@@ -109,12 +102,20 @@ impl FleetState {
             .filter(|(path, digest)| self.sources[source].inputs.get(path) == Some(digest))
             .map(|(path, _)| path)
             .collect();
-        if !unchanged.is_empty() {
-            for sync in &syncs {
-                if let Some(&before) = before.get(sync) {
-                    self.carry_forward(sync, source, before, &unchanged, &revision);
-                }
-            }
+        // Each reader's target before the new seq, only when some input is unchanged.
+        let before: BTreeMap<Key, u64> = if unchanged.is_empty() {
+            BTreeMap::new()
+        } else {
+            syncs
+                .iter()
+                .filter_map(|sync| Some((sync.clone(), self.target_of(sync)?.seq)))
+                .collect()
+        };
+        if let Some(entry) = self.sources.get_mut(source) {
+            entry.seq += 1;
+        }
+        for (sync, before) in &before {
+            self.carry_forward(sync, source, *before, &unchanged, &revision);
         }
         let mut groups = BTreeSet::new();
         for sync in &syncs {

@@ -11,7 +11,7 @@ use proto::ApiError;
 use tonic::{Request, Response, Status};
 
 use super::{recovery, status, write_status};
-use crate::auth::principal;
+use crate::auth::{actor, principal};
 use crate::node::{Replica, voters};
 
 /// Time limit of a membership change, and of a new learner catching up.
@@ -372,17 +372,21 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<proto::DrainRequest>,
     ) -> Result<Response<proto::DrainResponse>, Status> {
         principal(&request)?.require(Role::Admin, None, "drain a node")?;
+        let actor = actor(&request, self.replica.id())?;
         let request = request.into_inner();
         let state = if request.undo {
             MemberState::Live
         } else {
             MemberState::Draining
         };
-        let command = Command::SetMemberState {
-            id: request.id,
-            state,
-            at: Replica::now_rfc3339(),
-        };
+        let command = self.replica.audited(
+            &actor,
+            Command::SetMemberState {
+                id: request.id,
+                state,
+                at: Replica::now_rfc3339(),
+            },
+        );
         let (_, outcome) = self
             .replica
             .raft
@@ -445,6 +449,7 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<tonic::Streaming<proto::ImportChunk>>,
     ) -> Result<Response<proto::ImportResponse>, Status> {
         principal(&request)?.require(Role::Admin, None, "import a backup")?;
+        let actor = actor(&request, self.replica.id())?;
         if let Some(source) = &self.spec_source {
             return Err(status(ApiError::failed_precondition(
                 source.import_refusal(),
@@ -465,8 +470,12 @@ impl proto::admin_server::Admin for AdminService {
                 "import needs a new installation, and this one holds {held} objects: start fresh replicas with empty data directories"
             ))));
         }
-        let (commands, objects, histories) =
+        let (mut commands, objects, histories) =
             recovery::import_commands(&backup, &crate::node::Replica::now_rfc3339());
+        // One entry for the import (its first command turns recovery on), not one per object.
+        if let Some(first) = commands.first_mut() {
+            *first = self.replica.audited(&actor, first.clone());
+        }
         recovery::propose_all(&self.replica, commands).await?;
         let revision = self.replica.raft.reader().read(|state| state.revision);
         Ok(Response::new(proto::ImportResponse {
@@ -482,11 +491,12 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<proto::RecoverRequest>,
     ) -> Result<Response<proto::RecoverResponse>, Status> {
         principal(&request)?.require(Role::Admin, None, "recover")?;
+        let actor = actor(&request, self.replica.id())?;
         self.replica
             .write_quorum(CHANGE_TIMEOUT)
             .await
             .map_err(|message| status(ApiError::unavailable(message)))?;
-        recovery::recover(&self.replica, request.into_inner())
+        recovery::recover(&self.replica, &actor, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -496,7 +506,8 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<proto::TokenCreateRequest>,
     ) -> Result<Response<proto::TokenCreateResponse>, Status> {
         principal(&request)?.require(Role::Admin, None, "create tokens")?;
-        super::tokens::create(&self.replica, request.into_inner())
+        let actor = actor(&request, self.replica.id())?;
+        super::tokens::create(&self.replica, &actor, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -514,7 +525,8 @@ impl proto::admin_server::Admin for AdminService {
         request: Request<proto::TokenRevokeRequest>,
     ) -> Result<Response<proto::TokenRevokeResponse>, Status> {
         principal(&request)?.require(Role::Admin, None, "revoke tokens")?;
-        super::tokens::revoke(&self.replica, request.into_inner())
+        let actor = actor(&request, self.replica.id())?;
+        super::tokens::revoke(&self.replica, &actor, request.into_inner())
             .await
             .map(Response::new)
     }

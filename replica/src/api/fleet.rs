@@ -15,10 +15,11 @@ use proto::ApiError;
 use tonic::{Request, Response, Status};
 
 use super::{convert, status, write_status};
-use crate::auth::{Principal, principal};
+use crate::auth::{Principal, actor, principal};
 use crate::node::Replica;
 use crate::spec_source::{PatchError, SpecSource};
 use fleet::state::Role;
+use fleet::state::audit::Actor;
 
 /// How long a client's write waits for the group to form before it is refused.
 const WRITE_QUORUM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -80,6 +81,7 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::ApplyRequest>,
     ) -> Result<Response<proto::ApplyResponse>, Status> {
         let caller = principal(&request)?;
+        let actor = actor(&request, self.replica.id())?;
         let request = request.into_inner();
         self.refuse_when_read_only(request.dry_run)?;
         let text = String::from_utf8(request.manifests)
@@ -106,10 +108,13 @@ impl proto::fleet_server::Fleet for FleetService {
         let at = Replica::now_rfc3339();
         let commands: Vec<Command> = resources
             .into_iter()
-            .map(|resource| Command::ApplySpec {
-                resource: Box::new(resource),
-                at: at.clone(),
-                quota: Some(self.replica.config.quota),
+            .map(|resource| {
+                let command = Command::ApplySpec {
+                    resource: Box::new(resource),
+                    at: at.clone(),
+                    quota: Some(self.replica.config.quota),
+                };
+                self.replica.audited(&actor, command)
             })
             .collect();
         let reader = self.replica.raft.reader();
@@ -166,6 +171,7 @@ impl proto::fleet_server::Fleet for FleetService {
     ) -> Result<Response<proto::DeleteResponse>, Status> {
         self.refuse_when_read_only(false)?;
         let caller = principal(&request)?;
+        let actor = actor(&request, self.replica.id())?;
         let request = request.into_inner();
         let keys = request
             .objects
@@ -189,6 +195,7 @@ impl proto::fleet_server::Fleet for FleetService {
                 }
                 _ => Command::DeleteSpec { key: key.clone() },
             })
+            .map(|command| self.replica.audited(&actor, command))
             .collect();
         self.formed().await?;
         let committed = self
@@ -362,7 +369,9 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::RolloutRequest>,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
         let caller = principal(&request)?;
-        self.rollout(&caller, request.into_inner(), true).await
+        let actor = actor(&request, self.replica.id())?;
+        self.rollout(&caller, &actor, request.into_inner(), true)
+            .await
     }
 
     async fn rollout_resume(
@@ -370,7 +379,9 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::RolloutRequest>,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
         let caller = principal(&request)?;
-        self.rollout(&caller, request.into_inner(), false).await
+        let actor = actor(&request, self.replica.id())?;
+        self.rollout(&caller, &actor, request.into_inner(), false)
+            .await
     }
 
     async fn rollout_pin(
@@ -378,6 +389,7 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::RolloutPinRequest>,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
         let caller = principal(&request)?;
+        let actor = actor(&request, self.replica.id())?;
         let request = request.into_inner();
         let namespace = namespace_or_default(&request.namespace);
         caller.require(Role::Writer, Some(namespace), "pin or unpin a rollout")?;
@@ -411,6 +423,7 @@ impl proto::fleet_server::Fleet for FleetService {
         let patch = serde_json::json!({"rollout": {"pinnedRevision": revision}});
         if self
             .patch_at_source(
+                &actor,
                 fleet::manifest::Kind::SyncGroup,
                 namespace,
                 &request.name,
@@ -423,11 +436,14 @@ impl proto::fleet_server::Fleet for FleetService {
             return Ok(Response::new(proto::RolloutResponse { revision }));
         }
         let revision = self
-            .propose_operation(Command::PinRollout {
-                group,
-                revision,
-                at: Replica::now_rfc3339(),
-            })
+            .propose_operation(
+                &actor,
+                Command::PinRollout {
+                    group,
+                    revision,
+                    at: Replica::now_rfc3339(),
+                },
+            )
             .await?;
         Ok(Response::new(proto::RolloutResponse { revision }))
     }
@@ -437,12 +453,14 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::ClusterHoldRequest>,
     ) -> Result<Response<proto::ClusterHoldResponse>, Status> {
         let caller = principal(&request)?;
+        let actor = actor(&request, self.replica.id())?;
         let request = request.into_inner();
         let namespace = namespace_or_default(&request.namespace);
         caller.require(Role::Writer, Some(namespace), "hold or release a cluster")?;
         let patch = serde_json::json!({"hold": request.hold});
         if self
             .patch_at_source(
+                &actor,
                 fleet::manifest::Kind::Cluster,
                 namespace,
                 &request.name,
@@ -455,11 +473,14 @@ impl proto::fleet_server::Fleet for FleetService {
             return Ok(Response::new(proto::ClusterHoldResponse { revision }));
         }
         let revision = self
-            .propose_operation(Command::HoldCluster {
-                cluster: key_of(namespace, &request.name),
-                hold: request.hold,
-                at: Replica::now_rfc3339(),
-            })
+            .propose_operation(
+                &actor,
+                Command::HoldCluster {
+                    cluster: key_of(namespace, &request.name),
+                    hold: request.hold,
+                    at: Replica::now_rfc3339(),
+                },
+            )
             .await?;
         Ok(Response::new(proto::ClusterHoldResponse { revision }))
     }
@@ -469,6 +490,7 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::ClusterAdoptRequest>,
     ) -> Result<Response<proto::ClusterAdoptResponse>, Status> {
         let caller = principal(&request)?;
+        let actor = actor(&request, self.replica.id())?;
         let request = request.into_inner();
         let namespace = namespace_or_default(&request.namespace);
         // Taking a cluster from another control plane: an operation on the fleet, not a spec
@@ -477,10 +499,13 @@ impl proto::fleet_server::Fleet for FleetService {
         let cluster = key_of(namespace, &request.name);
         tracing::warn!(%cluster, "starling cluster adopt: the next sync takes the cluster over from the installation that holds it");
         let revision = self
-            .propose_operation(Command::AdoptCluster {
-                cluster,
-                at: Replica::now_rfc3339(),
-            })
+            .propose_operation(
+                &actor,
+                Command::AdoptCluster {
+                    cluster,
+                    at: Replica::now_rfc3339(),
+                },
+            )
             .await?;
         Ok(Response::new(proto::ClusterAdoptResponse { revision }))
     }
@@ -490,16 +515,20 @@ impl proto::fleet_server::Fleet for FleetService {
         request: Request<proto::SourcePollRequest>,
     ) -> Result<Response<proto::SourcePollResponse>, Status> {
         let caller = principal(&request)?;
+        let actor = actor(&request, self.replica.id())?;
         let request = request.into_inner();
         let namespace = namespace_or_default(&request.namespace);
         // Reading a rollout's progress needs a poll; a reader may ask for one.
         caller.require(Role::Reader, Some(namespace), "ask a source to poll")?;
         let source = key_of(namespace, &request.name);
-        self.propose_operation(Command::RequestPoll {
-            source: source.clone(),
-            deliveries: Vec::new(),
-            at: None,
-        })
+        self.propose_operation(
+            &actor,
+            Command::RequestPoll {
+                source: source.clone(),
+                deliveries: Vec::new(),
+                at: None,
+            },
+        )
         .await?;
         let request = self.replica.raft.reader().read(|state| {
             state
@@ -509,9 +538,28 @@ impl proto::fleet_server::Fleet for FleetService {
         });
         Ok(Response::new(proto::SourcePollResponse { request }))
     }
+
+    async fn list_audit(
+        &self,
+        request: Request<proto::ListAuditRequest>,
+    ) -> Result<Response<proto::ListAuditResponse>, Status> {
+        let caller = principal(&request)?;
+        self.audit_of(&caller, request.get_ref()).map(Response::new)
+    }
 }
 
 impl FleetService {
+    /// `ListAudit` ([`super::audit`]): a reader's view of who changed what.
+    fn audit_of(
+        &self,
+        caller: &Principal,
+        request: &proto::ListAuditRequest,
+    ) -> Result<proto::ListAuditResponse, Status> {
+        let namespace = (!request.namespace.is_empty()).then_some(request.namespace.as_str());
+        require_reader(caller, namespace)?;
+        super::audit::list(&self.replica, caller, request)
+    }
+
     /// A client's spec write waits until the group has formed ([`Replica::write_quorum`]).
     async fn formed(&self) -> Result<(), Status> {
         self.replica
@@ -535,6 +583,7 @@ impl FleetService {
     /// happens (`Ok(false)`) and the caller proposes a command.
     async fn patch_at_source(
         &self,
+        actor: &Actor,
         kind: fleet::manifest::Kind,
         namespace: &str,
         name: &str,
@@ -544,8 +593,9 @@ impl FleetService {
         let Some(source) = &self.spec_source else {
             return Ok(false);
         };
+        let manager = crate::spec_source::field_manager(actor);
         source
-            .patch_spec(kind, namespace, name, field, spec)
+            .patch_spec(kind, namespace, name, field, spec, &manager)
             .await
             .map_err(|error| match error {
                 PatchError::NotFound(message) => status(ApiError::not_found(message)),
@@ -556,12 +606,12 @@ impl FleetService {
     }
 
     /// Proposes a standalone-mode command; a rejection is the client's error.
-    async fn propose_operation(&self, command: Command) -> Result<u64, Status> {
+    async fn propose_operation(&self, actor: &Actor, command: Command) -> Result<u64, Status> {
         self.formed().await?;
         let (_, outcome) = self
             .replica
             .raft
-            .propose(command)
+            .propose(self.replica.audited(actor, command))
             .await
             .map_err(write_status)?;
         if let Outcome::Rejected { message } = outcome {
@@ -578,6 +628,7 @@ impl FleetService {
     async fn rollout(
         &self,
         caller: &Principal,
+        actor: &Actor,
         request: proto::RolloutRequest,
         pause: bool,
     ) -> Result<Response<proto::RolloutResponse>, Status> {
@@ -586,6 +637,7 @@ impl FleetService {
         let patch = serde_json::json!({"rollout": {"paused": pause}});
         if self
             .patch_at_source(
+                actor,
                 fleet::manifest::Kind::SyncGroup,
                 namespace,
                 &request.name,
@@ -603,7 +655,7 @@ impl FleetService {
         } else {
             Command::ResumeRollout { group }
         };
-        let revision = self.propose_operation(command).await?;
+        let revision = self.propose_operation(actor, command).await?;
         Ok(Response::new(proto::RolloutResponse { revision }))
     }
 }

@@ -5,6 +5,7 @@
 pub(crate) mod admin;
 pub(crate) mod agent;
 pub(crate) mod artifacts;
+pub(crate) mod audit;
 pub(crate) mod convert;
 pub(crate) mod fleet;
 pub(crate) mod node;

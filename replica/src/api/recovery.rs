@@ -308,6 +308,7 @@ struct Survey {
 /// refused, since it would stop every rollout of a fleet that is running.
 pub(crate) async fn recover(
     replica: &Arc<Replica>,
+    actor: &fleet::state::audit::Actor,
     request: proto::RecoverRequest,
 ) -> Result<proto::RecoverResponse, Status> {
     let reader = replica.raft.reader();
@@ -409,7 +410,8 @@ pub(crate) async fn recover(
     }
     if recovering {
         let pending = unread.into_iter().map(|(cluster, _)| cluster).collect();
-        propose_all(replica, vec![Command::FinishRecovery { pending }]).await?;
+        let finish = replica.audited(actor, Command::FinishRecovery { pending });
+        propose_all(replica, vec![finish]).await?;
     }
     reader.read(|state| {
         for sync in &recovered {

@@ -17,6 +17,7 @@ const MAX_TTL_SECONDS: u64 = 10 * 365 * 86_400;
 /// Makes a token; its secret is in the answer only.
 pub(crate) async fn create(
     replica: &Replica,
+    actor: &fleet::state::audit::Actor,
     request: proto::TokenCreateRequest,
 ) -> Result<proto::TokenCreateResponse, Status> {
     let role: Role = request
@@ -64,10 +65,13 @@ pub(crate) async fn create(
     };
     propose_all(
         replica,
-        vec![Command::CreateToken {
-            id: id.clone(),
-            entry,
-        }],
+        vec![replica.audited(
+            actor,
+            Command::CreateToken {
+                id: id.clone(),
+                entry,
+            },
+        )],
     )
     .await?;
     let revision = replica.raft.reader().read(|state| state.revision);
@@ -104,13 +108,17 @@ pub(crate) fn list(replica: &Replica) -> proto::TokenListResponse {
 /// Revokes a token: the next call with it is refused.
 pub(crate) async fn revoke(
     replica: &Replica,
+    actor: &fleet::state::audit::Actor,
     request: proto::TokenRevokeRequest,
 ) -> Result<proto::TokenRevokeResponse, Status> {
     propose_all(
         replica,
-        vec![Command::RevokeToken {
-            id: request.id.clone(),
-        }],
+        vec![replica.audited(
+            actor,
+            Command::RevokeToken {
+                id: request.id.clone(),
+            },
+        )],
     )
     .await?;
     tracing::info!(token = %request.id, "token revoked");

@@ -120,6 +120,13 @@ pub struct NodeArgs {
     /// count or with Ki, Mi, Gi (`512Mi`): a write past it is refused. Standalone mode.
     #[arg(long, env = "STARLING_QUOTA_BYTES", default_value = "1Gi", value_parser = parse_size)]
     pub quota_bytes: u64,
+    /// The most entries the audit log keeps (who changed what, `starling audit`); the oldest
+    /// go first.
+    #[arg(long, env = "STARLING_AUDIT_ENTRIES", default_value_t = fleet::state::audit::DEFAULT_AUDIT_ENTRIES)]
+    pub audit_entries: u32,
+    /// How long an audit entry is kept.
+    #[arg(long, env = "STARLING_AUDIT_MAX_AGE", default_value = "30d", value_parser = humantime::parse_duration)]
+    pub audit_max_age: Duration,
     /// Start a new installation in disaster recovery: nothing is rolled out until `starling
     /// recover` has read back what the target clusters hold. No effect on an installation that
     /// has already formed.
@@ -198,6 +205,8 @@ pub struct NodeConfig {
     pub token_use_interval: Duration,
     /// Per-namespace limits (`--quota-objects`, `--quota-bytes`).
     pub quota: fleet::state::quota::Quota,
+    /// What the audit log keeps (`--audit-entries`, `--audit-max-age`).
+    pub audit: fleet::state::audit::AuditRetention,
     /// Where the fleet view is reached (`--external-url`), for the links in notifications.
     pub external_url: Option<String>,
 }
@@ -524,6 +533,10 @@ impl NodeArgs {
             quota: fleet::state::quota::Quota {
                 objects: self.quota_objects,
                 bytes: self.quota_bytes,
+            },
+            audit: fleet::state::audit::AuditRetention {
+                entries: self.audit_entries,
+                max_age_seconds: self.audit_max_age.as_secs(),
             },
             external_url: self
                 .external_url

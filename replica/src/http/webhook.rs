@@ -303,11 +303,14 @@ async fn handle(
     }
     match replica
         .raft
-        .propose(Command::RequestPoll {
-            source: key.clone(),
-            deliveries: keys,
-            at: Some(crate::node::Replica::now_rfc3339()),
-        })
+        .propose(replica.audited(
+            &webhook_actor(replica, spec.provider, delivery.as_deref()),
+            Command::RequestPoll {
+                source: key.clone(),
+                deliveries: keys,
+                at: Some(crate::node::Replica::now_rfc3339()),
+            },
+        ))
         .await
     {
         Ok((_, fleet::Outcome::Rejected { message })) => {
@@ -322,6 +325,25 @@ async fn handle(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("cannot reach the leader to poll source {key}: {error}"),
         )),
+    }
+}
+
+/// Who a verified delivery is, for the audit log: the provider's webhook and its delivery id.
+fn webhook_actor(
+    replica: &crate::node::Replica,
+    provider: WebhookProvider,
+    delivery: Option<&str>,
+) -> fleet::state::audit::Actor {
+    let provider = format!("{provider:?}").to_lowercase();
+    let name = match delivery {
+        Some(delivery) => format!("webhook {provider} delivery {delivery}"),
+        None => format!("webhook {provider}"),
+    };
+    fleet::state::audit::Actor {
+        name,
+        tenants: Vec::new(),
+        replica: replica.id(),
+        address: None,
     }
 }
 

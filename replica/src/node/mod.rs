@@ -45,6 +45,11 @@ pub use applier::Applier;
 use detector::FailureDetector;
 use lease::Lease;
 
+/// Values files kept in [`Replica::values_files`]: distinct (artifact, path) pairs in use.
+const VALUES_FILES_KEPT: usize = 256;
+/// Bytes of values files kept.
+const VALUES_FILES_BYTES: usize = 32 << 20;
+
 /// Shared by every task and service of a replica.
 pub struct Replica {
     pub config: NodeConfig,
@@ -71,6 +76,9 @@ pub struct Replica {
     pub store: Arc<source::ArtifactStore>,
     /// Bare git mirrors, one per URL (`<data-dir>/mirrors`).
     pub mirrors: Arc<source::MirrorSet>,
+    /// Values files read from artifacts (`valuesFrom` of kind Source), by artifact and path:
+    /// read once per node while in use, not once per sync.
+    pub values_files: starling_sync::render::RenderCache,
     /// Applies Syncs to target clusters; shared by all sync workers.
     pub engine: Arc<dyn Applier>,
     /// Syncs this node's workers are running, from before their `BeginSync` is proposed until
@@ -167,6 +175,10 @@ impl Replica {
         Replica {
             store: Arc::new(store),
             mirrors: Arc::new(mirrors),
+            values_files: starling_sync::render::RenderCache::new(
+                VALUES_FILES_KEPT,
+                VALUES_FILES_BYTES,
+            ),
             engine,
             lease: Lease::new(config.lease),
             metrics: Metrics::new(),
@@ -385,6 +397,21 @@ impl Replica {
     /// The current time as RFC 3339, stamped into commands by their proposer.
     pub fn now_rfc3339() -> String {
         crate::clock::now_rfc3339()
+    }
+
+    /// `command` made on behalf of `actor`: recorded in the audit log when it changes
+    /// something, kept as this replica's `--audit-entries` and `--audit-max-age` say.
+    pub fn audited(
+        &self,
+        actor: &fleet::state::audit::Actor,
+        command: fleet::Command,
+    ) -> fleet::Command {
+        fleet::Command::Audited {
+            actor: actor.clone(),
+            at: Replica::now_rfc3339(),
+            keep: self.config.audit,
+            command: Box::new(command),
+        }
     }
 }
 

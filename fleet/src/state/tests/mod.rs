@@ -613,6 +613,7 @@ fn applied_commands_name_the_objects_they_changed() {
     assert!(joined.is_empty(), "members are not objects: {joined:?}");
 }
 
+mod audit;
 mod compact;
 mod edits;
 mod history;

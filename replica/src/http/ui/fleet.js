@@ -375,6 +375,33 @@ function synthetic(count) {
   };
 }
 
+// The audit log's newest entries (who changed what), fetched again when the state moved on,
+// at most every few seconds.
+let auditFetched = { revision: -1, at: 0 };
+async function audit(revision) {
+  const now = Date.now();
+  if (revision === auditFetched.revision || now - auditFetched.at < 5000) return;
+  auditFetched = { revision, at: now };
+  const panel = document.getElementById("audit");
+  const response = await fetch("/ui/api/audit");
+  if (!response.ok) {
+    panel.innerHTML = `<h2>Recent changes</h2><p class="muted">unavailable: ${response.status}</p>`;
+    return;
+  }
+  const entries = await response.json();
+  window.starlingView.auditEntries = entries.length;
+  const list = document.createElement("ul");
+  for (const entry of entries) {
+    const item = document.createElement("li");
+    const object = entry.kind ? `${entry.kind} ${entry.namespace ? entry.namespace + "/" : ""}${entry.name}` : "";
+    item.textContent = `${entry.at} ${entry.actor.name}: ${entry.action} ${object}${entry.detail ? " (" + entry.detail + ")" : ""}`;
+    list.appendChild(item);
+  }
+  panel.innerHTML = "<h2>Recent changes</h2>";
+  if (entries.length === 0) panel.innerHTML += '<p class="muted">none recorded</p>';
+  panel.appendChild(list);
+}
+
 function connect() {
   const status = document.getElementById("status");
   const events = new EventSource("/ui/events");
@@ -385,6 +412,7 @@ function connect() {
     sample(snapshot);
     timeline();
     status.textContent = `state revision ${snapshot.revision}, ${snapshot.time}`;
+    audit(snapshot.revision);
     status.classList.remove("stale");
   });
   events.onerror = () => {

@@ -1,7 +1,8 @@
 //! The fleet view: a read-only web page on the HTTP port (`/ui`). Every cluster of every
 //! SyncGroup is a small cell, grouped by partition and coloured by rollout state or by
 //! revision; it updates live over server-sent events (`/ui/events`), draws a rollout timeline
-//! with the budget, and shows a cluster's details on click (`/ui/api/sync/<ns>/<name>`).
+//! with the budget, shows a cluster's details on click (`/ui/api/sync/<ns>/<name>`), and the
+//! latest changes from the audit log (`/ui/api/audit`, who changed what).
 //!
 //! The page and its script are files embedded in the binary (`index.html`, `fleet.js`): no
 //! JavaScript toolchain at build or run time. The cells are drawn on one canvas, so 10,000 of
@@ -51,6 +52,7 @@ pub(crate) fn router(replica: Arc<Replica>) -> Router<crate::http::HttpState> {
         )
         .route("/ui/api/snapshot", get(snapshot_json))
         .route("/ui/api/sync/{namespace}/{name}", get(sync_json))
+        .route("/ui/api/audit", get(audit_json))
         .route("/ui/events", get(events))
         .route_layer(axum::middleware::from_fn_with_state(
             replica.clone(),
@@ -378,6 +380,29 @@ async fn sync_json(
             StatusCode::NOT_FOUND,
             [(header::CONTENT_TYPE, "application/json")],
             format!("{{\"error\":\"sync {key} not found\"}}"),
+        ),
+    }
+}
+
+/// How many of the newest audit entries the fleet view shows.
+const AUDIT_SHOWN: usize = 50;
+
+/// `/ui/api/audit`: the newest audit entries, newest first (the viewer reads every namespace).
+async fn audit_json(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
+    let json = replica.raft.reader().read(|state| {
+        let newest: Vec<_> = state.audit.entries.iter().rev().take(AUDIT_SHOWN).collect();
+        serde_json::to_string(&newest)
+    });
+    match json {
+        Ok(json) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            json,
+        ),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::json!({"error": error.to_string()}).to_string(),
         ),
     }
 }
