@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod crds;
 pub mod delete;
 pub mod describe;
+pub mod diff;
 pub mod encryption;
 pub mod get;
 pub mod history;

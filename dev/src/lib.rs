@@ -333,6 +333,7 @@ impl Dev {
                 token_use_interval: std::time::Duration::from_secs(60),
                 quota: Default::default(),
                 audit: Default::default(),
+                diff_source_root: None,
                 external_url: None,
             };
             let operator = self.management.as_ref().map(|m| OperatorConfig {

@@ -1,7 +1,7 @@
 //! `loadtest`: Starling's figures, measured (never asserted by timed tests).
 //!
 //! `cargo run -p loadtest --release -- BENCH`, BENCH one of `rollout`, `failover`, `admission`,
-//! `restart`, `isolation`, `scale`, `webhook`, `recover`, `regions`, `agents`. The process
+//! `restart`, `isolation`, `scale`, `webhook`, `recover`, `regions`, `agents`, `diff`. The process
 //! benches start replicas as child processes of this binary, which runs `starling node` itself
 //! (`loadtest node …` is the `starling` command line), so one build holds both.
 //!
@@ -29,12 +29,16 @@
 //! - `agents`: pull clusters served by agent sessions of the real agent code in this process,
 //!   each with its own token, against replicas that require tokens: replica memory and CPU per
 //!   session, a rollout to every pull cluster, and re-attach after leader kills.
+//! - `diff`: the `rollout` set-up, then `starling diff` of the whole SyncGroup against a
+//!   branch, from each replica in turn: the time per diff (limit 10 s at 10,000 clusters),
+//!   the engine renders, and no write to any target.
 //! - All report the peak resident memory of the nodes holding the fleet's specs and status.
 //!
 //! Long because it holds the command line of every benchmark and the shared test bed (processes,
 //! fleetsim, git); each benchmark's run and report live in its own module.
 
 mod agents;
+mod diff;
 mod failover;
 mod fleet_rollout;
 mod isolation;
@@ -192,6 +196,9 @@ enum Which {
     /// with its own token: replica memory and CPU per session, a rollout, re-attach after
     /// leader kills.
     Agents(agents::AgentsArgs),
+    /// `starling diff` of a whole SyncGroup against the clusters' inventories: the time per
+    /// diff against its limit, the engine renders, and no write to any target.
+    Diff(diff::DiffArgs),
     /// BeginSync + FinishSync pairs committed per second, and node memory.
     Admission {
         #[arg(long, default_value_t = 10_000)]
@@ -267,6 +274,10 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Agents(mut agents) => {
             agents.out = args.out;
             agents::run(agents).await
+        }
+        Which::Diff(mut diff) => {
+            diff.out = args.out;
+            diff::run(diff).await
         }
     }
 }
@@ -573,6 +584,7 @@ async fn admission(
             token_use_interval: std::time::Duration::from_secs(60),
             quota: Default::default(),
             audit: Default::default(),
+            diff_source_root: None,
             external_url: None,
         };
         nodes.push(starling_replica::serve::start(config, None).await?);

@@ -31,6 +31,7 @@ mod api;
 mod auth;
 mod clock;
 pub mod config;
+mod diff;
 pub mod error;
 mod http;
 mod metrics;

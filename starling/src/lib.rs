@@ -108,6 +108,9 @@ enum Command {
     Token(cli::token::TokenArgs),
     /// Who changed what: applies, deletions, rollout commands, holds, tokens, recoveries.
     Audit(cli::audit::AuditArgs),
+    /// What a new revision would do to every cluster a SyncGroup selects, before it merges
+    /// (exit code 0: nothing, 1: changes, 2: errors).
+    Diff(cli::diff::DiffArgs),
     /// The Helm render worker: renders one chart from a request on stdin and exits. Started by
     /// replicas, agents and `starling render` so that Helm's engine (a Go runtime) never runs
     /// in their own process; not for people.
@@ -207,6 +210,7 @@ impl Command {
             | Command::Members(_)
             | Command::Token(_)
             | Command::Audit(_)
+            | Command::Diff(_)
             | Command::BackupKey(_)
             | Command::Rollout(_)
             | Command::Source(_) => None,
@@ -222,6 +226,10 @@ pub fn main() -> std::process::ExitCode {
         return starling_render::helm::worker::worker_main();
     }
     let log_format = cli.global.log_format;
+    if let Command::Diff(args) = cli.command {
+        // Exit codes of its own, as `diff`'s: 0 unchanged, 1 changed, 2 errors.
+        return cli::diff::main(args);
+    }
     let result = match (cli.global.output, cli.command.without_output()) {
         (Some(output), Some(command)) => Err(anyhow::anyhow!(
             "{command} has no -o/--output (got -o {})",
@@ -305,6 +313,7 @@ fn run(command: Command, log_format: &str) -> anyhow::Result<()> {
         Command::Recover(args) => cli::recovery::recover(args),
         Command::Token(args) => cli::token::run(args),
         Command::Audit(args) => cli::audit::run(args),
+        Command::Diff(args) => cli::diff::run(args).map(|_| ()),
         Command::RenderWorker => {
             if starling_render::helm::worker::worker_main() == std::process::ExitCode::SUCCESS {
                 Ok(())

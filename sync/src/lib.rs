@@ -13,10 +13,12 @@
 //! [`SyncReport`] (inventory, least status) or a [`SyncFailure`] whose error has a class
 //! ([`ErrorClass`]) and a retry policy ([`RetryPolicy`]). `dependsOn` is decided by the fleet
 //! state machine from the `ResourceStatus` this crate reports. [`render::render`] alone backs
-//! `starling render`.
+//! `starling render`; [`diff`] says what a new render would change on a cluster (`starling
+//! diff`), and [`SyncEngine::render_offline`] renders for it without contacting the target.
 
 mod apply;
 pub mod client;
+pub mod diff;
 pub mod engine;
 pub mod error;
 pub mod fence;

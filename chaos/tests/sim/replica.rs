@@ -198,6 +198,7 @@ fn node_config(host: &Host) -> NodeConfig {
         token_use_interval: std::time::Duration::from_secs(60),
         quota: Default::default(),
         audit: Default::default(),
+        diff_source_root: None,
         external_url: None,
     }
 }

@@ -200,6 +200,30 @@ impl Client {
         .await
     }
 
+    /// `starling diff`: the result, with each progress event given to `progress` meanwhile.
+    pub async fn diff(
+        &self,
+        request: proto::DiffRequest,
+        mut progress: impl FnMut(&proto::DiffProgress),
+    ) -> anyhow::Result<proto::DiffResult> {
+        let mut fleet = self.fleet.clone();
+        let request = self.request(request);
+        self.call(async move {
+            let mut stream = fleet.diff(request).await?.into_inner();
+            while let Some(event) = stream.message().await? {
+                match event.event {
+                    Some(proto::diff_event::Event::Progress(done)) => progress(&done),
+                    Some(proto::diff_event::Event::Result(result)) => {
+                        return Ok(tonic::Response::new(result));
+                    }
+                    None => {}
+                }
+            }
+            Err(Status::unavailable("the diff ended without a result"))
+        })
+        .await
+    }
+
     /// `starling import`: sends a backup in chunks.
     pub async fn import(&self, backup: Vec<u8>) -> anyhow::Result<proto::ImportResponse> {
         let mut admin = self.admin.clone();

@@ -292,6 +292,15 @@ impl Fleet for CannedNode {
     ) -> Result<Response<proto::ListAuditResponse>, Status> {
         Err(Status::unimplemented("list audit"))
     }
+
+    type DiffStream = tokio_stream::Empty<Result<proto::DiffEvent, Status>>;
+
+    async fn diff(
+        &self,
+        _request: Request<proto::DiffRequest>,
+    ) -> Result<Response<Self::DiffStream>, Status> {
+        Err(Status::unimplemented("diff"))
+    }
 }
 
 pub(crate) fn canned_status() -> proto::StatusResponse {

@@ -546,6 +546,43 @@ impl proto::fleet_server::Fleet for FleetService {
         let caller = principal(&request)?;
         self.audit_of(&caller, request.get_ref()).map(Response::new)
     }
+
+    type DiffStream = Pin<Box<dyn Stream<Item = Result<proto::DiffEvent, Status>> + Send>>;
+
+    /// `Diff` ([`crate::diff`]): progress while it runs, then the result. A read.
+    async fn diff(
+        &self,
+        request: Request<proto::DiffRequest>,
+    ) -> Result<Response<Self::DiffStream>, Status> {
+        let caller = principal(&request)?;
+        let request = request.into_inner();
+        require_reader(&caller, Some(namespace_or_default(&request.namespace)))?;
+        let (progress, mut progressed) = tokio::sync::mpsc::channel(4);
+        let (events, stream) = tokio::sync::mpsc::channel(8);
+        let replica = self.replica.clone();
+        tokio::spawn(async move {
+            let running = crate::diff::run(replica, request, progress);
+            tokio::pin!(running);
+            let result = loop {
+                tokio::select! {
+                    result = &mut running => break result,
+                    Some(progress) = progressed.recv() => {
+                        let event = proto::DiffEvent {
+                            event: Some(proto::diff_event::Event::Progress(progress)),
+                        };
+                        let _ = events.send(Ok(event)).await;
+                    }
+                }
+            };
+            let event = result.map(|result| proto::DiffEvent {
+                event: Some(proto::diff_event::Event::Result(result)),
+            });
+            let _ = events.send(event.map_err(status)).await;
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(stream),
+        )))
+    }
 }
 
 impl FleetService {

@@ -127,6 +127,10 @@ pub struct NodeArgs {
     /// How long an audit entry is kept.
     #[arg(long, env = "STARLING_AUDIT_MAX_AGE", default_value = "30d", value_parser = humantime::parse_duration)]
     pub audit_max_age: Duration,
+    /// The directory under which `starling diff --source-dir` may name checkouts on this
+    /// replica (a CI runner's workspace); `--source-dir` is refused when unset.
+    #[arg(long, env = "STARLING_DIFF_SOURCE_ROOT", value_name = "DIR")]
+    pub diff_source_root: Option<PathBuf>,
     /// Start a new installation in disaster recovery: nothing is rolled out until `starling
     /// recover` has read back what the target clusters hold. No effect on an installation that
     /// has already formed.
@@ -207,6 +211,8 @@ pub struct NodeConfig {
     pub quota: fleet::state::quota::Quota,
     /// What the audit log keeps (`--audit-entries`, `--audit-max-age`).
     pub audit: fleet::state::audit::AuditRetention,
+    /// Where `starling diff --source-dir` may read (`--diff-source-root`).
+    pub diff_source_root: Option<PathBuf>,
     /// Where the fleet view is reached (`--external-url`), for the links in notifications.
     pub external_url: Option<String>,
 }
@@ -538,6 +544,7 @@ impl NodeArgs {
                 entries: self.audit_entries,
                 max_age_seconds: self.audit_max_age.as_secs(),
             },
+            diff_source_root: self.diff_source_root.clone(),
             external_url: self
                 .external_url
                 .as_deref()

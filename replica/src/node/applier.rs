@@ -31,6 +31,20 @@ pub trait Applier: Send + Sync + 'static {
     fn render_cache(&self) -> starling_sync::render::CacheStats {
         starling_sync::render::CacheStats::default()
     }
+    /// Renders a sync's objects without contacting its target, for `starling diff`
+    /// ([`SyncEngine::render_offline`]). Refused where renders run elsewhere.
+    fn render_offline<'a>(
+        &'a self,
+        _request: &'a SyncRequest,
+        _kube_version: Option<String>,
+    ) -> BoxFuture<'a, Result<starling_sync::render::Rendered, starling_sync::SyncError>> {
+        Box::pin(async {
+            Err(starling_sync::SyncError::Invalid {
+                operation: "render".to_owned(),
+                message: "this replica has no render engines".to_owned(),
+            })
+        })
+    }
 }
 
 impl Applier for SyncEngine {
@@ -40,6 +54,14 @@ impl Applier for SyncEngine {
 
     fn sync(&self, request: SyncRequest) -> BoxFuture<'_, Result<SyncReport, SyncFailure>> {
         Box::pin(SyncEngine::sync(self, request))
+    }
+
+    fn render_offline<'a>(
+        &'a self,
+        request: &'a SyncRequest,
+        kube_version: Option<String>,
+    ) -> BoxFuture<'a, Result<starling_sync::render::Rendered, starling_sync::SyncError>> {
+        Box::pin(SyncEngine::render_offline(self, request, kube_version))
     }
 
     fn retain_clients(&self, keep: &mut dyn FnMut(&str) -> bool) -> usize {

@@ -444,6 +444,46 @@ pub(crate) fn chart_config(
     }))
 }
 
+/// The poll of a git Source's spec; `policy` in place of the spec's `ref` when given
+/// (`starling diff --revision`).
+pub(crate) fn git_config(
+    spec: &fleet::resources::SourceSpec,
+    secret: Option<&BTreeMap<String, starling_sync::SecretBytes>>,
+    policy: Option<source::RevisionPolicy>,
+) -> Result<SourceConfig, source::SourceError> {
+    let Some(git) = &spec.git else {
+        return Err(source::SourceError::InvalidPolicy(
+            "the source names no git repository, Helm repository or OCI artifact".into(),
+        ));
+    };
+    let reference = &git.reference;
+    let policy = match policy {
+        Some(policy) => policy,
+        None => source::RevisionPolicy::from_ref_fields(
+            reference.branch.as_deref(),
+            reference.tag.as_deref(),
+            reference.semver.as_deref(),
+            reference.commit.as_deref(),
+        )?,
+    };
+    Ok(SourceConfig {
+        url: source::RepoUrl::parse(&git.url)?,
+        policy,
+        auth: match secret {
+            Some(data) => source::Auth::from_secret_data(data).map_err(|error| {
+                let name = spec.secret_ref.as_ref().map_or("", |r| r.name.as_str());
+                source::SourceError::InvalidPolicy(format!("secret {name} of source: {error}"))
+            })?,
+            None => source::Auth::anonymous(),
+        },
+        interval: fleet::validate::source_interval(spec),
+        limits: source::Limits {
+            fetch_timeout: fleet::validate::source_timeout(spec),
+            ..source::Limits::default()
+        },
+    })
+}
+
 /// A watcher for a Source spec, starting from its committed revision so an unchanged
 /// repository is not reported as a change after an ownership move.
 fn watcher_for(
@@ -473,33 +513,7 @@ fn watcher_for(
             None => watcher,
         }));
     }
-    let Some(git) = &spec.git else {
-        return Err(source::SourceError::InvalidPolicy(
-            "the source names no git repository, Helm repository or OCI artifact".into(),
-        ));
-    };
-    let reference = &git.reference;
-    let config = SourceConfig {
-        url: source::RepoUrl::parse(&git.url)?,
-        policy: source::RevisionPolicy::from_ref_fields(
-            reference.branch.as_deref(),
-            reference.tag.as_deref(),
-            reference.semver.as_deref(),
-            reference.commit.as_deref(),
-        )?,
-        auth: match secret {
-            Some(data) => source::Auth::from_secret_data(data).map_err(|error| {
-                let name = spec.secret_ref.as_ref().map_or("", |r| r.name.as_str());
-                source::SourceError::InvalidPolicy(format!("secret {name} of source: {error}"))
-            })?,
-            None => source::Auth::anonymous(),
-        },
-        interval: fleet::validate::source_interval(spec),
-        limits: source::Limits {
-            fetch_timeout: fleet::validate::source_timeout(spec),
-            ..source::Limits::default()
-        },
-    };
+    let config = git_config(spec, secret, None)?;
     let watcher = SourceWatcher::new(config, replica.mirrors.clone(), replica.store.clone())?;
     let committed = committed_artifact.and_then(|(revision, artifact)| {
         Some(source::ResolvedRevision {

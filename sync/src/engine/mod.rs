@@ -229,13 +229,8 @@ impl SyncEngine {
         Ok(Arc::new(session))
     }
 
-    /// Renders the request's artifact for its cluster: the renderer is decided first, so that
-    /// only a Helm render asks the target for its version.
-    async fn render(
-        &self,
-        request: &SyncRequest,
-        session: &Session,
-    ) -> Result<Rendered, SyncError> {
+    /// The render options of `request`, as a sync renders it.
+    fn render_options(&self, request: &SyncRequest) -> RenderOptions {
         let mut cluster = request.cluster.context();
         cluster.annotations = request.render.cluster_annotations.clone();
         let release_name = request.render.release_name.clone().unwrap_or_else(|| {
@@ -245,7 +240,7 @@ impl SyncEngine {
                 .map_or(request.sync.as_str(), |(_, n)| n);
             name.to_owned()
         });
-        let mut options = RenderOptions {
+        RenderOptions {
             path: request.template.path.clone(),
             spec: request.template.render.clone(),
             variables: request.template.substitute.clone(),
@@ -255,19 +250,18 @@ impl SyncEngine {
             kube_version: None,
             values_from: request.render.values_from.clone(),
             engines: self.config.render_engines.clone(),
-        };
-        let source = request.artifact.clone();
-        let blocking_failed = |error: tokio::task::JoinError| SyncError::Invalid {
-            operation: "render".to_owned(),
-            message: format!("the render task failed: {error}"),
-        };
-        let prepared = {
-            let options = options.clone();
-            let _permit = self.render_permit().await?;
-            tokio::task::spawn_blocking(move || crate::render::prepare(&source, &options))
-                .await
-                .map_err(blocking_failed)??
-        };
+        }
+    }
+
+    /// Renders the request's artifact for its cluster: the renderer is decided first, so that
+    /// only a Helm render asks the target for its version.
+    async fn render(
+        &self,
+        request: &SyncRequest,
+        session: &Session,
+    ) -> Result<Rendered, SyncError> {
+        let mut options = self.render_options(request);
+        let prepared = self.prepare_render(request, &options).await?;
         if prepared.renderer() == RenderType::Helm {
             let discovery = session.client.discovery.clone();
             let client = session.kube();
@@ -280,10 +274,50 @@ impl SyncEngine {
                 .await?;
             options.kube_version = Some(version);
         }
+        self.finish_render(prepared, options).await
+    }
+
+    /// Renders as a sync would, without contacting the target: Helm's
+    /// `.Capabilities.KubeVersion` is `kube_version` (the one last recorded for the cluster),
+    /// the engine's default when `None`. For `starling diff`; the error is redacted with the
+    /// request's secrets.
+    pub async fn render_offline(
+        &self,
+        request: &SyncRequest,
+        kube_version: Option<String>,
+    ) -> Result<Rendered, SyncError> {
+        let mut options = self.render_options(request);
+        options.kube_version = kube_version;
+        let rendered = match self.prepare_render(request, &options).await {
+            Ok(prepared) => self.finish_render(prepared, options).await,
+            Err(error) => Err(error),
+        };
+        rendered.map_err(|error| error.redacted(&request.redactor()))
+    }
+
+    async fn prepare_render(
+        &self,
+        request: &SyncRequest,
+        options: &RenderOptions,
+    ) -> Result<crate::render::Prepared, SyncError> {
+        let source = request.artifact.clone();
+        let options = options.clone();
+        let _permit = self.render_permit().await?;
+        tokio::task::spawn_blocking(move || crate::render::prepare(&source, &options))
+            .await
+            .map_err(render_task_failed)?
+            .map_err(SyncError::from)
+    }
+
+    async fn finish_render(
+        &self,
+        prepared: crate::render::Prepared,
+        options: RenderOptions,
+    ) -> Result<Rendered, SyncError> {
         let _permit = self.render_permit().await?;
         let rendered = tokio::task::spawn_blocking(move || prepared.render(&options))
             .await
-            .map_err(blocking_failed)??;
+            .map_err(render_task_failed)??;
         Ok(rendered)
     }
 
@@ -653,6 +687,13 @@ fn compile_health_checks(
         operation: "read the sync's healthChecks".to_owned(),
         message: joined(&errors),
     })
+}
+
+fn render_task_failed(error: tokio::task::JoinError) -> SyncError {
+    SyncError::Invalid {
+        operation: "render".to_owned(),
+        message: format!("the render task failed: {error}"),
+    }
 }
 
 #[cfg(test)]

@@ -105,12 +105,19 @@ async fn created_namespaces_are_the_syncs_and_only_they_are_pruned() {
     let report = sync_creating(&sim, &engine, &[("app/b.yaml", in_web.as_str())]).await;
     assert!(report.inventory.iter().all(|o| o.kind != "Namespace"));
     assert!(
-        namespace_of(&sim, "shop").is_none(),
-        "shop was Starling's: {:?} {:?} pruned {:?}",
-        namespace_of(&sim, "shop"),
+        report
+            .pruned
+            .iter()
+            .any(|o| o.kind == "Namespace" && o.name == "shop"),
+        "shop was Starling's: {:?} pruned {:?}",
         report.inventory,
         report.pruned
     );
+    // A namespace's deletion is asynchronous (Terminating until its finalizer is done).
+    eventually(Duration::from_secs(10), "shop deleted", || async {
+        namespace_of(&sim, "shop").is_none()
+    })
+    .await;
     assert!(
         namespace_of(&sim, "web").is_some(),
         "web was never Starling's"
