@@ -779,7 +779,7 @@ pub fn cluster_key_of(sync: &Sync) -> Key {
 }
 
 /// `namespace/name` of the source a Sync uses.
-pub(crate) fn source_key_of(sync: &Sync) -> Key {
+pub fn source_key_of(sync: &Sync) -> Key {
     key_of(
         sync.metadata.namespace.as_deref().unwrap_or("default"),
         &sync.spec.source_ref.name,

@@ -274,19 +274,25 @@ async fn resolve(
 
 /// The members of Sync or SyncGroup `key`, and their Source.
 fn members(state: &FleetState, kind: &str, key: &str) -> Result<(String, Vec<Member>), ApiError> {
-    let syncs: Vec<String> = match kind.to_ascii_lowercase().as_str() {
+    let (syncs, source_key): (Vec<String>, String) = match kind.to_ascii_lowercase().as_str() {
         "syncgroup" => {
             let group = state
                 .groups
                 .get(key)
                 .ok_or_else(|| ApiError::not_found(format!("SyncGroup {key} not found")))?;
-            group.members.iter().cloned().collect()
+            let source =
+                fleet::state::key_of(namespace_of(key), &group.object.spec.source_ref.name);
+            (group.members.iter().cloned().collect(), source)
         }
         "sync" => {
-            if !state.syncs.contains_key(key) {
-                return Err(ApiError::not_found(format!("Sync {key} not found")));
-            }
-            vec![key.to_owned()]
+            let entry = state
+                .syncs
+                .get(key)
+                .ok_or_else(|| ApiError::not_found(format!("Sync {key} not found")))?;
+            (
+                vec![key.to_owned()],
+                fleet::state::source_key_of(&entry.object),
+            )
         }
         other => {
             return Err(ApiError::invalid_argument(format!(
@@ -294,22 +300,6 @@ fn members(state: &FleetState, kind: &str, key: &str) -> Result<(String, Vec<Mem
             )));
         }
     };
-    let source_key = match kind.to_ascii_lowercase().as_str() {
-        "syncgroup" => state.groups.get(key).map(|group| {
-            let namespace = namespace_of(key);
-            fleet::state::key_of(namespace, &group.object.spec.source_ref.name)
-        }),
-        _ => state.syncs.get(key).map(|entry| {
-            let namespace = entry
-                .object
-                .metadata
-                .namespace
-                .as_deref()
-                .unwrap_or("default");
-            fleet::state::key_of(namespace, &entry.object.spec.source_ref.name)
-        }),
-    }
-    .unwrap_or_default();
     let members = syncs
         .iter()
         .filter_map(|sync| member(state, sync, &source_key))
